@@ -1,0 +1,270 @@
+"""State changes of the registry. Views, serializers and management commands all call these.
+
+Each action validates first and writes last, inside one transaction; files written to the
+artifact store before a failure are removed again, so a refused request leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from hub import storage
+from hub.api.errors import ApiError, Conflict
+from hub.models import ApiToken, Artifact, Host, Manifest
+from predictors import manifests as spec
+from predictors.versioning import is_valid_version
+
+_SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
+
+
+@dataclass
+class _PlannedFile:
+    field: str
+    path: str
+    upload: UploadedFile | None
+
+
+def _declared_sha(data: dict[str, Any], field: str) -> str | None:
+    """The sha256 a manifest states for the repo path at `field`, if any."""
+    parts = field.split(".")
+    parent: Any = data
+    for part in parts[:-1]:
+        parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+    key = parts[-1]
+    sha_key = _SHA_FIELD.get(
+        key, "sha256" if key == "path" else f"{key.removesuffix('_path')}_sha256"
+    )
+    value = parent.get(sha_key) if isinstance(parent, dict) else None
+    return value or None
+
+
+def _identity_taken(doc: spec.Manifest) -> bool:
+    return Manifest.objects.filter(
+        kind=doc.kind, name=doc.name, version=doc.version, framework=doc.framework
+    ).exists()
+
+
+def register_manifest(
+    doc: spec.Manifest,
+    *,
+    owner: AbstractBaseUser | None,
+    visibility: str | None = None,
+    uploads: Mapping[str, UploadedFile] | None = None,
+    builtin: bool = False,
+) -> Manifest:
+    """Store a validated manifest with its files. 409 when its identity exists already.
+
+    `uploads` maps file names to uploaded files; a file named F is stored at the manifest's
+    namespace + '/' + F and must be referenced by the manifest. A repo:// reference that is
+    neither uploaded nor in the store is refused, except for built-in manifests, whose files the
+    zoo builder may produce later.
+    """
+    uploads = dict(uploads or {})
+    visibility = visibility or doc.visibility or Manifest.PRIVATE
+    if visibility not in (Manifest.PUBLIC, Manifest.PRIVATE):
+        raise ApiError(
+            [{"path": "visibility", "message": f"'{visibility}' is not one of public, private"}]
+        )
+    if _identity_taken(doc):
+        raise _identity_conflict(doc)
+
+    namespace = doc.namespace()
+    planned: list[_PlannedFile] = []
+    errors: list[dict[str, Any]] = []
+    referenced: set[str] = set()
+    for field, path in doc.repo_paths():
+        relative = path.removeprefix(namespace + "/")
+        upload = uploads.get(relative)
+        referenced.add(relative)
+        existing = Artifact.objects.filter(path=path).first()
+        if (
+            upload is None
+            and existing is None
+            and not storage.resolve(path).exists()
+            and not builtin
+        ):
+            errors.append(
+                {
+                    "path": field,
+                    "message": f"repo://{path} is neither uploaded with the manifest nor in the store",
+                }
+            )
+            continue
+        if (
+            existing is not None
+            and existing.owner_id is not None
+            and existing.owner_id != getattr(owner, "pk", None)
+        ):
+            errors.append(
+                {"path": field, "message": f"repo://{path} belongs to another user's manifest"}
+            )
+            continue
+        planned.append(_PlannedFile(field, path, upload))
+    for name in uploads:
+        if name not in referenced:
+            errors.append(
+                {
+                    "path": f"files.{name}",
+                    "message": f"uploaded file '{name}' is not referenced by the manifest",
+                }
+            )
+    if errors:
+        raise ApiError(errors)
+
+    written: list[str] = []
+    try:
+        artifacts: list[Artifact] = []
+        for item in planned:
+            artifact = _store_file(doc, item, owner, written)
+            if artifact is not None:
+                artifacts.append(artifact)
+        with transaction.atomic():
+            manifest = Manifest.objects.create(
+                kind=doc.kind,
+                name=doc.name,
+                version=doc.version,
+                framework=doc.framework,
+                framework_range=doc.framework_range,
+                task=doc.task,
+                description=str(doc.data.get("description", "")),
+                content=doc.data,
+                source=doc.source,
+                content_hash=doc.content_hash(),
+                owner=owner,
+                visibility=visibility,
+                builtin=builtin,
+            )
+            for artifact in artifacts:
+                if artifact.pk is None:
+                    artifact.save()
+                artifact.manifests.add(manifest)
+    except IntegrityError:
+        _discard(written)
+        raise _identity_conflict(doc) from None
+    except BaseException:
+        _discard(written)
+        raise
+    return manifest
+
+
+def _identity_conflict(doc: spec.Manifest) -> Conflict:
+    framework = f" for framework {doc.framework}" if doc.framework else ""
+    return Conflict(
+        f"{doc.kind} {doc.name} {doc.version}{framework} exists already; publish a new version instead",
+        path="version",
+    )
+
+
+def _store_file(
+    doc: spec.Manifest, item: _PlannedFile, owner: AbstractBaseUser | None, written: list[str]
+) -> Artifact | None:
+    """Put one referenced file in place and return its (possibly unsaved) Artifact row."""
+    declared = _declared_sha(doc.data, item.field)
+    existing = Artifact.objects.filter(path=item.path).first()
+    if item.upload is not None:
+        if existing is not None or storage.resolve(item.path).exists():
+            current = existing.sha256 if existing else storage.sha256_of(storage.resolve(item.path))
+            sha, size = _hash_upload(item.upload)
+            if sha != current:
+                raise Conflict(
+                    f"repo://{item.path} exists already with other content; publish a new version instead",
+                    path=item.field,
+                )
+        else:
+            sha, size = storage.write(item.path, item.upload.chunks())
+            written.append(item.path)
+    elif existing is not None:
+        sha, size = existing.sha256, existing.size
+    else:
+        file = storage.resolve(item.path)
+        if not file.exists():  # a built-in manifest whose artifact is not built yet
+            return None
+        sha, size = storage.sha256_of(file), file.stat().st_size
+    if declared and declared != sha:
+        raise ApiError(
+            [
+                {
+                    "path": item.field,
+                    "message": f"repo://{item.path} has sha256 {sha}, but the manifest states {declared}",
+                }
+            ]
+        )
+    if existing is not None:
+        return existing
+    return Artifact(path=item.path, sha256=sha, size=size, owner=owner)
+
+
+def _hash_upload(upload: UploadedFile) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    for block in upload.chunks():
+        digest.update(block)
+        size += len(block)
+    return digest.hexdigest(), size
+
+
+def _discard(paths: list[str]) -> None:
+    for path in paths:
+        storage.remove(path)
+
+
+def delete_manifest(manifest: Manifest) -> None:
+    """Delete a manifest and every artifact no other manifest references."""
+    with transaction.atomic():
+        orphans = [
+            a for a in manifest.artifacts.all() if a.manifests.exclude(pk=manifest.pk).count() == 0
+        ]
+        paths = [a.path for a in orphans]
+        for artifact in orphans:
+            artifact.delete()
+        manifest.delete()
+        transaction.on_commit(lambda: _discard(paths))
+
+
+def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]:
+    """Create or update the host named in `payload` for the agent token's user."""
+    name = payload["name"]
+    host = Host.objects.filter(name=name).first()
+    if host is not None and host.owner_id != token.user_id:
+        raise Conflict(f"host '{name}' is registered by another user", path="name")
+    created = host is None
+    if host is None:
+        host = Host(name=name, owner=token.user)
+    for field in ("hardware", "software", "frameworks", "devices", "queues"):
+        setattr(host, field, payload.get(field, getattr(host, field)))
+    host.token = token
+    host.last_heartbeat = timezone.now()
+    host.save()
+    return host, created
+
+
+def record_heartbeat(host: Host) -> Host:
+    host.last_heartbeat = timezone.now()
+    host.save(update_fields=["last_heartbeat"])
+    return host
+
+
+def revoke_token(token: ApiToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+
+
+def check_framework_versions(frameworks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Errors for host framework entries whose version is not SemVer."""
+    return [
+        {
+            "path": f"frameworks.{i}.version",
+            "message": f"'{entry.get('version')}' is not a semantic version",
+        }
+        for i, entry in enumerate(frameworks)
+        if not is_valid_version(str(entry.get("version", "")))
+    ]

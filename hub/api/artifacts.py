@@ -1,0 +1,39 @@
+"""`/api/v1/artifacts/<path>`: download a file of the artifact store (what `repo://` names).
+
+A file is served to whoever can see a manifest that references it.
+"""
+
+from __future__ import annotations
+
+from django.http import FileResponse, Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from hub import storage
+from hub.models import Artifact, Manifest
+
+
+class ArtifactDownload(APIView):
+    anonymous_methods = ("GET", "HEAD")
+
+    @extend_schema(
+        summary="Download an artifact",
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+    )
+    def get(self, request: Request, path: str) -> FileResponse:
+        try:
+            storage.check_path(path)
+        except storage.StorePathError:
+            raise Http404 from None
+        artifact = Artifact.objects.filter(path=path).first()
+        visible = Manifest.objects.visible_to(request.user).filter(artifacts=artifact)
+        if artifact is None or not visible.exists():
+            raise Http404
+        file = storage.resolve(path)
+        if not file.exists():
+            raise Http404
+        response = FileResponse(file.open("rb"), as_attachment=True, filename=file.name)
+        response["X-Checksum-Sha256"] = artifact.sha256
+        return response

@@ -1,0 +1,72 @@
+"""One error format for the whole API.
+
+Every error response is `{"detail": "<summary>", "errors": [{"path", "line", "message"}]}`:
+`path` is the dotted field path (or "" for the whole request), `line` the manifest's YAML line
+when there is one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import status
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ApiError(APIException):
+    """An error with field-level details, e.g. from manifest validation or the solver."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+
+    def __init__(
+        self, errors: list[dict[str, Any]], *, status_code: int = 400, detail: str | None = None
+    ):
+        self.errors = [
+            {"path": e.get("path", ""), "line": e.get("line"), "message": e["message"]}
+            for e in errors
+        ]
+        self.status_code = status_code
+        super().__init__(
+            detail or (self.errors[0]["message"] if self.errors else "Invalid request.")
+        )
+
+
+class Conflict(ApiError):
+    def __init__(self, message: str, path: str = ""):
+        super().__init__([{"path": path, "message": message}], status_code=status.HTTP_409_CONFLICT)
+
+
+def _flatten(detail: Any, path: str = "") -> list[dict[str, Any]]:
+    if isinstance(detail, dict):
+        out: list[dict[str, Any]] = []
+        for key, value in detail.items():
+            sub = key if key != "non_field_errors" else ""
+            out += _flatten(value, f"{path}.{sub}" if path and sub else (sub or path))
+        return out
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return [{"path": path, "line": None, "message": str(item)} for item in detail]
+        out = []
+        for index, item in enumerate(detail):
+            out += _flatten(item, f"{path}.{index}" if path else str(index))
+        return out
+    return [{"path": path, "line": None, "message": str(detail)}]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ApiError):
+        errors = exc.errors
+    elif isinstance(exc, ValidationError):
+        errors = _flatten(exc.detail)
+    else:
+        errors = [{"path": "", "line": None, "message": str(getattr(exc, "detail", exc))}]
+    response.data = {
+        "detail": errors[0]["message"] if errors else "Invalid request.",
+        "errors": errors,
+    }
+    return response

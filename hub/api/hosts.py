@@ -1,0 +1,87 @@
+"""`/api/v1/hosts/`: registered agents and the hardware/software stack they run on.
+
+Agents register (and re-register) with a token holding the `agent` scope, then send heartbeats;
+a host whose last heartbeat is older than HOST_LIVE_SECONDS is not live and receives no work.
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import generics, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hub import actions
+from hub.api.errors import ApiError
+from hub.api.serializers import HostSerializer
+from hub.models import ApiToken, Host
+
+
+def _agent_token(request: Request) -> ApiToken:
+    if not isinstance(request.auth, ApiToken):
+        raise PermissionDenied("Hosts register with an agent token (scope 'agent').")
+    return request.auth
+
+
+@extend_schema_view(
+    get=extend_schema(summary="List registered hosts"),
+    post=extend_schema(
+        summary="Register (or re-register) the calling agent's host", request=HostSerializer
+    ),
+)
+class HostList(generics.ListAPIView[Host]):
+    serializer_class = HostSerializer
+    queryset = Host.objects.select_related("owner").all()
+    required_scopes = {"POST": "agent"}
+
+    def get_queryset(self) -> QuerySet[Host]:
+        queryset = super().get_queryset()
+        if self.request.query_params.get("live") in ("1", "true"):
+            queryset = queryset.live()  # type: ignore[attr-defined]
+        return queryset
+
+    def post(self, request: Request) -> Response:
+        token = _agent_token(request)
+        serializer = HostSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        errors = actions.check_framework_versions(serializer.validated_data["frameworks"])
+        if errors:
+            raise ApiError(errors)
+        host, created = actions.register_host(token, dict(serializer.validated_data))
+        return Response(
+            HostSerializer(host).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+@extend_schema_view(
+    get=extend_schema(summary="Read one host"),
+    delete=extend_schema(summary="Remove a host you own"),
+)
+class HostDetail(generics.RetrieveDestroyAPIView[Host]):
+    serializer_class = HostSerializer
+    queryset = Host.objects.select_related("owner").all()
+
+    def perform_destroy(self, instance: Host) -> None:
+        if instance.owner_id != self.request.user.pk and not self.request.user.is_staff:
+            raise PermissionDenied("Only the host's owner can remove it.")
+        instance.delete()
+
+
+class HostHeartbeat(APIView):
+    required_scopes = {"POST": "agent"}
+
+    @extend_schema(
+        summary="Record that the host's agent is alive", request=None, responses=HostSerializer
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        token = _agent_token(request)
+        host = get_object_or_404(Host, pk=pk)
+        if host.owner_id != token.user_id:
+            raise PermissionDenied("This host belongs to another user.")
+        actions.record_heartbeat(host)
+        return Response(HostSerializer(host).data)

@@ -1,0 +1,65 @@
+"""`/api/v1/resolve/`: which manifests can run on which live hosts, under the given constraints."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from hub import solver
+from hub.api.errors import ApiError
+
+
+class Resolve(APIView):
+    anonymous_methods = ("GET", "HEAD", "OPTIONS")
+
+    @extend_schema(
+        summary="Solve model, framework and hardware constraints against live hosts",
+        parameters=[
+            OpenApiParameter("model", OpenApiTypes.STR, required=True),
+            OpenApiParameter("version", OpenApiTypes.STR, description="npm range, e.g. ^1.0"),
+            OpenApiParameter("framework", OpenApiTypes.STR),
+            OpenApiParameter("framework_version", OpenApiTypes.STR, description="npm range"),
+            OpenApiParameter("device", OpenApiTypes.STR, enum=list(solver.DEVICES)),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        query = solver.Request(
+            model=params.get("model", "").strip(),
+            version=params.get("version", "").strip(),
+            framework=params.get("framework", "").strip(),
+            framework_version=params.get("framework_version", "").strip(),
+            device=params.get("device", "").strip(),
+        )
+        try:
+            matches = solver.solve(request.user, query)
+        except solver.Unsatisfiable as unmet:
+            status_code = 400 if isinstance(unmet, solver.InvalidConstraint) else 404
+            raise ApiError(
+                [{"path": unmet.path, "message": unmet.message}], status_code=status_code
+            ) from None
+        return Response(
+            {
+                "version": matches[0].manifest.version,
+                "count": len(matches),
+                "matches": [
+                    {
+                        "manifest": {
+                            "id": m.manifest.pk,
+                            "name": m.manifest.name,
+                            "version": m.manifest.version,
+                            "framework": m.manifest.framework,
+                            "framework_range": m.manifest.framework_range,
+                        },
+                        "host": {"id": m.host.pk, "name": m.host.name},
+                        "framework_version": m.framework_version,
+                        "device": m.device,
+                    }
+                    for m in matches
+                ],
+            }
+        )

@@ -1,0 +1,155 @@
+"""Serializers of the registry's API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.urls import reverse
+from rest_framework import serializers
+
+from hub.models import SCOPES, ApiToken, Artifact, Host, Manifest
+
+MAX_JSON_FIELD_BYTES = 64 * 1024
+
+
+class ArtifactSerializer(serializers.ModelSerializer[Artifact]):
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Artifact
+        fields = ["path", "sha256", "size", "url"]
+
+    def get_url(self, artifact: Artifact) -> str:
+        return reverse("api-artifact", kwargs={"path": artifact.path})
+
+
+class ManifestSummarySerializer(serializers.ModelSerializer[Manifest]):
+    owner = serializers.SerializerMethodField()
+    url = serializers.HyperlinkedIdentityField(view_name="api-manifest-detail")
+
+    class Meta:
+        model = Manifest
+        fields = [
+            "id",
+            "url",
+            "kind",
+            "name",
+            "version",
+            "framework",
+            "framework_range",
+            "task",
+            "description",
+            "visibility",
+            "owner",
+            "builtin",
+            "content_hash",
+            "created_at",
+        ]
+
+    def get_owner(self, manifest: Manifest) -> str | None:
+        return manifest.owner.get_username() if manifest.owner else None
+
+
+class ManifestSerializer(ManifestSummarySerializer):
+    manifest = serializers.JSONField(source="content")
+    artifacts = ArtifactSerializer(many=True, read_only=True)
+
+    class Meta(ManifestSummarySerializer.Meta):
+        fields = [*ManifestSummarySerializer.Meta.fields, "manifest", "artifacts"]
+
+
+def _bounded_json(value: Any, name: str) -> Any:
+    if len(json.dumps(value)) > MAX_JSON_FIELD_BYTES:
+        raise serializers.ValidationError(f"{name} is larger than {MAX_JSON_FIELD_BYTES} bytes")
+    return value
+
+
+class HostFrameworkSerializer(serializers.Serializer[dict[str, Any]]):
+    name = serializers.ChoiceField(choices=["pytorch", "tensorflow", "onnxruntime"])
+    version = serializers.CharField(max_length=64)
+    devices = serializers.ListField(
+        child=serializers.ChoiceField(choices=["cpu", "gpu"]), min_length=1, max_length=2
+    )
+
+
+class HostSerializer(serializers.ModelSerializer[Host]):
+    name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", max_length=128)
+    frameworks = HostFrameworkSerializer(many=True)
+    devices = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=64, required=False
+    )
+    queues = serializers.ListField(
+        child=serializers.CharField(max_length=128), max_length=64, required=False
+    )
+    hardware = serializers.DictField(required=False)
+    software = serializers.DictField(required=False)
+    live = serializers.BooleanField(source="is_live", read_only=True)
+    owner = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Host
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "live",
+            "hardware",
+            "software",
+            "frameworks",
+            "devices",
+            "queues",
+            "registered_at",
+            "last_heartbeat",
+        ]
+        read_only_fields = ["registered_at", "last_heartbeat"]
+        # The registry decides what a repeated name means (update or 409), not a validator.
+        extra_kwargs: dict[str, Any] = {}
+
+    def get_owner(self, host: Host) -> str:
+        return host.owner.get_username()
+
+    def validate_hardware(self, value: Any) -> Any:
+        return _bounded_json(value, "hardware")
+
+    def validate_software(self, value: Any) -> Any:
+        return _bounded_json(value, "software")
+
+
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scopes",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+            "active",
+        ]
+        read_only_fields = fields
+
+
+class TokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    name = serializers.CharField(max_length=100)
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(SCOPES)), min_length=1, max_length=len(SCOPES)
+    )
+    expires_in_days = serializers.IntegerField(
+        min_value=1, max_value=3650, required=False, allow_null=True
+    )
+
+
+class CreatedTokenSerializer(TokenSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The token itself. It is shown only this once."
+    )
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields

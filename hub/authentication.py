@@ -1,0 +1,71 @@
+"""API authentication: `Authorization: Bearer <token>` and, for the browser, the session."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from hub.models import SCOPES, ApiToken, hash_token
+
+# A token's last use is recorded at most this often, so reads do not turn into writes.
+_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Scopes a signed-in browser session holds. The agent scope is for agents' tokens alone.
+SESSION_SCOPES = frozenset({"read", "write", "evaluate"})
+
+
+def authenticate_token(raw: str) -> ApiToken:
+    """The active token for `raw`, or AuthenticationFailed saying why not."""
+    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(raw)).first()
+    if token is None:
+        raise exceptions.AuthenticationFailed("Invalid token.")
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed("This token has been revoked.")
+    if token.is_expired:
+        raise exceptions.AuthenticationFailed("This token has expired.")
+    if not token.user.is_active:
+        raise exceptions.AuthenticationFailed("The token's user is inactive.")
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Malformed Authorization header; expected 'Bearer <token>'."
+            )
+        try:
+            raw = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        token = authenticate_token(raw)
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="mlmodelscope"'
+
+
+class BrowserSessionAuthentication(authentication.SessionAuthentication):
+    """Django's session, with CSRF enforced, for the browser pages' calls to the API."""
+
+
+def scopes_of(request: Request) -> frozenset[str]:
+    if isinstance(request.auth, ApiToken):
+        return frozenset(request.auth.scopes)
+    if request.user is not None and request.user.is_authenticated:
+        return SESSION_SCOPES
+    return frozenset()
+
+
+__all__ = ["SCOPES", "BearerTokenAuthentication", "BrowserSessionAuthentication", "scopes_of"]

@@ -1,0 +1,194 @@
+"""The registry: API tokens, manifests with their artifacts, and registered hosts."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+SCOPES = ("read", "write", "evaluate", "agent")
+TOKEN_PREFIX = "mlms_"  # noqa: S105 (a public prefix, not a secret)
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only its sha256 is stored; the token itself is shown once, at creation."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    # The first characters of the token, so a user can tell tokens apart in a list.
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(
+        cls,
+        user: AbstractBaseUser,
+        *,
+        name: str,
+        scopes: list[str],
+        expires_in_days: int | None = None,
+    ) -> tuple[ApiToken, str]:
+        """Create a token and return it with its raw value, which is never stored."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
+        token = cls.objects.create(
+            user=user,
+            name=name,
+            prefix=raw[: len(TOKEN_PREFIX) + 6],
+            key_hash=hash_token(raw),
+            scopes=sorted(set(scopes), key=SCOPES.index),
+            expires_at=expires_at,
+        )
+        return token, raw
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None and not self.is_expired
+
+
+class ManifestQuerySet(models.QuerySet["Manifest"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> ManifestQuerySet:
+        """Public manifests, plus the user's own and those shared with one of their groups."""
+        if not user.is_authenticated:
+            return self.filter(visibility=Manifest.PUBLIC)
+        return self.filter(
+            Q(visibility=Manifest.PUBLIC) | Q(owner=user) | Q(shared_groups__in=user.groups.all())  # type: ignore[union-attr]
+        ).distinct()
+
+
+class Manifest(models.Model):
+    """A versioned model or dataset manifest, identified by (kind, name, version, framework)."""
+
+    MODEL = "model"
+    DATASET = "dataset"
+    KINDS = [(MODEL, "model"), (DATASET, "dataset")]
+    PUBLIC = "public"
+    PRIVATE = "private"
+    VISIBILITIES = [(PUBLIC, "public"), (PRIVATE, "private")]
+
+    kind = models.CharField(max_length=16, choices=KINDS)
+    name = models.CharField(max_length=64)
+    version = models.CharField(max_length=128)
+    # Framework name for models, '' for datasets.
+    framework = models.CharField(max_length=32, blank=True, default="")
+    framework_range = models.CharField(max_length=256, blank=True, default="")
+    task = models.CharField(max_length=64, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    content = models.JSONField()
+    source = models.TextField()
+    content_hash = models.CharField(max_length=64)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="manifests",
+    )
+    visibility = models.CharField(max_length=8, choices=VISIBILITIES, default=PRIVATE)
+    shared_groups = models.ManyToManyField(Group, blank=True, related_name="shared_manifests")
+    builtin = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ManifestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["kind", "name", "framework", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "name", "version", "framework"], name="manifest_identity"
+            ),
+        ]
+        indexes = [models.Index(fields=["kind", "name"]), models.Index(fields=["task"])]
+
+    def __str__(self) -> str:
+        suffix = f" [{self.framework}]" if self.framework else ""
+        return f"{self.kind} {self.name}@{self.version}{suffix}"
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.kind}s/{self.name}/{self.version}"
+
+
+class Artifact(models.Model):
+    """A file in the artifact store, under the namespace of the manifests that reference it."""
+
+    path = models.CharField(max_length=512, unique=True)
+    sha256 = models.CharField(max_length=64)
+    size = models.BigIntegerField()
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    manifests = models.ManyToManyField(Manifest, related_name="artifacts", blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class HostQuerySet(models.QuerySet["Host"]):
+    def live(self) -> HostQuerySet:
+        cutoff = timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
+        return self.filter(last_heartbeat__gte=cutoff)
+
+
+class Host(models.Model):
+    """A registered agent and the hardware/software stack it runs on."""
+
+    name = models.CharField(max_length=128, unique=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="hosts"
+    )
+    # The agent token that registered the host; only it may send the host's heartbeats.
+    token = models.ForeignKey(ApiToken, null=True, on_delete=models.SET_NULL, related_name="hosts")
+    hardware = models.JSONField(default=dict)
+    software = models.JSONField(default=dict)
+    # [{"name": "onnxruntime", "version": "1.31.1", "devices": ["cpu"]}, …]
+    frameworks = models.JSONField(default=list)
+    devices = models.JSONField(default=list)
+    queues = models.JSONField(default=list)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    objects = HostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_live(self) -> bool:
+        if self.last_heartbeat is None:
+            return False
+        return self.last_heartbeat >= timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)

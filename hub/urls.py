@@ -1,0 +1,20 @@
+"""The registry's API under /api/v1/."""
+
+from django.urls import path
+
+from hub.api import artifacts, hosts, manifests, resolve, schema, tokens
+
+urlpatterns = [
+    path("manifests/", manifests.ManifestList.as_view(), name="api-manifest-list"),
+    path("manifests/<int:pk>/", manifests.ManifestDetail.as_view(), name="api-manifest-detail"),
+    path("datasets/", manifests.DatasetList.as_view(), name="api-dataset-list"),
+    path("datasets/<int:pk>/", manifests.DatasetDetail.as_view(), name="api-dataset-detail"),
+    path("hosts/", hosts.HostList.as_view(), name="api-host-list"),
+    path("hosts/<int:pk>/", hosts.HostDetail.as_view(), name="api-host-detail"),
+    path("hosts/<int:pk>/heartbeat/", hosts.HostHeartbeat.as_view(), name="api-host-heartbeat"),
+    path("tokens/", tokens.TokenList.as_view(), name="api-token-list"),
+    path("tokens/<int:pk>/", tokens.TokenDetail.as_view(), name="api-token-detail"),
+    path("resolve/", resolve.Resolve.as_view(), name="api-resolve"),
+    path("artifacts/<path:path>", artifacts.ArtifactDownload.as_view(), name="api-artifact"),
+    path("schema/manifest.json", schema.ManifestSchema.as_view(), name="api-manifest-schema"),
+]

@@ -1,0 +1,146 @@
+"""The framework-neutral predictor API, and the registry of predictors by framework name.
+
+A predictor runs one model in one framework. It does nothing but `load`, `predict`,
+`synchronize` and `close` (plus a device check and a description of its framework); everything
+around it (warm-up, batching, timing, repetitions, result collection) is the one evaluation loop
+in `predictors.evaluation`, shared by every framework.
+
+Framework modules live in `predictors.frameworks` and are imported only when a predictor of
+theirs is asked for, so `import predictors` never imports torch, TensorFlow or ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from predictors.manifests import Manifest
+
+__all__ = [
+    "DEVICES",
+    "FRAMEWORKS",
+    "Predictor",
+    "PredictorError",
+    "PredictorOptions",
+    "predictor_class",
+    "register",
+    "registered",
+    "unregister",
+]
+
+# The frameworks with a built-in predictor, and the module that holds each.
+FRAMEWORKS = ("pytorch", "tensorflow", "onnxruntime")
+_BUILT_IN = {name: f"predictors.frameworks.{name}" for name in FRAMEWORKS}
+
+DEVICES = ("cpu", "cuda")
+
+
+class PredictorError(RuntimeError):
+    """A model cannot be loaded or run: the message says why, in words a user can act on."""
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    """How to load a model.
+
+    `graph_file` and `weights_file` are local files (the manifest's `model.graph_path` and
+    `model.weights_path`, fetched). `threads`, when set, is the number of intra-op threads (and
+    inter-op threads are set to 1); None leaves the framework's defaults. `seed` seeds the
+    framework's random generators.
+    """
+
+    graph_file: Path
+    weights_file: Path | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    seed: int | None = None
+
+
+class Predictor(ABC):
+    """One model loaded in one framework.
+
+    Usage: `predictor.load(manifest, options)`, then `predictor.predict(batch)` any number of
+    times, then `predictor.close()`. `predict` takes the batch the manifest's preprocessing
+    produces (a NumPy array, batch axis first) and returns the model's first output as a NumPy
+    array on the host, batch axis first.
+    """
+
+    framework: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def check_device(cls, device: str) -> None:
+        """Raise PredictorError unless this framework can run on `device` here."""
+
+    @classmethod
+    @abstractmethod
+    def software(cls) -> dict[str, Any]:
+        """The framework's version and build details (a JSON-able dict with a `version` key)."""
+
+    @abstractmethod
+    def load(self, manifest: Manifest, options: PredictorOptions) -> None:
+        """Load the model the manifest describes, from `options.graph_file`."""
+
+    @abstractmethod
+    def predict(self, batch: np.ndarray) -> np.ndarray:
+        """Run the model on one batch; the first output, on the host, batch axis first."""
+
+    def synchronize(self) -> None:  # noqa: B027 - an optional hook, empty on the host
+        """Wait until the device has finished all work queued so far (a no-op on the CPU)."""
+
+    def settings(self) -> dict[str, Any]:
+        """The settings the loaded model runs with (threads, providers, …), as applied."""
+        return {}
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the model and whatever device memory it holds."""
+
+
+P = TypeVar("P", bound=type[Predictor])
+
+_registry: dict[str, type[Predictor]] = {}
+
+
+def register(name: str) -> Callable[[P], P]:
+    """Class decorator: make the class the predictor of framework `name`."""
+
+    def decorate(cls: P) -> P:
+        cls.framework = name
+        _registry[name] = cls
+        return cls
+
+    return decorate
+
+
+def unregister(name: str) -> None:
+    """Forget the predictor registered under `name` (built-ins come back on the next lookup)."""
+    _registry.pop(name, None)
+
+
+def registered() -> list[str]:
+    """The framework names a predictor can be asked for: the built-ins and any registered."""
+    return sorted(set(FRAMEWORKS) | set(_registry))
+
+
+def predictor_class(name: str) -> type[Predictor]:
+    """The predictor class of framework `name`, importing its module on first use."""
+    if name not in _registry and name in _BUILT_IN:
+        try:
+            importlib.import_module(_BUILT_IN[name])
+        except ImportError as exc:
+            raise PredictorError(
+                f"the {name} predictor cannot be imported: {exc} (is {name} installed?)"
+            ) from exc
+    try:
+        return _registry[name]
+    except KeyError:
+        raise PredictorError(
+            f"unknown framework {name!r}; known frameworks: {', '.join(registered())}"
+        ) from None

@@ -1,0 +1,54 @@
+"""Fixtures of the hub's tests (`make_user` and `make_client` are suite-wide)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+
+@pytest.fixture(autouse=True)
+def artifact_root(tmp_path: Path, settings) -> Path:  # type: ignore[no-untyped-def]
+    """Every test gets its own empty artifact store."""
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    settings.ARTIFACT_ROOT = root
+    return root
+
+
+@pytest.fixture
+def alice(make_user):  # type: ignore[no-untyped-def]
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(make_user):  # type: ignore[no-untyped-def]
+    return make_user("bob")
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def alice_client(make_client, alice):  # type: ignore[no-untyped-def]
+    """Alice with a read, write and evaluate token."""
+    return make_client(alice)
+
+
+@pytest.fixture
+def bob_client(make_client, bob):  # type: ignore[no-untyped-def]
+    return make_client(bob)
+
+
+@pytest.fixture
+def alice_agent(make_client, alice):  # type: ignore[no-untyped-def]
+    """An agent of Alice's: a token with the agent scope only."""
+    return make_client(alice, scopes=["agent"])
+
+
+@pytest.fixture
+def bob_agent(make_client, bob):  # type: ignore[no-untyped-def]
+    return make_client(bob, scopes=["agent"])

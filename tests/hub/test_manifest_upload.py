@@ -1,0 +1,282 @@
+"""Uploading manifests: valid ones are stored with their files; invalid ones leave nothing behind."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from hub.models import Artifact, Manifest
+from tests.hub.factories import model_manifest, model_yaml
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
+INVALID = sorted((CORPUS / "invalid").glob("*.yaml"))
+VALID = sorted((CORPUS / "valid").glob("*.yaml"))
+PWNED = Path("/tmp/mlmodelscope-pwned")
+
+
+def _expectation(file: Path) -> tuple[str, int | None]:
+    header = file.read_text(errors="replace")
+    path = re.search(r"^# expect: (.+?)\s*$", header, re.M)
+    status = re.search(r"^# status: (\d+)", header, re.M)
+    assert path, f"{file.name} lacks its '# expect:' line"
+    expected = "" if path.group(1) == "<root>" else path.group(1)
+    return expected, int(status.group(1)) if status else None
+
+
+def _store_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def alice(make_user, make_client):  # type: ignore[no-untyped-def]
+    return make_client(make_user("alice"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("file", INVALID, ids=[f.stem for f in INVALID])
+def test_an_invalid_manifest_is_refused_naming_the_field_and_nothing_is_written(
+    alice, artifact_root, file
+) -> None:  # type: ignore[no-untyped-def]
+    expected_path, expected_status = _expectation(file)
+    before = Manifest.objects.count()
+    response = alice.post(
+        "/api/v1/manifests/", data=file.read_bytes(), content_type="application/x-yaml"
+    )
+    assert 400 <= response.status_code < 500, response.content
+    if expected_status:
+        assert response.status_code == expected_status
+    body = response.json()
+    paths = [error["path"] for error in body["errors"]]
+    assert expected_path in paths, body
+    assert all(error["message"] for error in body["errors"])
+    assert Manifest.objects.count() == before
+    assert Artifact.objects.count() == 0
+    assert _store_files(artifact_root) == []
+    assert not PWNED.exists(), "a YAML tag executed code"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("file", VALID, ids=[f.stem for f in VALID])
+def test_every_valid_corpus_manifest_parses(file) -> None:  # type: ignore[no-untyped-def]
+    from predictors import manifests as spec
+
+    doc = spec.load(file.read_bytes())
+    assert doc.name and doc.version
+
+
+@pytest.mark.django_db
+def test_a_yaml_upload_is_stored_private_and_owned_by_the_uploader(alice) -> None:  # type: ignore[no-untyped-def]
+    response = alice.post(
+        "/api/v1/manifests/", data=model_yaml(name="tiny"), content_type="application/x-yaml"
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["visibility"] == "private"
+    assert body["owner"] == "alice"
+    stored = Manifest.objects.get(pk=body["id"])
+    assert stored.name == "tiny" and stored.framework == "onnxruntime"
+    assert stored.content["inputs"][0]["parameters"]["layout"] == "NCHW"
+    assert stored.content_hash == body["content_hash"]
+    detail = alice.get(f"/api/v1/manifests/{stored.pk}/").json()
+    assert detail["manifest"]["name"] == "tiny"
+
+
+@pytest.mark.django_db
+def test_a_multipart_upload_stores_the_model_file_and_records_its_sha256(
+    alice, artifact_root
+) -> None:  # type: ignore[no-untyped-def]
+    payload = b"\x08\x01graph-bytes" * 100
+    text = model_yaml(name="withfile", graph_file="withfile.onnx")
+    response = alice.post(
+        "/api/v1/manifests/",
+        data={
+            "manifest": text,
+            "files": [SimpleUploadedFile("withfile.onnx", payload)],
+            "visibility": "public",
+        },
+        format="multipart",
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["visibility"] == "public"
+    [artifact] = body["artifacts"]
+    assert artifact["path"] == "models/withfile/1.0.0/withfile.onnx"
+    assert artifact["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert (artifact_root / artifact["path"]).read_bytes() == payload
+    download = alice.get(artifact["url"])
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == payload
+
+
+@pytest.mark.django_db
+def test_a_file_whose_sha256_differs_from_the_manifest_is_refused(alice, artifact_root) -> None:  # type: ignore[no-untyped-def]
+    document = model_manifest(name="badsum", graph_file="badsum.onnx")
+    document["model"]["graph_sha256"] = "0" * 64
+    text = yaml.safe_dump(document)
+    response = alice.post(
+        "/api/v1/manifests/",
+        data={"manifest": text, "files": [SimpleUploadedFile("badsum.onnx", b"abc")]},
+        format="multipart",
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["path"] == "model.graph_path"
+    assert "sha256" in response.json()["detail"]
+    assert Manifest.objects.count() == 0 and Artifact.objects.count() == 0
+    assert _store_files(artifact_root) == []
+
+
+@pytest.mark.django_db
+def test_a_referenced_file_that_is_not_uploaded_is_refused(alice) -> None:  # type: ignore[no-untyped-def]
+    text = model_yaml(name="nofile", graph_file="nofile.onnx")
+    response = alice.post("/api/v1/manifests/", data=text, content_type="application/x-yaml")
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["path"] == "model.graph_path"
+    assert Manifest.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_an_uploaded_file_the_manifest_does_not_reference_is_refused(alice, artifact_root) -> None:  # type: ignore[no-untyped-def]
+    response = alice.post(
+        "/api/v1/manifests/",
+        data={
+            "manifest": model_yaml(name="stray"),
+            "files": [SimpleUploadedFile("stray.bin", b"x")],
+        },
+        format="multipart",
+    )
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["path"] == "files.stray.bin"
+    assert _store_files(artifact_root) == []
+
+
+@pytest.mark.django_db
+def test_uploading_the_same_identity_twice_gets_409_and_keeps_the_first(
+    alice, make_user, make_client
+) -> None:  # type: ignore[no-untyped-def]
+    first = alice.post(
+        "/api/v1/manifests/", data=model_yaml(name="dup"), content_type="application/x-yaml"
+    )
+    assert first.status_code == 201
+    changed = model_yaml(name="dup").replace("A test model.", "Something else.")
+    again = alice.post("/api/v1/manifests/", data=changed, content_type="application/x-yaml")
+    assert again.status_code == 409
+    assert again.json()["errors"][0]["path"] == "version"
+    bob = make_client(make_user("bob"))
+    other = bob.post(
+        "/api/v1/manifests/", data=model_yaml(name="dup"), content_type="application/x-yaml"
+    )
+    assert other.status_code == 409
+    assert Manifest.objects.filter(name="dup").count() == 1
+    assert Manifest.objects.get(name="dup").description == "A test model."
+
+
+@pytest.mark.django_db
+def test_the_same_model_in_another_framework_is_another_identity(alice) -> None:  # type: ignore[no-untyped-def]
+    for framework, range_ in (("onnxruntime", ">=1.16.0 <2.0.0"), ("pytorch", ">=2.0.0 <3.0.0")):
+        text = model_yaml(name="multi", framework=framework, framework_range=range_)
+        assert (
+            alice.post(
+                "/api/v1/manifests/", data=text, content_type="application/x-yaml"
+            ).status_code
+            == 201
+        )
+    assert Manifest.objects.filter(name="multi").count() == 2
+
+
+@pytest.mark.django_db
+def test_an_oversized_body_gets_413_and_nothing_is_written(alice, settings) -> None:  # type: ignore[no-untyped-def]
+    body = model_yaml(name="big") + "# " + "x" * (settings.MANIFEST_MAX_BYTES + 10) + "\n"
+    response = alice.post("/api/v1/manifests/", data=body, content_type="application/x-yaml")
+    assert response.status_code == 413
+    assert response.json()["errors"][0]["path"] == ""
+    multipart = alice.post("/api/v1/manifests/", data={"manifest": body}, format="multipart")
+    assert multipart.status_code == 413
+    assert Manifest.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_an_unsupported_content_type_gets_415(alice) -> None:  # type: ignore[no-untyped-def]
+    response = alice.post("/api/v1/manifests/", data={"manifest": "x"}, format="json")
+    assert response.status_code == 415
+    assert Manifest.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_dataset_is_uploaded_through_datasets_and_a_model_there_is_refused(alice) -> None:  # type: ignore[no-untyped-def]
+    from tests.hub.factories import dataset_yaml
+
+    response = alice.post(
+        "/api/v1/datasets/", data=dataset_yaml(name="tinyset"), content_type="application/x-yaml"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["kind"] == "dataset"
+    wrong = alice.post(
+        "/api/v1/datasets/", data=model_yaml(name="notaset"), content_type="application/x-yaml"
+    )
+    assert wrong.status_code == 400
+    assert wrong.json()["errors"][0]["path"] == "kind"
+
+
+@pytest.mark.django_db
+def test_the_owner_deletes_a_manifest_and_its_unshared_files(  # type: ignore[no-untyped-def]
+    alice, artifact_root, django_capture_on_commit_callbacks
+) -> None:
+    text = model_yaml(name="gone", graph_file="gone.onnx")
+    created = alice.post(
+        "/api/v1/manifests/",
+        data={"manifest": text, "files": [SimpleUploadedFile("gone.onnx", b"bytes")]},
+        format="multipart",
+    ).json()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert alice.delete(f"/api/v1/manifests/{created['id']}/").status_code == 204
+    assert not Manifest.objects.filter(pk=created["id"]).exists()
+    assert Artifact.objects.count() == 0
+    assert _store_files(artifact_root) == []
+
+
+@pytest.mark.django_db
+def test_list_filters_by_name_kind_framework_task_and_search(alice) -> None:  # type: ignore[no-untyped-def]
+    from tests.hub.factories import dataset_yaml
+
+    alice.post(
+        "/api/v1/manifests/",
+        data=model_yaml(name="alpha", description="Fast conv net."),
+        content_type="application/x-yaml",
+    )
+    alice.post(
+        "/api/v1/manifests/",
+        data=model_yaml(name="beta", framework="pytorch", framework_range=">=2.0.0 <3.0.0"),
+        content_type="application/x-yaml",
+    )
+    alice.post(
+        "/api/v1/manifests/", data=dataset_yaml(name="gamma"), content_type="application/x-yaml"
+    )
+
+    def names(query: str) -> list[str]:
+        response = alice.get(f"/api/v1/manifests/?{query}")
+        assert response.status_code == 200
+        return sorted(item["name"] for item in response.json()["results"])
+
+    assert names("name=alpha") == ["alpha"]
+    assert names("kind=dataset") == ["gamma"]
+    assert names("framework=pytorch") == ["beta"]
+    assert names("task=image_classification") == ["alpha", "beta", "gamma"]
+    assert names("search=conv") == ["alpha"]
+    assert names("kind=nonsense") == []
+    assert alice.get("/api/v1/manifests/?page=999").status_code == 404
+
+
+def test_the_manifest_schema_is_published_and_validates_a_corpus_manifest(client) -> None:  # type: ignore[no-untyped-def]
+    import jsonschema
+
+    response = client.get("/api/v1/schema/manifest.json")
+    assert response.status_code == 200
+    schema = response.json()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = yaml.safe_load(model_yaml(name="schema-check"))
+    jsonschema.Draft202012Validator(schema).validate(document)
