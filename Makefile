@@ -9,7 +9,7 @@ PORT ?= 8000
 PG_URL ?= postgres://postgres@127.0.0.1:5432/mlmodelscope
 REDIS_URL ?= redis://127.0.0.1:6379
 
-.PHONY: run test test-sqlite test-postgres lint venv zoo migrate clean help
+.PHONY: run test test-sqlite test-postgres lint venv chromium zoo migrate clean help
 
 help:
 	@echo "make run   - install what is missing, migrate, build the zoo, load manifests, serve http://$(HOST):$(PORT)"
@@ -27,6 +27,15 @@ $(STAMP): $(BIN)/python requirements.txt requirements-frameworks.txt pyproject.t
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# Browser tests drive Debian's Chromium (never a downloaded browser build).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian's chromium for the browser tests" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q chromium chromium-driver >&2 || \
+	  { $$SUDO apt-get update -q >&2 && $$SUDO apt-get install -y -q chromium chromium-driver >&2; } || \
+	  echo "could not install chromium: browser tests will be skipped" >&2; }
 
 migrate: venv
 	$(BIN)/python manage.py migrate --noinput
@@ -63,7 +72,7 @@ test-postgres: venv
 	  echo "=== PostgreSQL or Redis unreachable: skipping the production-mode run ==="; \
 	fi
 
-test: lint test-sqlite test-postgres
+test: chromium lint test-sqlite test-postgres
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache

@@ -73,6 +73,7 @@ def register_manifest(
         raise ApiError(
             [{"path": "visibility", "message": f"'{visibility}' is not one of public, private"}]
         )
+    _check_name_owner(doc, owner)
     if _identity_taken(doc):
         raise _identity_conflict(doc)
 
@@ -153,6 +154,17 @@ def register_manifest(
         _discard(written)
         raise
     return manifest
+
+
+def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> None:
+    """A name belongs to whoever published it first, so nobody can slip a version under it.
+
+    Names are global, like package names: a name taken by another publisher is refused even
+    when all its manifests are private, and the refusal says no more than that.
+    """
+    first = Manifest.objects.filter(kind=doc.kind, name=doc.name).order_by("created_at", "pk").first()
+    if first is not None and first.owner_id != getattr(owner, "pk", None):
+        raise Conflict(f"the {doc.kind} name '{doc.name}' belongs to another publisher; choose another name", path="name")
 
 
 def _identity_conflict(doc: spec.Manifest) -> Conflict:

@@ -15,9 +15,10 @@ _SAFE = {"GET", "HEAD", "OPTIONS"}
 class HasScope(permissions.BasePermission):
     """Allow a request when the caller's token (or session) holds the scope its method needs.
 
-    A view sets `required_scopes` ({method: scope}; by default reads need `read` and writes
-    need `write`) and `anonymous_methods`, the methods an anonymous caller may use (none by
-    default). An anonymous caller elsewhere gets 401; a token lacking the scope gets 403.
+    A view sets `required_scopes` ({method: scope, or a tuple of scopes any one of which
+    will do}; by default reads need `read` and writes need `write`) and `anonymous_methods`,
+    the methods an anonymous caller may use (none by default). An anonymous caller elsewhere
+    gets 401; a token lacking the scope gets 403.
     """
 
     def has_permission(self, request: Request, view: Any) -> bool:
@@ -26,14 +27,15 @@ class HasScope(permissions.BasePermission):
             if method in getattr(view, "anonymous_methods", ()):
                 return True
             raise exceptions.NotAuthenticated()
-        needed = required_scope(view, method)
-        if needed not in scopes_of(request):
-            raise exceptions.PermissionDenied(f"This token lacks the '{needed}' scope.")
+        needed = required_scopes(view, method)
+        if not scopes_of(request) & set(needed):
+            wanted = " or ".join(f"'{scope}'" for scope in needed)
+            raise exceptions.PermissionDenied(f"This token lacks the {wanted} scope.")
         return True
 
 
-def required_scope(view: Any, method: str) -> str:
-    configured: dict[str, str] = getattr(view, "required_scopes", {})
-    if method in configured:
-        return configured[method]
-    return "read" if method in _SAFE else "write"
+def required_scopes(view: Any, method: str) -> tuple[str, ...]:
+    """The scopes of which a caller needs one to use `method` on `view`."""
+    configured: dict[str, str | tuple[str, ...]] = getattr(view, "required_scopes", {})
+    needed = configured.get(method, "read" if method in _SAFE else "write")
+    return (needed,) if isinstance(needed, str) else needed

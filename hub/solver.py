@@ -3,7 +3,9 @@
 A request names a model (and optionally a version range, a framework, a framework version
 range and a device). The answer is every (manifest, host) pair that satisfies all of them, the
 highest model version first. When nothing does, `Unsatisfiable` names the first constraint that
-emptied the candidates, in the order a user would relax them.
+emptied the candidates, in the order a user would relax them: `model`, `version`, `framework`,
+`hosts` (no live host at all), `framework` (no live host runs it), `framework_version`,
+`framework_range` (the manifest's own framework range) and `device`.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Matc
             version = str(entry.get("version", ""))
             if manifest.framework_range and not satisfies(version, manifest.framework_range):
                 unmet_range.append(
-                    f"{manifest.framework} {manifest.framework_range} (host {host.name} has {version})"
+                    f"{manifest.name} {manifest.version} needs {manifest.framework} "
+                    f"{manifest.framework_range} (host {host.name} has {version})"
                 )
                 continue
             devices = [d for d in entry.get("devices", ["cpu"]) if d in DEVICES]
@@ -151,8 +154,10 @@ def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Matc
             raise Unsatisfiable(
                 "device", f"no live host runs {_names(frameworks)} on {request.device}"
             )
+        # The manifests' own framework ranges, not the request's framework_version, ruled out
+        # every host.
         raise Unsatisfiable(
-            "framework_version",
+            "framework_range",
             "no live host has a framework version the manifest requires: "
             + "; ".join(sorted(set(unmet_range))),
         )

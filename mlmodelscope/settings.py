@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "hub.middleware.RejectNulQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -103,6 +104,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery ---------------------------------------------------------------------------------
 CELERY_BROKER_URL = envurl("CELERY_BROKER_URL", ("redis", "rediss", "amqp", "amqps", "filesystem"))
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if not CELERY_BROKER_URL:
     # Embedded default: kombu's filesystem transport, a broker that needs no server and that
     # every process on this machine (hub, worker, agents) shares through one folder.
@@ -114,13 +116,28 @@ if not CELERY_BROKER_URL:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # How often a consumer looks for new messages, in seconds.
+        "polling_interval": 0.25,
     }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# The hub only sends tasks (by name, to the agents' queues); results come back over HTTP.
+CELERY_TASK_IGNORE_RESULT = True
+# The broker as agents reach it, which GET /api/v1/agent/config/ tells them (the hub's own
+# CELERY_BROKER_URL may name a loopback address or a local folder).
+AGENT_BROKER_URL = envstr("AGENT_BROKER_URL") or CELERY_BROKER_URL
+AGENT_BROKER_TRANSPORT_OPTIONS = (
+    CELERY_BROKER_TRANSPORT_OPTIONS if AGENT_BROKER_URL == CELERY_BROKER_URL else {}
+)
+# An evaluation whose host stops heartbeating is dispatched again, at most this many attempts.
+EVALUATION_MAX_ATTEMPTS = envint("EVALUATION_MAX_ATTEMPTS", 3, minimum=1)
+# How often the hub looks for such evaluations (seconds; 0 turns the hub's own sweep off).
+EVALUATION_SWEEP_SECONDS = envint("EVALUATION_SWEEP_SECONDS", 5, minimum=0)
 
 # --- Channels -------------------------------------------------------------------------------
 CHANNEL_LAYER_URL = envurl("CHANNEL_LAYER_URL", ("redis", "rediss"))

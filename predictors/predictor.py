@@ -36,7 +36,11 @@ __all__ = [
 
 # The frameworks with a built-in predictor, and the module that holds each.
 FRAMEWORKS = ("pytorch", "tensorflow", "onnxruntime")
-_BUILT_IN = {name: f"predictors.frameworks.{name}" for name in FRAMEWORKS}
+_BUILT_IN = {
+    "pytorch": ("predictors.frameworks.pytorch", "PyTorchPredictor"),
+    "tensorflow": ("predictors.frameworks.tensorflow", "TensorFlowPredictor"),
+    "onnxruntime": ("predictors.frameworks.onnxruntime", "OnnxRuntimePredictor"),
+}
 
 DEVICES = ("cpu", "cuda")
 
@@ -91,6 +95,11 @@ class Predictor(ABC):
     def predict(self, batch: np.ndarray) -> np.ndarray:
         """Run the model on one batch; the first output, on the host, batch axis first."""
 
+    def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
+        """The loaded model's input (shape with None for free dimensions, element type), where
+        the framework records it; the evaluation loop checks the first batch against it."""
+        return None
+
     def synchronize(self) -> None:  # noqa: B027 - an optional hook, empty on the host
         """Wait until the device has finished all work queued so far (a no-op on the CPU)."""
 
@@ -105,11 +114,13 @@ class Predictor(ABC):
 
 P = TypeVar("P", bound=type[Predictor])
 
+# Predictors registered at run time (plug-ins, tests); they take precedence over the built-ins.
 _registry: dict[str, type[Predictor]] = {}
 
 
 def register(name: str) -> Callable[[P], P]:
-    """Class decorator: make the class the predictor of framework `name`."""
+    """Class decorator: make the class the predictor of framework `name` (it replaces a
+    built-in of that name until `unregister`)."""
 
     def decorate(cls: P) -> P:
         cls.framework = name
@@ -120,7 +131,7 @@ def register(name: str) -> Callable[[P], P]:
 
 
 def unregister(name: str) -> None:
-    """Forget the predictor registered under `name` (built-ins come back on the next lookup)."""
+    """Forget the predictor registered under `name`; a built-in of that name applies again."""
     _registry.pop(name, None)
 
 
@@ -130,17 +141,19 @@ def registered() -> list[str]:
 
 
 def predictor_class(name: str) -> type[Predictor]:
-    """The predictor class of framework `name`, importing its module on first use."""
-    if name not in _registry and name in _BUILT_IN:
-        try:
-            importlib.import_module(_BUILT_IN[name])
-        except ImportError as exc:
-            raise PredictorError(
-                f"the {name} predictor cannot be imported: {exc} (is {name} installed?)"
-            ) from exc
-    try:
+    """The predictor class of framework `name`, importing a built-in's module on first use."""
+    if name in _registry:
         return _registry[name]
-    except KeyError:
+    if name not in _BUILT_IN:
         raise PredictorError(
             f"unknown framework {name!r}; known frameworks: {', '.join(registered())}"
-        ) from None
+        )
+    module_name, class_name = _BUILT_IN[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PredictorError(
+            f"the {name} predictor cannot be imported: {exc} (is {name} installed?)"
+        ) from exc
+    cls: type[Predictor] = getattr(module, class_name)
+    return cls

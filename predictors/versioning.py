@@ -209,9 +209,7 @@ _FULL_PLAIN = rf"v?{_MAIN}{_PRERELEASE}?{_BUILD_SRC}?"
 _LOOSE_PLAIN = rf"[v=\s]*{_MAIN_LOOSE}{_PRERELEASE_LOOSE}?{_BUILD_SRC}?"
 _GTLT = r"((?:<|>)?=?)"
 _XRANGE_ID = rf"{_NUMERIC}|x|X|\*"
-_XRANGE_PLAIN = (
-    rf"[v=\s]*({_XRANGE_ID})(?:\.({_XRANGE_ID})(?:\.({_XRANGE_ID})(?:{_PRERELEASE})?{_BUILD_SRC}?)?)?"
-)
+_XRANGE_PLAIN = rf"[v=\s]*({_XRANGE_ID})(?:\.({_XRANGE_ID})(?:\.({_XRANGE_ID})(?:{_PRERELEASE})?{_BUILD_SRC}?)?)?"
 
 _FULL = _compile(rf"^{_FULL_PLAIN}$")
 _BUILD = _compile(_BUILD_SRC)
@@ -302,7 +300,16 @@ class _Range:
 def _parse_range(text: str, include_prerelease: bool) -> _Range:
     if not isinstance(text, str):
         raise InvalidRange(f"invalid version range {text!r}: a range must be a string")
-    return _parse_range_text(text, include_prerelease)
+    try:
+        return _parse_range_text(text, include_prerelease)
+    except InvalidRange:
+        if not include_prerelease:
+            raise
+        # Desugaring for pre-releases can push a bound past 2**53 - 1 (`* - 0.0.9007199254740991`
+        # becomes `<0.0.9007199254740992-0`), and npm then rejects the range, so that nothing
+        # satisfies it. Answer the same, but raise only where validate_range does.
+        _parse_range_text(text, False)
+        return _Range(((_Comparator("<", Version(0, 0, 0, (0,))),),), include_prerelease)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -399,7 +406,9 @@ def _replace_xrange(text: str, include_prerelease: bool) -> str:
     def xrange(match: re.Match[str]) -> str:
         operator, major, minor, patch = match.group(1, 2, 3, 4)
         if (_is_x(major) and not _is_x(minor)) or (_is_x(minor) and patch and not _is_x(patch)):
-            return text  # an x followed by a number (x.1, 1.x.3) is left for the comparator to reject
+            return (
+                text  # an x followed by a number (x.1, 1.x.3) is left for the comparator to reject
+            )
         x_major = _is_x(major)
         x_minor = x_major or _is_x(minor)
         any_x = x_minor or _is_x(patch)

@@ -1,6 +1,8 @@
 """`/api/v1/artifacts/<path>`: download a file of the artifact store (what `repo://` names).
 
-A file is served to whoever can see a manifest that references it.
+A file is served to whoever can see a manifest that references it: anonymous callers, and
+tokens with the `read` scope or the `agent` scope (agents fetch their jobs' model files and
+datasets here).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hub.models import Artifact, Manifest
 
 class ArtifactDownload(APIView):
     anonymous_methods = ("GET", "HEAD")
+    required_scopes = {"GET": ("read", "agent"), "HEAD": ("read", "agent")}
 
     @extend_schema(
         summary="Download an artifact",
@@ -28,11 +31,15 @@ class ArtifactDownload(APIView):
         except storage.StorePathError:
             raise Http404 from None
         artifact = Artifact.objects.filter(path=path).first()
-        visible = Manifest.objects.visible_to(request.user).filter(artifacts=artifact)
-        if artifact is None or not visible.exists():
+        if artifact is None:
             raise Http404
-        file = storage.resolve(path)
-        if not file.exists():
+        if not Manifest.objects.visible_to(request.user).filter(artifacts=artifact).exists():
+            raise Http404
+        try:
+            file = storage.resolve(path)
+        except storage.StorePathError:  # a symlink in the store that leads outside it
+            raise Http404 from None
+        if not file.is_file():
             raise Http404
         response = FileResponse(file.open("rb"), as_attachment=True, filename=file.name)
         response["X-Checksum-Sha256"] = artifact.sha256

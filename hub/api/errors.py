@@ -42,7 +42,7 @@ def _flatten(detail: Any, path: str = "") -> list[dict[str, Any]]:
     if isinstance(detail, dict):
         out: list[dict[str, Any]] = []
         for key, value in detail.items():
-            sub = key if key != "non_field_errors" else ""
+            sub = "" if key == "non_field_errors" else str(key)
             out += _flatten(value, f"{path}.{sub}" if path and sub else (sub or path))
         return out
     if isinstance(detail, list):

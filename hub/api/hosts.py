@@ -6,6 +6,9 @@ a host whose last heartbeat is older than HOST_LIVE_SECONDS is not live and rece
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -19,6 +22,30 @@ from hub import actions
 from hub.api.errors import ApiError
 from hub.api.serializers import HostSerializer
 from hub.models import ApiToken, Host
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    """The path of the first string (key or value) in `value` that holds a NUL character.
+
+    PostgreSQL cannot store one in a JSON column; the free-form hardware and software
+    descriptions are the only fields no serializer field checks for it.
+    """
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        here = f"{path}.{key}"
+        if isinstance(key, str) and "\x00" in key:
+            return here
+        found = _nul_path(item, here)
+        if found is not None:
+            return found
+    return None
 
 
 def _agent_token(request: Request) -> ApiToken:
@@ -49,6 +76,10 @@ class HostList(generics.ListAPIView[Host]):
         serializer = HostSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         errors = actions.check_framework_versions(serializer.validated_data["frameworks"])
+        for field in ("hardware", "software"):
+            path = _nul_path(serializer.validated_data.get(field), field)
+            if path is not None:
+                errors.append({"path": path, "message": "must not contain NUL characters"})
         if errors:
             raise ApiError(errors)
         host, created = actions.register_host(token, dict(serializer.validated_data))

@@ -27,14 +27,14 @@ class Resolve(APIView):
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> Response:
-        params = request.query_params
-        query = solver.Request(
-            model=params.get("model", "").strip(),
-            version=params.get("version", "").strip(),
-            framework=params.get("framework", "").strip(),
-            framework_version=params.get("framework_version", "").strip(),
-            device=params.get("device", "").strip(),
-        )
+        values = {
+            field: request.query_params.get(field, "").strip()
+            for field in ("model", "version", "framework", "framework_version", "device")
+        }
+        for field, value in values.items():
+            if "\x00" in value:
+                raise ApiError([{"path": field, "message": "must not contain NUL characters"}])
+        query = solver.Request(**values)
         try:
             matches = solver.solve(request.user, query)
         except solver.Unsatisfiable as unmet:

@@ -14,7 +14,6 @@ from predictors import manifests as spec
 
 class ManifestSchema(APIView):
     permission_classes = [AllowAny]
-    authentication_classes: list[type] = []
 
     @extend_schema(summary="The manifest JSON Schema", responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Response:

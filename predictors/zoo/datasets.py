@@ -263,3 +263,46 @@ def normalize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
 def preprocess(images: Sequence[bytes], spec: ImageSpec) -> np.ndarray:
     """The manifests' processing: decode, convert, resize, normalize; NCHW float32."""
     return normalize(decode(images, spec), spec)
+
+
+# --- pitfalls: what a model sees when its input is processed the wrong way ------------------
+
+
+def pitfall_inputs(pixels: np.ndarray, spec: ImageSpec) -> dict[str, np.ndarray]:
+    """NCHW float32 inputs made with one documented parameter wrong (seed 000's pitfalls)."""
+    mean = np.asarray(spec.mean, np.float32)
+    std = np.asarray(spec.std, np.float32)
+    # normalize_then_convert: the mean taken to byte space and subtracted in uint8 (wrapping).
+    byte_mean = np.rint(mean * spec.scale).astype(np.uint8)
+    wrapped = (pixels - byte_mean).astype(np.float32)  # uint8 - uint8 wraps modulo 256
+    variants = {
+        "normalize_then_convert": np.ascontiguousarray(
+            (wrapped / np.float32(spec.scale) / std).transpose(0, 3, 1, 2)
+        ),
+        # NHWC memory handed to a model that reads NCHW.
+        "nhwc_as_nchw": np.ascontiguousarray(
+            ((pixels.astype(np.float32) / np.float32(spec.scale) - mean) / std).reshape(
+                len(pixels), spec.channels, *spec.size
+            )
+        ),
+    }
+    if spec.channels == 3:
+        variants["bgr"] = normalize(np.ascontiguousarray(pixels[..., ::-1]), spec)
+    return variants
+
+
+# --- writing a dataset into the store -------------------------------------------------------
+
+
+def build_dataset(store: Path, spec: DatasetSpec) -> dict:
+    """Generate the dataset and write its splits (atomically) into ``store``."""
+    from predictors.zoo.store import Staging
+
+    splits = spec.make()
+    with Staging(store, spec.directory) as staging:
+        for split in SPLITS:
+            staging.write(f"{split}.parquet", to_parquet(splits[split], spec))
+        files = staging.commit()
+    for record, split in zip(files, SPLITS, strict=True):
+        record["count"] = len(splits[split].labels)
+    return {"files": files, "encoding": spec.encoding, "labels": list(spec.labels)}

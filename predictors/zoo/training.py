@@ -41,7 +41,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, plan: TrainingPlan, la
         optimizer, T_max=plan.epochs * steps_per_epoch
     )
     loss_fn = nn.CrossEntropyLoss()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     model.train()
     loss = torch.zeros(())
     for epoch in range(plan.epochs):
@@ -54,7 +54,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, plan: TrainingPlan, la
             loss.backward()
             optimizer.step()
             schedule.step()
-            total += float(loss) * len(index)
+            total += float(loss.detach()) * len(index)
         print(
             f"  {label}: epoch {epoch + 1}/{plan.epochs} loss {total / len(inputs):.4f}",
             file=sys.stderr,
@@ -69,4 +69,5 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, plan: TrainingPlan, la
         "train_count": len(inputs),
         "final_loss": round(total / len(inputs), 6),
         "seconds": round(time.perf_counter() - started, 2),
+        "cpu_seconds": round(time.process_time() - cpu_started, 2),
     }

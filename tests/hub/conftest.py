@@ -17,14 +17,15 @@ def artifact_root(tmp_path: Path, settings) -> Path:  # type: ignore[no-untyped-
     return root
 
 
+# Users without a password (the tests sign in with force_login), as hashing one takes a while.
 @pytest.fixture
-def alice(make_user):  # type: ignore[no-untyped-def]
-    return make_user("alice")
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice")
 
 
 @pytest.fixture
-def bob(make_user):  # type: ignore[no-untyped-def]
-    return make_user("bob")
+def bob(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("bob")
 
 
 @pytest.fixture

@@ -172,6 +172,13 @@ def register_host(
     return client.post(HOSTS_URL, payload, format="json")
 
 
+def bearer_client(raw: str) -> APIClient:
+    """A client that sends `Authorization: Bearer <raw>`."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
 def error_paths(response: Any) -> list[str]:
     """The `path` of every error in an API error response."""
     return [error["path"] for error in response.json()["errors"]]

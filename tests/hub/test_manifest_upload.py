@@ -280,3 +280,21 @@ def test_the_manifest_schema_is_published_and_validates_a_corpus_manifest(client
     jsonschema.Draft202012Validator.check_schema(schema)
     document = yaml.safe_load(model_yaml(name="schema-check"))
     jsonschema.Draft202012Validator(schema).validate(document)
+
+
+@pytest.mark.django_db
+def test_a_nul_character_in_a_manifest_string_is_refused_naming_the_field(alice) -> None:  # type: ignore[no-untyped-def]
+    document = model_manifest(name="nul")
+    document["description"] = "before\x00after"
+    response = alice.post("/api/v1/manifests/", data=yaml.safe_dump(document), content_type="application/x-yaml")
+    assert response.status_code == 400
+    assert "description" in [error["path"] for error in response.json()["errors"]]
+    assert Manifest.objects.count() == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query", ["name=a%00b", "search=x%00", "kind=%00", "task=a%00"])
+def test_a_nul_character_in_a_query_parameter_gets_400(client, query) -> None:  # type: ignore[no-untyped-def]
+    response = client.get(f"/api/v1/manifests/?{query}")
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["path"] == query.split("=")[0]

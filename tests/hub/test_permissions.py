@@ -23,6 +23,7 @@ from tests.hub.factories import (
     MANIFESTS_URL,
     RESOLVE_URL,
     TOKENS_URL,
+    bearer_client,
     dataset_yaml,
     error_paths,
     model_yaml,
@@ -40,9 +41,9 @@ ROLES = [("owner", True), ("group", True), ("other", False), ("anonymous", False
 
 
 @pytest.fixture
-def carol(make_user):  # type: ignore[no-untyped-def]
+def carol(django_user_model):  # type: ignore[no-untyped-def]
     """A member of the group alice shares her private manifests with."""
-    user = make_user("carol")
+    user = django_user_model.objects.create_user("carol")
     user.groups.add(Group.objects.create(name="team"))
     return user
 
@@ -290,9 +291,10 @@ def test_only_the_owner_can_delete_a_private_model(
 
 
 def test_the_owner_deletes_a_private_model_and_its_file(
-    alice_client, private_model, artifact_root
+    alice_client, private_model, artifact_root, django_capture_on_commit_callbacks
 ) -> None:
-    response = alice_client.delete(f"{MANIFESTS_URL}{private_model.pk}/")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.delete(f"{MANIFESTS_URL}{private_model.pk}/")
 
     assert response.status_code == 204
     assert not Manifest.objects.filter(pk=private_model.pk).exists()
@@ -400,7 +402,7 @@ def test_an_agent_token_downloads_the_files_its_user_can_see(
     ],
 )
 def test_an_anonymous_caller_gets_401_where_a_token_is_needed(
-    anonymous, method, url, body
+    db, anonymous, method, url, body
 ) -> None:
     if body is None:
         response = getattr(anonymous, method)(url, {}, format="json")
@@ -427,22 +429,16 @@ def token(alice) -> tuple[ApiToken, str]:  # type: ignore[no-untyped-def]
     return ApiToken.issue(alice, name="t", scopes=["read", "write", "evaluate"])
 
 
-def _bearer(raw: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
-
-
 @pytest.mark.parametrize("url", PUBLIC_URLS)
 def test_a_revoked_token_gets_401_even_where_anonymous_callers_are_welcome(
     token, public_model, onnx_host, url
 ) -> None:
     row, raw = token
-    assert _bearer(raw).get(url).status_code == 200
+    assert bearer_client(raw).get(url).status_code == 200
     row.revoked_at = timezone.now()
     row.save()
 
-    response = _bearer(raw).get(url)
+    response = bearer_client(raw).get(url)
 
     assert response.status_code == 401
     assert "revoked" in response.json()["detail"]
@@ -456,7 +452,7 @@ def test_an_expired_token_gets_401_even_where_anonymous_callers_are_welcome(
     row.expires_at = timezone.now() - timedelta(seconds=1)
     row.save()
 
-    response = _bearer(raw).get(url)
+    response = bearer_client(raw).get(url)
 
     assert response.status_code == 401
     assert "expired" in response.json()["detail"]
@@ -466,7 +462,7 @@ def test_a_token_of_an_inactive_user_gets_401(token, alice) -> None:
     alice.is_active = False
     alice.save()
 
-    assert _bearer(token[1]).get(MANIFESTS_URL).status_code == 401
+    assert bearer_client(token[1]).get(MANIFESTS_URL).status_code == 401
 
 
 @pytest.mark.parametrize(
@@ -488,7 +484,7 @@ def test_a_working_token_records_its_last_use(token) -> None:
     row, raw = token
     assert row.last_used_at is None
 
-    assert _bearer(raw).get(MANIFESTS_URL).status_code == 200
+    assert bearer_client(raw).get(MANIFESTS_URL).status_code == 200
 
     row.refresh_from_db()
     assert row.last_used_at is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 from predictors import manifests
 from predictors.manifests import Manifest, ManifestError
@@ -27,7 +29,7 @@ CORPUS = REPO / "tests" / "fixtures" / "manifests"
 VALID = sorted((CORPUS / "valid").glob("*.yaml"))
 INVALID = sorted((CORPUS / "invalid").glob("*.yaml"))
 BUILTIN = sorted((REPO / "manifests").glob("**/*.yaml"))
-PWNED = Path("/tmp/mlms-manifest-pwned")  # what the python-tag payloads in the corpus would create
+PWNED = Path("/tmp/mlmodelscope-pwned")  # what the python-tag payloads in the corpus would create
 
 IMAGE_PARAMETERS = (
     "decoder",
@@ -98,6 +100,20 @@ def test_invalid_corpus_file_fails_naming_the_expected_path(path: Path) -> None:
         assert item["line"] is None or (isinstance(item["line"], int) and item["line"] >= 1)
         assert item["message"] and "Traceback" not in item["message"]
         assert "<class" not in item["message"] and "deque(" not in item["message"]
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML was built without libyaml")
+@pytest.mark.parametrize("path", VALID + INVALID, ids=lambda p: p.name)
+def test_pure_python_and_libyaml_loaders_agree(path: Path, monkeypatch) -> None:
+    def outcome() -> object:
+        try:
+            return manifests.load(path.read_bytes()).data
+        except ManifestError as error:
+            return [(e["path"], e["message"].split(":")[0]) for e in error.errors]
+
+    fast = outcome()
+    monkeypatch.setattr(manifests, "_LOADER", manifests._Loader)
+    assert outcome() == fast
 
 
 def test_every_invalid_file_points_at_a_line_when_the_document_has_lines() -> None:
@@ -511,6 +527,10 @@ def test_https_files_need_a_sha256_and_repo_files_do_not() -> None:
     assert error["path"] == "model.graph_sha256"
     good = https + f'  graph_sha256: "{"ab" * 32}"\n'
     assert manifests.load(good).repo_paths() == []
+    for url in ("https:///no-host.onnx", "https://[::1/x.onnx", "https://a b/x.onnx"):
+        (error,) = errors_of(good.replace("https://example.com/example.onnx", url))
+        assert error["path"] == "model.graph_path"
+        assert error["message"].endswith("is not a valid https:// URL")
 
 
 def test_repo_paths_lists_every_store_file() -> None:
@@ -669,6 +689,16 @@ def test_apply_overrides_refuses_a_malformed_assignment() -> None:
 
 
 # -- boundaries --------------------------------------------------------------------------------
+
+
+def test_the_annotated_examples_in_the_docs_are_valid() -> None:
+    text = (REPO / "docs" / "manifest.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    loaded = [manifests.load(example) for example in examples]
+    assert [m.kind for m in loaded] == ["model", "dataset"]
+    model = manifests.load_file(REPO / "manifests" / "models" / "digits-cnn" / "onnxruntime.yaml")
+    documented = loaded[0].data["inputs"][0]["parameters"]
+    assert documented == model.data["inputs"][0]["parameters"]
 
 
 def test_manifests_module_does_not_import_django() -> None:

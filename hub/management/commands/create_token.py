@@ -36,8 +36,14 @@ class Command(BaseCommand):
         days = options["expires_in"]
         if days is not None and not 1 <= days <= 3650:
             raise CommandError("--expires-in: must be between 1 and 3650 days")
+        name = options["name"].strip()
+        if not name or len(name) > 100:
+            raise CommandError("--name: must be 1 to 100 characters long")
         User = get_user_model()
-        username = options["user"]
+        username = options["user"].strip()
+        max_length = User._meta.get_field(User.USERNAME_FIELD).max_length or 150
+        if not username or len(username) > max_length or "\x00" in username:
+            raise CommandError(f"--user: must be a user name of 1 to {max_length} characters")
         user = User.objects.filter(username=username).first()
         if user is None:
             if not options["create_user"]:
@@ -48,7 +54,7 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"created user {username} (no password; sign in by setting one with changepassword)"
             )
-        token, raw = ApiToken.issue(user, name=options["name"], scopes=scopes, expires_in_days=days)
+        token, raw = ApiToken.issue(user, name=name, scopes=scopes, expires_in_days=days)
         expiry = f", expires {token.expires_at:%Y-%m-%d}" if token.expires_at else ""
         self.stderr.write(
             f"token '{token.name}' for {username}, scopes {', '.join(token.scopes)}{expiry}:"

@@ -1,0 +1,164 @@
+"""Evaluation jobs, every change of their status, and their results.
+
+An evaluation moves `queued → dispatched → running → succeeded | failed | cancelled`; a running
+job whose host stops heartbeating goes back to `dispatched` (a new attempt) or fails after
+EVALUATION_MAX_ATTEMPTS. Every transition is a StatusChange row, written by
+`evaluations.actions`, never by a view.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import models
+
+from hub.models import Host, Manifest
+
+
+def new_trace_id() -> str:
+    """A W3C trace id: 32 lowercase hex digits, not all zero."""
+    return secrets.token_hex(16)
+
+
+class EvaluationQuerySet(models.QuerySet["Evaluation"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> EvaluationQuerySet:
+        """A user sees their own evaluations; staff see every evaluation."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:  # type: ignore[union-attr]
+            return self
+        return self.filter(user=user)
+
+    def active(self) -> EvaluationQuerySet:
+        return self.filter(status__in=Evaluation.ACTIVE)
+
+
+class Evaluation(models.Model):
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STATUSES = [(s, s) for s in (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)]
+    ACTIVE = (QUEUED, DISPATCHED, RUNNING)
+    FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluations"
+    )
+    # The manifests may be deleted later; the evaluation keeps their identity in the fields
+    # below and their content hash in its result.
+    model = models.ForeignKey(
+        Manifest, null=True, on_delete=models.SET_NULL, related_name="model_evaluations"
+    )
+    dataset = models.ForeignKey(
+        Manifest, null=True, on_delete=models.SET_NULL, related_name="dataset_evaluations"
+    )
+    model_name = models.CharField(max_length=64)
+    model_version = models.CharField(max_length=128)
+    framework = models.CharField(max_length=32)
+    dataset_name = models.CharField(max_length=64)
+    dataset_version = models.CharField(max_length=128)
+    split = models.CharField(max_length=64)
+    device = models.CharField(max_length=8)
+    # The request as validated, with its defaults filled in.
+    request = models.JSONField()
+
+    status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+
+    # Where it goes: the Celery queue of its last dispatch, and the host it is pinned to (set
+    # for `hosts: all` and when no capability queue serves only eligible hosts).
+    queue = models.CharField(max_length=160, blank=True, default="")
+    target_host = models.ForeignKey(
+        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Where it runs: the host that claimed it, with the framework version installed there.
+    host = models.ForeignKey(
+        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    framework_version = models.CharField(max_length=64, blank=True, default="")
+    # Each dispatch sends one broker message carrying its number; only a message of the
+    # current dispatch can be claimed. Each claim is an attempt, and gets a fresh claim id that
+    # the agent's later reports must carry.
+    dispatches = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    claim = models.CharField(max_length=32, blank=True, default="")
+
+    trace_id = models.CharField(max_length=32, default=new_trace_id, editable=False)
+    # The evaluations launched by one request (`hosts: all` launches one per host).
+    group = models.UUIDField(default=uuid.uuid4, db_index=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = EvaluationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["user", "-created_at"]),
+            models.Index(fields=["status"]),
+            models.Index(fields=["model_name"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} ({self.model_name} {self.model_version}, {self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+
+class StatusChange(models.Model):
+    """One transition of an evaluation, with when and why."""
+
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="history")
+    status = models.CharField(max_length=16, choices=Evaluation.STATUSES)
+    reason = models.TextField(blank=True, default="")
+    attempt = models.PositiveIntegerField(default=0)
+    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.evaluation_id} → {self.status}"
+
+
+class Result(models.Model):
+    """What a finished evaluation measured; one per evaluation."""
+
+    evaluation = models.OneToOneField(Evaluation, on_delete=models.CASCADE, related_name="result")
+    # At the first batch size (accuracy does not depend on the batch size).
+    top1 = models.FloatField()
+    top5 = models.FloatField()
+    count = models.PositiveIntegerField()
+    # {"top_k": k, "labels": [true class per input], "classes": [[top-k classes] per input],
+    #  "probabilities": [[top-k probabilities] per input]}
+    predictions = models.JSONField()
+    # {"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}
+    latency = models.JSONField()
+    # {"<batch size>": inputs per second}
+    throughput = models.JSONField()
+    # The content hash of the model manifest that ran (as the agent computed it).
+    content_hash = models.CharField(max_length=64)
+    # The host's hardware/software stack as the agent read it when the job finished.
+    stack = models.JSONField()
+    # The evaluation loop's whole report (settings, per-batch-size timings, notes, …).
+    details = models.JSONField()
+    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"result of {self.evaluation_id}"

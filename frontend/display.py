@@ -1,0 +1,199 @@
+"""How a manifest reads on a page: processing parameters in words, files with their checksums.
+
+The templates only lay out what these functions return; the wording of every parameter lives
+here, once, next to the manifest key it explains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.urls import reverse
+
+from hub.models import Artifact, Manifest
+
+REPO = "repo://"
+
+# (key, label, what it means) in the order the pipeline applies them (docs/manifest.md).
+IMAGE_PARAMETERS: list[tuple[str, str, str]] = [
+    ("decoder", "Decoder", "library that decodes the encoded image"),
+    ("jpeg_dct_method", "JPEG inverse DCT", "libjpeg's inverse DCT; ignored for PNG"),
+    ("color_mode", "Color mode", "channel order fed to the model"),
+    ("resize_method", "Resize method", "interpolation of the resize"),
+    ("resize_size", "Resize to", "height × width after resizing"),
+    ("keep_aspect_ratio", "Keep aspect ratio", "scale both axes alike, then cut the center"),
+    ("crop_method", "Crop", "window cut after resizing"),
+    ("crop_size", "Crop size", "height × width of the crop"),
+    ("element_type", "Element type", "type of the tensor's elements"),
+    ("normalization_order", "Normalization order", "when bytes become numbers"),
+    ("scale", "Scale", "a byte is divided by this"),
+    ("mean", "Mean", "subtracted, per channel"),
+    ("std", "Standard deviation", "divided by, per channel"),
+    ("layout", "Layout", "order of the tensor's axes"),
+]
+
+TENSOR_PARAMETERS: list[tuple[str, str, str]] = [
+    ("element_type", "Element type", "type of the tensor's elements"),
+    ("shape", "Shape", "dimensions of one example (? = dynamic)"),
+]
+
+_WORDS = {
+    "pillow": "Pillow",
+    "opencv": "OpenCV",
+    "islow": "islow (accurate integer)",
+    "ifast": "ifast (fast integer)",
+    "float": "float",
+    "convert_then_normalize": "convert, then normalize (in float space)",
+    "normalize_then_convert": "normalize, then convert (in byte space, wraps around)",
+    "none": "none",
+    "center": "center",
+}
+
+_CHANNELS = {"RGB": ["R", "G", "B"], "BGR": ["B", "G", "R"], "GRAY": ["Y"]}
+
+FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime"}
+TASK_NAMES = {
+    "image_classification": "Image classification",
+    "object_detection": "Object detection",
+    "semantic_segmentation": "Semantic segmentation",
+    "instance_segmentation": "Instance segmentation",
+}
+
+
+def framework_name(name: str) -> str:
+    return FRAMEWORK_NAMES.get(name, name)
+
+
+def task_name(task: str) -> str:
+    return TASK_NAMES.get(task, task.replace("_", " ").capitalize())
+
+
+def _size(value: Any) -> str:
+    if value is None:
+        return "—"
+    return " × ".join("?" if v is None else str(v) for v in value)
+
+
+def _per_channel(values: Any, color_mode: Any) -> str:
+    if not isinstance(values, list):
+        return str(values)
+    names = _CHANNELS.get(str(color_mode), [])
+    if len(names) != len(values):
+        return ", ".join(str(v) for v in values)
+    return " · ".join(f"{n} {v}" for n, v in zip(names, values, strict=True))
+
+
+def _value(key: str, value: Any, parameters: dict[str, Any]) -> str:
+    if key == "resize_size":
+        return "no resize" if value is None else _size(value)
+    if key in ("crop_size", "shape"):
+        return _size(value)
+    if key in ("mean", "std"):
+        return _per_channel(value, parameters.get("color_mode"))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "—"
+    return _WORDS.get(str(value), str(value))
+
+
+@dataclass
+class ParameterRow:
+    key: str
+    label: str
+    value: str
+    note: str
+
+
+def parameter_rows(entry: dict[str, Any]) -> list[ParameterRow]:
+    """The processing parameters of one input, in pipeline order, in words."""
+    parameters = entry.get("parameters") or {}
+    known = IMAGE_PARAMETERS if entry.get("type") == "image" else TENSOR_PARAMETERS
+    rows = [
+        ParameterRow(key, label, _value(key, parameters[key], parameters), note)
+        for key, label, note in known
+        if key in parameters
+    ]
+    named = {key for key, _, _ in known}
+    rows += [
+        ParameterRow(key, key, _value(key, value, parameters), "")
+        for key, value in parameters.items()
+        if key not in named
+    ]
+    return rows
+
+
+@dataclass
+class FileRow:
+    field: str
+    path: str
+    sha256: str | None
+    size: int | None
+    url: str | None
+
+
+def _file_fields(content: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, path, declared sha256) of every file a manifest names."""
+    fields: list[tuple[str, Any, Any]] = []
+    if content.get("kind") == "dataset":
+        if content.get("labels_path"):
+            fields.append(("labels_path", content["labels_path"], None))
+        for split, spec in (content.get("splits") or {}).items():
+            fields.append((f"splits.{split}.path", spec.get("path"), spec.get("sha256")))
+        return fields
+    model = content.get("model") or {}
+    for key in ("graph", "weights"):
+        if model.get(f"{key}_path"):
+            fields.append((f"model.{key}_path", model[f"{key}_path"], model.get(f"{key}_sha256")))
+    for i, output in enumerate(content.get("outputs") or []):
+        labels = (output.get("parameters") or {}).get("labels_path")
+        if labels:
+            fields.append((f"outputs.{i}.parameters.labels_path", labels, None))
+    return fields
+
+
+def file_rows(manifest: Manifest) -> list[FileRow]:
+    """Every file the manifest names, with the sha256 the hub recorded (or the one declared)."""
+    stored = {a.path: a for a in manifest.artifacts.all()}
+    rows = []
+    for field, path, declared in _file_fields(manifest.content):
+        artifact: Artifact | None = None
+        if isinstance(path, str) and path.startswith(REPO):
+            artifact = stored.get(path[len(REPO) :])
+        rows.append(
+            FileRow(
+                field=field,
+                path=str(path),
+                sha256=artifact.sha256 if artifact else declared,
+                size=artifact.size if artifact else None,
+                url=reverse("api-artifact", kwargs={"path": artifact.path}) if artifact else None,
+            )
+        )
+    return rows
+
+
+def _attribute(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(_attribute(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "—" if value is None else str(value)
+
+
+def attribute_rows(content: dict[str, Any]) -> list[tuple[str, str]]:
+    """The free-form attributes other than the ones the pages show on their own, in words."""
+    shown = {"training_dataset", "reported_accuracy", "paper", "trained"}
+    attributes = content.get("attributes") or {}
+    return [(k, _attribute(v)) for k, v in attributes.items() if k not in shown]
+
+
+def accuracy_rows(content: dict[str, Any]) -> list[tuple[str, str]]:
+    """Reported accuracy as percentages: top1 0.761 → ("top-1", "76.1 %")."""
+    reported = (content.get("attributes") or {}).get("reported_accuracy") or {}
+    rows = []
+    for key, value in reported.items():
+        label = f"top-{key[3:]}" if key.startswith("top") and key[3:].isdigit() else key
+        shown = f"{value * 100:.1f} %" if isinstance(value, int | float) and value <= 1 else value
+        rows.append((label, str(shown)))
+    return rows

@@ -1,0 +1,446 @@
+"""`mlms`: evaluate a model locally, from the manifests in a folder and the files in an artifact
+store, with no hub.
+
+    mlms evaluate MODEL --framework F[,F...] --dataset NAME[:SPLIT] [options]
+
+Results go to stdout (a table, or JSON with `--format json`), the progress bar to stderr. A
+mistake of the user (an unknown model, a version range nothing satisfies, a bad `--set`, a file
+missing from the store, …) is one line on stderr and exit status 1 (2 for malformed arguments),
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from predictors import introspection
+from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
+from predictors.data import DataManager
+from predictors.evaluation import (
+    TRACE_LEVELS,
+    USER_ERRORS,
+    Evaluation,
+    EvaluationCancelled,
+    EvaluationOptions,
+    chrome_trace,
+    compare,
+    evaluate,
+)
+from predictors.manifests import Manifest, ManifestError, apply_overrides
+from predictors.predictor import predictor_class, registered
+
+__all__ = ["main"]
+
+PROG = "mlms"
+
+
+class UsageError(Exception):
+    """Arguments that cannot be run as given (exit status 2)."""
+
+
+class CommandError(Exception):
+    """Something the user can fix, other than the arguments' syntax (exit status 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, not the usage text plus a line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def default_store() -> Path:
+    """$ARTIFACT_ROOT, or the repository's `var/artifacts` (where `python -m predictors.zoo
+    build` writes by default)."""
+    root = os.environ.get("ARTIFACT_ROOT")
+    return Path(root) if root else Path(__file__).resolve().parent.parent / "var" / "artifacts"
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog=PROG, description="MLModelScope on this host, without a hub.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser(
+        "evaluate",
+        help="evaluate a model's accuracy and latency in one or more frameworks",
+        description="Evaluate MODEL on a dataset split in each framework given, at each batch "
+        "size, and compare the frameworks input by input.",
+    )
+    run.add_argument("model", metavar="MODEL", help="model name, e.g. digits-cnn")
+    run.add_argument(
+        "--version", default="*", metavar="RANGE", help="npm version range (default: *)"
+    )
+    run.add_argument(
+        "--framework",
+        required=True,
+        metavar="F[,F...]",
+        help=f"comma-separated frameworks ({', '.join(registered())}), or 'all' for every "
+        "framework the model has a manifest for",
+    )
+    run.add_argument(
+        "--dataset",
+        required=True,
+        metavar="NAME[:SPLIT]",
+        help="dataset name and split (default split: validation)",
+    )
+    run.add_argument(
+        "--dataset-version", default="*", metavar="RANGE", help="dataset version range"
+    )
+    run.add_argument(
+        "--batch-sizes", default="1", metavar="N[,N...]", help="comma-separated (default: 1)"
+    )
+    run.add_argument("--limit", type=_count(1), metavar="N", help="evaluate the first N inputs")
+    run.add_argument(
+        "--device", default="cpu", metavar="cpu|cuda[:N]", help="where to run (default: cpu)"
+    )
+    run.add_argument(
+        "--warmup",
+        type=_count(0),
+        default=1,
+        metavar="N",
+        help="untimed predictions before each batch size's timed ones (default: 1)",
+    )
+    run.add_argument(
+        "--repeat",
+        type=_count(1),
+        default=1,
+        metavar="N",
+        help="timed passes over the inputs at each batch size (default: 1)",
+    )
+    run.add_argument(
+        "--threads",
+        type=_count(1),
+        metavar="N",
+        help="intra-op threads of every framework, inter-op 1 (default: the frameworks' own)",
+    )
+    run.add_argument("--seed", type=_count(0), default=0, metavar="N", help="random seed")
+    run.add_argument(
+        "--trace-level",
+        choices=TRACE_LEVELS,
+        default="model",
+        help="none, or model: one span per timed batch (default: model)",
+    )
+    run.add_argument(
+        "--trace-file", type=Path, metavar="PATH", help="write the spans as a Chrome trace"
+    )
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a manifest field, e.g. inputs.0.parameters.color_mode=BGR (repeatable)",
+    )
+    run.add_argument("--format", choices=("table", "json"), default="table")
+    run.add_argument(
+        "--manifests",
+        type=Path,
+        default=DEFAULT_ROOT,
+        metavar="DIR",
+        help=f"folder of manifests (default: {DEFAULT_ROOT})",
+    )
+    run.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"artifact store folder (default: $ARTIFACT_ROOT or {default_store()})",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    sizes = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) < 1:
+            raise UsageError(f"--batch-sizes: {item!r} is not a positive integer (write e.g. 1,32)")
+        sizes.append(int(item))
+    if len(set(sizes)) != len(sizes):
+        raise UsageError(f"--batch-sizes: {text!r} names a batch size twice")
+    return tuple(sizes)
+
+
+def _frameworks(text: str, catalog: Catalog, model: str, version: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return catalog.model_frameworks(model, version)
+    if not names:
+        raise UsageError("--framework: name at least one framework")
+    for name in names:
+        if name not in registered():
+            raise UsageError(
+                f"--framework: unknown framework {name!r} (known: {', '.join(registered())})"
+            )
+    if len(set(names)) != len(names):
+        raise UsageError(f"--framework: {text!r} names a framework twice")
+    return names
+
+
+def _dataset(text: str) -> tuple[str, str]:
+    name, _, split = text.partition(":")
+    if not name:
+        raise UsageError(f"--dataset: {text!r} has no dataset name (write NAME[:SPLIT])")
+    return name, split or "validation"
+
+
+def _override(model: Manifest, overrides: list[str]) -> Manifest:
+    if not overrides:
+        return model
+    try:
+        return apply_overrides(model.data, overrides)
+    except ManifestError as exc:
+        where = f"{model.name} {model.version} ({model.framework})"
+        raise CommandError(f"--set on {where}: {exc}") from None
+
+
+def _check_store(store: Path, manifests: list[Manifest], split: str) -> None:
+    """Every repo:// file the evaluation reads must be in the store (fail before running)."""
+    if not store.is_dir():
+        raise CommandError(
+            f"the artifact store {store} does not exist: build the zoo with "
+            f"`python -m predictors.zoo build --store {store}` or pass --store"
+        )
+    for manifest in manifests:
+        for field, relative in manifest.repo_paths():
+            if (
+                manifest.kind == "dataset"
+                and field.startswith("splits.")
+                and field.split(".")[1] != split
+            ):
+                continue
+            if not (store / relative).is_file():
+                raise CommandError(
+                    f"{manifest.kind} file repo://{relative} ({manifest.name} {manifest.version}"
+                    f" {field}) is not in the artifact store {store}: build it with "
+                    f"`python -m predictors.zoo build --store {store}`"
+                )
+
+
+def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Find the manifests, evaluate each framework in turn, compare them; the JSON report."""
+    batch_sizes = _batch_sizes(args.batch_sizes)
+    dataset_name, split = _dataset(args.dataset)
+    catalog = Catalog(args.manifests)
+    frameworks = _frameworks(args.framework, catalog, args.model, args.version)
+    models = [
+        _override(catalog.find_model(args.model, args.version, name), args.overrides)
+        for name in frameworks
+    ]
+    dataset = catalog.find_dataset(dataset_name, args.dataset_version)
+    if split not in dataset.data["splits"]:
+        raise CommandError(
+            f"dataset {dataset.name} {dataset.version} has no split {split!r} "
+            f"(it has {', '.join(dataset.data['splits'])})"
+        )
+    options = EvaluationOptions(
+        batch_sizes=batch_sizes,
+        split=split,
+        limit=args.limit,
+        device=args.device,
+        warmup=args.warmup,
+        repeat=args.repeat,
+        threads=args.threads,
+        seed=args.seed,
+        trace_level=args.trace_level,
+    )
+    store = (args.store or default_store()).resolve()
+    _check_store(store, [*models, dataset], split)
+    fetch = DataManager(store_dir=store).fetch
+    for model in models:
+        predictor_class(model.framework).check_device(options.device)
+
+    evaluations: list[Evaluation] = []
+    for model in models:
+        with _progress_bar(model.framework, disable=args.no_progress) as progress:
+            evaluations.append(evaluate(model, dataset, options, fetch, progress=progress))
+    comparisons = [compare(a, b) for a, b in itertools.combinations(evaluations, 2)]
+    if args.trace_file is not None:
+        spans = [span for e in evaluations for span in e.spans]
+        args.trace_file.write_text(json.dumps(chrome_trace(spans)), encoding="utf-8")
+    return {
+        "model": {"name": args.model, "version_range": args.version},
+        "dataset": {"name": dataset.name, "version": dataset.version, "split": split},
+        "overrides": list(args.overrides),
+        "results": [e.result for e in evaluations],
+        "comparisons": comparisons,
+        "stack": introspection.stack(frameworks),
+    }
+
+
+class _progress_bar:  # noqa: N801 - used as a context manager, like a function
+    """A tqdm bar on stderr fed by the loop's `progress(done, total)` callback."""
+
+    def __init__(self, label: str, *, disable: bool) -> None:
+        self.label = label
+        self.disable = disable
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        if self.disable:
+            return None
+        from tqdm import tqdm
+
+        def progress(done: int, total: int) -> None:
+            if self.bar is None:
+                self.bar = tqdm(total=total, desc=self.label, unit="batch", file=sys.stderr)
+            self.bar.update(done - self.bar.n)
+
+        return progress
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def format_table(report: dict[str, Any]) -> str:
+    results = report["results"]
+    first = results[0]
+    dataset = first["dataset"]
+    out = [
+        f"{first['model']['name']} {first['model']['version']} on {dataset['name']} "
+        f"{dataset['version']}:{dataset['split']} ({dataset['count']} inputs), "
+        f"device {first['device']}, clock: {first['clock']}",
+    ]
+    if report["overrides"]:
+        out.append("overrides: " + " ".join(report["overrides"]))
+    rows = [
+        [
+            "framework",
+            "version",
+            "batch",
+            "top1",
+            "top5",
+            "mean ms",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "min ms",
+            "max ms",
+            "std ms",
+            "inputs/s",
+        ],
+    ]
+    for result in results:
+        for entry in result["batch_sizes"]:
+            latency = entry["latency"]
+            rows.append(
+                [
+                    result["framework"]["name"],
+                    result["framework"]["version"],
+                    str(entry["batch_size"]),
+                    f"{entry['accuracy']['top1']:.2%}",
+                    f"{entry['accuracy']['top5']:.2%}",
+                    *(
+                        f"{latency[key]:.3f}"
+                        for key in (
+                            "mean_ms",
+                            "p50_ms",
+                            "p90_ms",
+                            "p99_ms",
+                            "min_ms",
+                            "max_ms",
+                            "std_ms",
+                        )
+                    ),
+                    f"{entry['throughput_ips']:.1f}",
+                ]
+            )
+    out += ["", _table(rows)]
+    if report["comparisons"]:
+        rows = [["frameworks", "", "top-1 agreement", "differ", "max |Δ output|"]]
+        for comparison in report["comparisons"]:
+            a, b = comparison["frameworks"]
+            rows.append(
+                [
+                    f"{a} vs {b}",
+                    "",
+                    f"{comparison['top1_agreement']:.2%}",
+                    f"{comparison['top1_disagreements']} of {comparison['count']}",
+                    f"{comparison['max_abs_diff']:.3g}",
+                ]
+            )
+        out += ["", _table(rows)]
+    stack = report["stack"]
+    cpu = stack["cpu"]
+    out += [
+        "",
+        f"host: {cpu['model']}, {cpu['usable_cores']} usable cores, "
+        f"{stack['memory_bytes'] / 2**30:.1f} GiB, {stack['os']['platform']}, "
+        f"Python {stack['python']['version']}"
+        + "".join(f", GPU {gpu['name']}" for gpu in stack["gpus"]),
+    ]
+    for result in results:
+        settings = {k: v for k, v in result["settings"].items() if v is not None}
+        shown = ", ".join(f"{k} {v}" for k, v in settings.items())
+        out.append(f"{result['framework']['name']}: {shown}")
+        out += [f"note: {note}" for note in result["notes"]]
+    return "\n".join(out)
+
+
+# -- entry point -----------------------------------------------------------------------------
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        report = run_evaluate(args)
+    except UsageError as exc:
+        return _fail(str(exc), 2)
+    except (CommandError, CatalogError) as exc:
+        return _fail(str(exc), 1)
+    except USER_ERRORS as exc:
+        return _fail(str(exc), 1)
+    except (KeyboardInterrupt, EvaluationCancelled):
+        return _fail("interrupted", 130)
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

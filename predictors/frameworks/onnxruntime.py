@@ -1,0 +1,108 @@
+"""The ONNX Runtime predictor: `.onnx` files on the CPU provider or the CUDA provider."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from predictors.frameworks import cuda_index
+from predictors.manifests import Manifest
+from predictors.predictor import Predictor, PredictorError, PredictorOptions
+
+# ONNX tensor element types, as onnxruntime names them, and their NumPy types.
+_ELEMENT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(uint8)": "uint8",
+    "tensor(int8)": "int8",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+}
+
+
+class OnnxRuntimePredictor(Predictor):
+    framework = "onnxruntime"
+
+    def __init__(self) -> None:
+        self._session: ort.InferenceSession | None = None
+        self._input = ""
+        self._output = ""
+
+    @classmethod
+    def check_device(cls, device: str) -> None:
+        if device == "cpu":
+            return
+        try:
+            cuda_index(device)
+        except ValueError as exc:
+            raise PredictorError(f"onnxruntime: {exc}; use cpu or cuda[:N]") from None
+        providers = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in providers:
+            raise PredictorError(
+                f"onnxruntime {ort.__version__} cannot use {device}: it has no "
+                f"CUDAExecutionProvider (it has {', '.join(providers)}); install onnxruntime-gpu"
+            )
+
+    @classmethod
+    def software(cls) -> dict[str, Any]:
+        return {"version": ort.__version__, "providers": ort.get_available_providers()}
+
+    def load(self, manifest: Manifest, options: PredictorOptions) -> None:
+        self.check_device(options.device)
+        session_options = ort.SessionOptions()
+        session_options.log_severity_level = 3  # errors only: warnings would clutter stderr
+        if options.threads is not None:
+            session_options.intra_op_num_threads = options.threads
+            session_options.inter_op_num_threads = 1
+        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if options.seed is not None:
+            ort.set_seed(options.seed)
+        providers: list[Any] = ["CPUExecutionProvider"]
+        if options.device != "cpu":
+            device_id = cuda_index(options.device)
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+        try:
+            session = ort.InferenceSession(
+                str(options.graph_file), sess_options=session_options, providers=providers
+            )
+        except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PredictorError(
+                f"onnxruntime cannot load {options.graph_file.name}: {first}"
+            ) from exc
+        if options.device != "cpu" and session.get_providers()[0] != "CUDAExecutionProvider":
+            # ONNX Runtime falls back to the CPU silently when the CUDA provider fails to start.
+            raise PredictorError(
+                f"onnxruntime could not start the CUDA provider for {options.device} "
+                f"(the session runs on {', '.join(session.get_providers())})"
+            )
+        self._session = session
+        self._input = session.get_inputs()[0].name
+        self._output = session.get_outputs()[0].name
+        self._threads = options.threads
+
+    def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
+        assert self._session is not None, "load() first"
+        spec = self._session.get_inputs()[0]
+        shape = tuple(d if isinstance(d, int) and d > 0 else None for d in spec.shape)
+        return shape, _ELEMENT_TYPES.get(spec.type, spec.type)
+
+    def predict(self, batch: np.ndarray) -> np.ndarray:
+        assert self._session is not None, "load() first"
+        return self._session.run([self._output], {self._input: batch})[0]
+
+    def settings(self) -> dict[str, Any]:
+        assert self._session is not None, "load() first"
+        return {
+            "providers": self._session.get_providers(),
+            # 0 is ONNX Runtime's default: one thread per physical core.
+            "intra_op_threads": self._threads if self._threads is not None else 0,
+            "inter_op_threads": 1 if self._threads is not None else 0,
+            "execution_mode": "sequential",
+        }
+
+    def close(self) -> None:
+        self._session = None

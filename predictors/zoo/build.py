@@ -1,0 +1,176 @@
+"""Build every built-in dataset and model into the artifact store, deterministically.
+
+The zoo's entries and the files each one writes (paths relative to the store, i.e. the
+``repo://`` paths of the manifests):
+
+- ``datasets/digits/1.0.0/{train,validation}.parquet``
+- ``models/digits-cnn/1.0.0/{digits-cnn.pt,digits-cnn.onnx,digits-cnn.keras,labels.txt}``
+- ``datasets/shapes-color/1.0.0/{train,validation}.parquet``
+- ``models/shapes-color/1.0.0/{shapes-color.pt,shapes-color.onnx,shapes-color.keras,labels.txt}``
+- ``models/<name>/1.0.0/{<name>.pt,<name>.onnx,labels.txt}`` for alexnet, resnet-18, resnet-50
+  and mobilenet-v2 (seeded weights, not trained)
+
+An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
+written again, so that the files of one model always come from the same weights. Datasets are
+made in this process; each model is made in a fresh process (``models.py`` says why).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+VERSION = "1.0.0"
+STANDARD_MODELS = ("alexnet", "resnet-18", "resnet-50", "mobilenet-v2")
+
+
+def default_store() -> Path:
+    """$ARTIFACT_ROOT, or the repository's ``var/artifacts``."""
+    root = os.environ.get("ARTIFACT_ROOT")
+    return Path(root) if root else Path(__file__).resolve().parents[2] / "var" / "artifacts"
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str  # "dataset" or "model"
+    name: str
+    files: tuple[str, ...]
+    requires: str | None = None  # the key of the dataset a trained model learns from
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}s/{self.name}"
+
+    @property
+    def directory(self) -> str:
+        return f"{self.key}/{VERSION}"
+
+    @property
+    def trained(self) -> bool:
+        return self.requires is not None
+
+
+def _dataset(name: str) -> Entry:
+    return Entry("dataset", name, ("train.parquet", "validation.parquet"))
+
+
+def _trained(name: str, dataset: str) -> Entry:
+    files = (f"{name}.pt", f"{name}.onnx", f"{name}.keras", "labels.txt")
+    return Entry("model", name, files, requires=f"datasets/{dataset}")
+
+
+def _standard(name: str) -> Entry:
+    return Entry("model", name, (f"{name}.pt", f"{name}.onnx", "labels.txt"))
+
+
+ENTRIES: tuple[Entry, ...] = (
+    _dataset("digits"),
+    _trained("digits-cnn", "digits"),
+    _dataset("shapes-color"),
+    _trained("shapes-color", "shapes-color"),
+    *(_standard(name) for name in STANDARD_MODELS),
+)
+
+
+class UnknownEntry(ValueError):
+    """A name given to ``only`` that is no zoo entry."""
+
+
+def select(only: Iterable[str] | None) -> tuple[list[Entry], set[str]]:
+    """The entries to build, in build order, and the keys the caller asked for.
+
+    A name selects every entry of that name (``shapes-color`` is a dataset and a model);
+    ``datasets/<name>`` or ``models/<name>`` selects one. A trained model brings its dataset.
+    """
+    if not only:
+        return list(ENTRIES), {entry.key for entry in ENTRIES}
+    asked: set[str] = set()
+    for name in only:
+        matches = {entry.key for entry in ENTRIES if name in (entry.name, entry.key)}
+        if not matches:
+            choices = sorted({e.name for e in ENTRIES} | {e.key for e in ENTRIES})
+            raise UnknownEntry(f"unknown zoo entry {name!r}; choose from {', '.join(choices)}")
+        asked |= matches
+    needed = asked | {e.requires for e in ENTRIES if e.key in asked and e.requires}
+    return [entry for entry in ENTRIES if entry.key in needed], asked
+
+
+def _log(message: str) -> None:
+    print(f"[zoo] {message}", file=sys.stderr, flush=True)
+
+
+def _existing(store: Path, entry: Entry) -> dict:
+    from predictors.zoo.store import file_record
+
+    files = [file_record(store, f"{entry.directory}/{name}") for name in entry.files]
+    if entry.kind == "dataset":
+        from predictors.zoo.datasets import count_rows
+
+        for record in files:
+            record["count"] = count_rows(store / record["path"])
+    return {"files": files}
+
+
+def _build_model(store: str, name: str, trained: bool) -> dict:
+    """Runs in a fresh process: only there are torch and TensorFlow imported."""
+    from predictors.zoo import models
+
+    began = time.perf_counter()
+    built = (models.build_trained_model if trained else models.build_standard_model)(store, name)
+    return {**built, "seconds": round(time.perf_counter() - began, 2)}
+
+
+def build(
+    store: Path | str | None = None,
+    only: Iterable[str] | None = None,
+    force: bool = False,
+    jobs: int | None = None,
+) -> dict:
+    """Build the zoo (or the entries named in ``only``) into ``store``; returns the summary.
+
+    ``force`` rebuilds the named entries even when their files exist (the datasets they only
+    depend on are still skipped when present). ``jobs`` models are built at a time, each in a
+    fresh process (default: up to two, as many as there are CPUs).
+    """
+    from predictors.zoo.datasets import DATASETS, build_dataset
+
+    store = Path(store) if store is not None else default_store()
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    entries, asked = select(only)
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+    pending: dict[str, Future] = {}
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
+        for entry in entries:
+            header = {"kind": entry.kind, "name": entry.name, "version": VERSION}
+            complete = all((store / entry.directory / name).is_file() for name in entry.files)
+            if complete and not (force and entry.key in asked):
+                _log(f"{entry.key}: present, skipped")
+                results[entry.key] = {**header, "status": "skipped", **_existing(store, entry)}
+                continue
+            _log(f"{entry.key}: building")
+            began = time.perf_counter()
+            if entry.kind == "dataset":
+                built = build_dataset(store, DATASETS[entry.name])
+                results[entry.key] = {**header, "status": "built", **built}
+                results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
+                _log(f"{entry.key}: done in {results[entry.key]['seconds']} s")
+                continue
+            future = pool.submit(_build_model, str(store), entry.name, entry.trained)
+            pending[entry.key] = future
+            results[entry.key] = header
+        for key, future in pending.items():
+            results[key] = {**results[key], "status": "built", **future.result()}
+            _log(f"{key}: done in {results[key]['seconds']} s")
+    return {
+        "store": str(store),
+        "seconds": round(time.perf_counter() - started, 2),
+        "entries": [results[entry.key] for entry in entries],
+    }

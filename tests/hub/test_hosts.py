@@ -1,0 +1,254 @@
+"""Hosts: agents register with an agent token and send heartbeats; a silent host is not live."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from hub.models import Host
+from tests.hub.factories import HOSTS_URL, error_paths, register_host
+
+ONNX = [("onnxruntime", "1.17.0", ["cpu", "gpu"])]
+
+
+def _heartbeat(client, host: Host):  # type: ignore[no-untyped-def]
+    return client.post(f"{HOSTS_URL}{host.pk}/heartbeat/")
+
+
+def _age(host: Host, seconds: float) -> None:
+    """Make the host's last heartbeat `seconds` old."""
+    Host.objects.filter(pk=host.pk).update(
+        last_heartbeat=timezone.now() - timedelta(seconds=seconds)
+    )
+
+
+@pytest.fixture
+def host(alice_agent) -> Host:  # type: ignore[no-untyped-def]
+    response = register_host(alice_agent, "gpu-01", ONNX)
+    assert response.status_code == 201, response.content
+    return Host.objects.get(name="gpu-01")
+
+
+def test_an_agent_registers_its_host(alice_agent) -> None:
+    response = register_host(
+        alice_agent,
+        "gpu-01",
+        ONNX,
+        hardware={"cpu": "Xeon", "gpus": [{"model": "H100", "memory_gb": 80}]},
+        software={"os": "Ubuntu 24.04"},
+        devices=["cpu", "gpu:0"],
+        queues=["onnxruntime.cpu", "onnxruntime.gpu"],
+    )
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["live"] is True
+    assert body["owner"] == "alice"
+    host = Host.objects.get(name="gpu-01")
+    assert host.owner.username == "alice"
+    assert host.token is not None and host.token.scopes == ["agent"]
+    assert host.frameworks == [
+        {"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu", "gpu"]}
+    ]
+    assert host.hardware["gpus"][0]["model"] == "H100"
+    assert host.queues == ["onnxruntime.cpu", "onnxruntime.gpu"]
+    assert host.last_heartbeat is not None
+
+
+def test_registering_the_same_name_again_updates_the_host(alice_agent, host) -> None:
+    _age(host, 30)
+
+    response = register_host(alice_agent, "gpu-01", [("pytorch", "2.1.0")])
+
+    assert response.status_code == 200, response.content
+    assert Host.objects.count() == 1
+    host.refresh_from_db()
+    assert host.frameworks == [{"name": "pytorch", "version": "2.1.0", "devices": ["cpu"]}]
+    assert timezone.now() - host.last_heartbeat < timedelta(seconds=5)
+
+
+def test_another_users_host_name_is_refused_with_409(bob_agent, host) -> None:
+    response = register_host(bob_agent, "gpu-01", [("pytorch", "2.1.0")])
+
+    assert response.status_code == 409
+    assert error_paths(response) == ["name"]
+    host.refresh_from_db()
+    assert host.owner.username == "alice"
+    assert host.frameworks[0]["name"] == "onnxruntime"
+
+
+def test_a_heartbeat_updates_the_last_heartbeat(alice_agent, host) -> None:
+    _age(host, 30)
+    before = Host.objects.get(pk=host.pk).last_heartbeat
+
+    response = _heartbeat(alice_agent, host)
+
+    assert response.status_code == 200
+    host.refresh_from_db()
+    assert host.last_heartbeat > before
+    assert response.json()["live"] is True
+
+
+def test_a_heartbeat_for_another_users_host_is_refused(bob_agent, host) -> None:
+    _age(host, 30)
+    before = Host.objects.get(pk=host.pk).last_heartbeat
+
+    response = _heartbeat(bob_agent, host)
+
+    assert response.status_code == 403
+    host.refresh_from_db()
+    assert host.last_heartbeat == before
+
+
+def test_a_heartbeat_for_a_missing_host_is_404(alice_agent) -> None:
+    assert alice_agent.post(f"{HOSTS_URL}4242/heartbeat/").status_code == 404
+
+
+@pytest.mark.parametrize("scopes", [["read"], ["read", "write", "evaluate"]])
+def test_a_token_without_the_agent_scope_cannot_send_heartbeats(
+    make_client, alice, host, scopes
+) -> None:
+    # Registering without the agent scope is refused too: see test_permissions.py.
+    _age(host, 30)
+    before = Host.objects.get(pk=host.pk).last_heartbeat
+
+    response = _heartbeat(make_client(alice, scopes=scopes), host)
+
+    assert response.status_code == 403
+    assert "'agent'" in response.json()["detail"]
+    host.refresh_from_db()
+    assert host.last_heartbeat == before
+
+
+def test_a_signed_in_browser_cannot_register_a_host(alice) -> None:
+    client = APIClient()
+    client.force_login(alice)
+
+    assert register_host(client, "cpu-01", ONNX).status_code == 403
+    assert not Host.objects.exists()
+
+
+BIG = "x" * (64 * 1024)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"name": "bad name"}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "-leading-dash"}, "name"),
+        ({"name": "x" * 129}, "name"),
+        ({"name": ["gpu-01"]}, "name"),
+        (
+            {"frameworks": [{"name": "caffe", "version": "1.0.0", "devices": ["cpu"]}]},
+            "frameworks.0.name",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": "2.1", "devices": ["cpu"]}]},
+            "frameworks.0.version",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": "latest", "devices": ["cpu"]}]},
+            "frameworks.0.version",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": 2, "devices": ["cpu"]}]},
+            "frameworks.0.version",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": "2.1.0", "devices": ["tpu"]}]},
+            "frameworks.0.devices.0",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": "2.1.0", "devices": []}]},
+            "frameworks.0.devices",
+        ),
+        (
+            {"frameworks": [{"name": "pytorch", "version": "2.1.0", "devices": "cpu"}]},
+            "frameworks.0.devices",
+        ),
+        ({"frameworks": [{"name": "pytorch", "version": "2.1.0"}]}, "frameworks.0.devices"),
+        ({"frameworks": "onnxruntime"}, "frameworks"),
+        ({"frameworks": None}, "frameworks"),
+        ({"frameworks": [["onnxruntime", "1.17.0"]]}, "frameworks.0"),
+        ({"hardware": ["H100"]}, "hardware"),
+        ({"hardware": {"blob": BIG}}, "hardware"),
+        ({"hardware": {"gpus": [{"model": "H\x00100"}]}}, "hardware.gpus.0.model"),
+        ({"software": {"os\x00": "linux"}}, "software.os\x00"),
+        ({"software": "linux"}, "software"),
+        ({"software": {"blob": BIG}}, "software"),
+        ({"devices": "gpu"}, "devices"),
+        ({"queues": [{"name": "q"}]}, "queues.0"),
+        ({"queues": ["q"] * 65}, "queues"),
+    ],
+)
+def test_an_invalid_registration_gets_400_naming_the_field(alice_agent, change, field) -> None:
+    payload = {
+        "name": "gpu-01",
+        "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
+        **change,
+    }
+
+    response = alice_agent.post(HOSTS_URL, payload, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in error_paths(response)
+    assert not Host.objects.exists()
+
+
+def test_a_registration_that_is_not_an_object_gets_400(alice_agent) -> None:
+    response = alice_agent.post(HOSTS_URL, ["gpu-01"], format="json")
+
+    assert response.status_code == 400
+    assert not Host.objects.exists()
+
+
+def test_a_framework_version_with_build_metadata_is_accepted(alice_agent) -> None:
+    response = register_host(alice_agent, "gpu-01", [("pytorch", "2.1.0+cu121", ["gpu"])])
+
+    assert response.status_code == 201, response.content
+
+
+def test_a_host_is_not_live_once_its_heartbeat_is_older_than_host_live_seconds(
+    alice_client, host, settings
+) -> None:
+    settings.HOST_LIVE_SECONDS = 20
+    _age(host, 10)
+    assert alice_client.get(f"{HOSTS_URL}{host.pk}/").json()["live"] is True
+    assert [h["name"] for h in alice_client.get(f"{HOSTS_URL}?live=1").json()["results"]] == [
+        "gpu-01"
+    ]
+
+    _age(host, 30)
+
+    assert alice_client.get(f"{HOSTS_URL}{host.pk}/").json()["live"] is False
+    assert alice_client.get(f"{HOSTS_URL}?live=1").json()["results"] == []
+    assert [h["name"] for h in alice_client.get(HOSTS_URL).json()["results"]] == ["gpu-01"]
+    assert not Host.objects.live().exists()
+
+
+def test_a_heartbeat_makes_a_silent_host_live_again(alice_agent, alice_client, host) -> None:
+    _age(host, 3600)
+    assert alice_client.get(f"{HOSTS_URL}{host.pk}/").json()["live"] is False
+
+    _heartbeat(alice_agent, host)
+
+    assert alice_client.get(f"{HOSTS_URL}{host.pk}/").json()["live"] is True
+
+
+def test_only_the_owner_removes_a_host(alice_client, bob_client, host) -> None:
+    assert bob_client.delete(f"{HOSTS_URL}{host.pk}/").status_code == 403
+    assert Host.objects.filter(pk=host.pk).exists()
+
+    assert alice_client.delete(f"{HOSTS_URL}{host.pk}/").status_code == 204
+    assert not Host.objects.exists()
+
+
+def test_an_agent_token_cannot_remove_its_host(alice_agent, host) -> None:
+    response = alice_agent.delete(f"{HOSTS_URL}{host.pk}/")
+
+    assert response.status_code == 403
+    assert Host.objects.filter(pk=host.pk).exists()

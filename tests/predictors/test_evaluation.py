@@ -1,0 +1,357 @@
+"""The evaluation loop's logic, on a pure-NumPy predictor and a tiny dataset made here.
+
+The predictor is registered under the name "fake" for each test; it records every batch it is
+given, so that the tests can count warm-ups, repetitions and batches exactly. The end-to-end
+claims on real frameworks are in test_frameworks.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from predictors import manifests
+from predictors.data import DataManager
+from predictors.evaluation import (
+    CLOCK_HOST,
+    Evaluation,
+    EvaluationCancelled,
+    EvaluationError,
+    EvaluationOptions,
+    chrome_trace,
+    compare,
+    evaluate,
+    latency_summary,
+)
+from predictors.manifests import Manifest
+from predictors.predictor import (
+    Predictor,
+    PredictorError,
+    PredictorOptions,
+    predictor_class,
+    register,
+    unregister,
+)
+
+COUNT = 10
+CLASSES = ("dark", "mid", "bright")
+LABELS = [i % 3 for i in range(COUNT)]  # 0 1 2 0 1 2 0 1 2 0
+LEVELS = (20, 120, 220)  # the gray level of each class
+
+MODEL = """
+kind: model
+name: tiny
+version: 1.0.0
+description: A 4x4 gray-level classifier for the loop's tests.
+license: MIT
+task: image_classification
+framework: {name: onnxruntime, version: "*"}
+inputs:
+  - name: image
+    type: image
+    parameters:
+      decoder: pillow
+      jpeg_dct_method: islow
+      color_mode: GRAY
+      layout: NCHW
+      resize_method: nearest
+      resize_size: null
+      keep_aspect_ratio: false
+      crop_method: none
+      crop_size: null
+      element_type: float32
+      normalization_order: convert_then_normalize
+      scale: 255.0
+      mean: [0.5]
+      std: [0.5]
+outputs:
+  - name: logits
+    type: logits
+    parameters: {top_k: 2, labels: [dark, mid, bright]}
+model:
+  graph_path: repo://models/tiny/1.0.0/tiny.bin
+"""
+
+DATASET = """
+kind: dataset
+name: tiny
+version: 1.0.0
+description: Ten 4x4 gray PNG images in three gray levels.
+license: MIT
+task: image_classification
+format: parquet
+encoding: png
+labels: [dark, mid, bright]
+splits:
+  validation:
+    path: repo://datasets/tiny/1.0.0/validation.parquet
+    count: 10
+"""
+
+
+class FakePredictor(Predictor):
+    """Classifies a 4x4 gray image by its mean level: the nearest of LEVELS wins."""
+
+    calls: ClassVar[list[int]] = []  # the batch size of every predict call, in order
+    closed: ClassVar[int] = 0
+    fail: ClassVar[Exception | None] = None
+    expected: ClassVar[tuple[tuple[int | None, ...], str] | None] = None
+    wrong_class: ClassVar[int | None] = None  # this class is always predicted as the next one
+    on_predict: ClassVar[Any] = None
+
+    @classmethod
+    def check_device(cls, device: str) -> None:
+        if device != "cpu":
+            raise PredictorError(f"fake cannot use {device}")
+
+    @classmethod
+    def software(cls) -> dict[str, Any]:
+        return {"version": "1.2.3"}
+
+    def load(self, manifest: Manifest, options: PredictorOptions) -> None:
+        assert options.graph_file.read_bytes() == b"weights"
+
+    def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
+        return self.expected
+
+    def predict(self, batch: np.ndarray) -> np.ndarray:
+        type(self).calls.append(len(batch))
+        if self.on_predict is not None:
+            self.on_predict()
+        if self.fail is not None:
+            raise self.fail
+        level = (batch.reshape(len(batch), -1).mean(axis=1) * 0.5 + 0.5) * 255
+        distance = np.abs(level[:, None] - np.asarray(LEVELS, dtype=np.float64)[None, :])
+        logits = -distance / 10
+        if self.wrong_class is not None:
+            hit = logits.argmax(axis=1) == self.wrong_class
+            logits[hit] = np.roll(logits[hit], 1, axis=1)
+        return logits.astype(np.float32)
+
+    def close(self) -> None:
+        type(self).closed += 1
+
+
+@pytest.fixture
+def fake() -> Iterator[type[FakePredictor]]:
+    cls = type("Fake", (FakePredictor,), {"calls": [], "closed": 0})
+    register("fake")(cls)
+    yield cls
+    unregister("fake")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    images = []
+    for label in LABELS:
+        buffer = io.BytesIO()
+        Image.new("L", (4, 4), LEVELS[label]).save(buffer, format="PNG")
+        images.append(buffer.getvalue())
+    table = pa.table(
+        {"image": pa.array(images, pa.binary()), "label": pa.array(LABELS, pa.int64())}
+    )
+    split = tmp_path / "datasets/tiny/1.0.0/validation.parquet"
+    split.parent.mkdir(parents=True)
+    pq.write_table(table, split, row_group_size=4)
+    weights = tmp_path / "models/tiny/1.0.0/tiny.bin"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights")
+    return tmp_path
+
+
+def model(framework_range: str = "*") -> Manifest:
+    loaded = manifests.load(MODEL)
+    return dataclasses.replace(loaded, framework="fake", framework_range=framework_range)
+
+
+def run(
+    store: Path, manifest: Manifest | None = None, progress: Any = None, **options: Any
+) -> Evaluation:
+    defaults: dict[str, Any] = {"batch_sizes": (1,), "warmup": 0, "repeat": 1}
+    return evaluate(
+        manifest or model(),
+        manifests.load(DATASET),
+        EvaluationOptions(**{**defaults, **options}),
+        DataManager(store_dir=store).fetch,
+        progress=progress,
+    )
+
+
+def test_warmup_repeats_and_batches_are_counted_per_batch_size(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    evaluation = run(store, batch_sizes=(1, 4), warmup=2, repeat=3)
+
+    # batch size 1: 2 warm-ups, then 3 passes of 10; batch size 4: 2 warm-ups on the first
+    # staged batches, then 3 passes of 4 + 4 + 2.
+    assert fake.calls == [1] * (2 + 3 * 10) + [4, 4] + [4, 4, 2] * 3
+    assert fake.closed == 1
+    one, four = evaluation.result["batch_sizes"]
+    assert (one["batch_size"], one["batches"], one["inputs"]) == (1, 10, 10)
+    assert (four["batch_size"], four["batches"], four["inputs"]) == (4, 3, 10)
+    assert one["latency"]["count"] == 30
+    assert four["latency"]["count"] == 6  # full batches only: the batches of 2 are left out
+    assert one["timed_inputs"] == four["timed_inputs"] == 30
+    assert four["throughput_ips"] == pytest.approx(30 / (four["timed_wall_ms"] / 1e3))
+    assert evaluation.result["clock"] == CLOCK_HOST
+
+
+def test_every_timed_batch_is_a_span_at_trace_level_model(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    evaluation = run(store, batch_sizes=(1, 4), warmup=2, repeat=3)
+
+    spans = evaluation.spans
+    assert len(spans) == 30 + 9 == evaluation.result["trace"]["spans"]
+    assert [s.attributes["inputs"] for s in spans[30:]] == [4, 4, 2] * 3
+    assert [s.attributes["repetition"] for s in spans[:30]] == [0] * 10 + [1] * 10 + [2] * 10
+    assert all(s.name == "predict" and s.end_ns >= s.start_ns for s in spans)
+    assert all(a.end_ns <= b.start_ns for a, b in zip(spans, spans[1:], strict=False))
+    trace = chrome_trace(spans)
+    assert len(trace["traceEvents"]) == 39
+    assert trace["traceEvents"][0]["ph"] == "X"
+
+
+def test_trace_level_none_records_no_spans(fake: type[FakePredictor], store: Path) -> None:
+    evaluation = run(store, trace_level="none", repeat=2)
+    assert evaluation.spans == []
+    assert evaluation.result["batch_sizes"][0]["latency"]["count"] == 20
+
+
+def test_accuracy_and_predictions(fake: type[FakePredictor], store: Path) -> None:
+    evaluation = run(store, batch_sizes=(3,))
+    assert evaluation.result["accuracy"] == {"top1": 1.0, "top5": 1.0, "count": 10}
+    assert evaluation.labels.tolist() == LABELS
+    assert evaluation.outputs.shape == (10, 3)
+    assert [p[0][1] for p in evaluation.predictions] == [CLASSES[i] for i in LABELS]
+    assert all(len(p) == 2 for p in evaluation.predictions)  # the manifest's top_k
+
+    fake.wrong_class = 2  # the three "bright" images come out "dark"
+    evaluation = run(store, batch_sizes=(3,))
+    assert evaluation.result["accuracy"]["top1"] == pytest.approx(7 / 10)
+    assert evaluation.result["accuracy"]["top5"] == 1.0
+
+
+def test_progress_is_monotonic_and_reaches_the_total(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    seen: list[tuple[int, int]] = []
+    run(store, batch_sizes=(1, 4), warmup=1, repeat=2, progress=lambda d, t: seen.append((d, t)))
+    total = (1 + 2 * 10) + (1 + 2 * 3)
+    assert seen[-1] == (total, total)
+    assert all(t == total for _, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_cancellation_stops_the_loop_and_closes_the_model(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    with pytest.raises(EvaluationCancelled):
+        evaluate(
+            model(),
+            manifests.load(DATASET),
+            EvaluationOptions(batch_sizes=(1, 2), repeat=5),
+            DataManager(store_dir=store).fetch,
+            cancelled=lambda: len(fake.calls) >= 3,
+        )
+    assert 3 <= len(fake.calls) <= 1 + 10  # stopped within the first stage of batch size 1
+    assert fake.closed == 1
+
+
+def test_staging_in_small_stages_gives_the_same_result(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    whole = run(store, batch_sizes=(4,), warmup=1, repeat=2)
+    calls = list(fake.calls)
+    fake.calls.clear()
+    staged = run(store, batch_sizes=(4,), warmup=1, repeat=2, stage_bytes=1)
+    assert fake.calls == calls == [4] + [4, 4, 2] * 2
+    np.testing.assert_array_equal(staged.outputs, whole.outputs)
+    assert staged.result["batch_sizes"][0]["latency"]["count"] == 4
+
+
+def test_a_framework_error_names_the_batch(fake: type[FakePredictor], store: Path) -> None:
+    fake.fail = ValueError("matrix sizes do not match\nmore detail")
+    with pytest.raises(PredictorError, match=r"shape \(2, 1, 4, 4\) float32: matrix sizes"):
+        run(store, batch_sizes=(2,))
+    assert fake.closed == 1
+
+
+def test_an_input_that_does_not_fit_the_model_names_the_layout(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    fake.expected = ((None, 4, 4, 1), "float32")
+    with pytest.raises(PredictorError, match=r"shape \(N, 4, 4, 1\).*\(1, 1, 4, 4\).*layout NCHW"):
+        run(store)
+    assert fake.calls == []  # refused before the first prediction
+
+    fake.expected = ((1, 1, 4, 4), "float32")
+    with pytest.raises(PredictorError, match="batches of exactly 1"):
+        run(store, batch_sizes=(2,))
+
+    fake.expected = ((None, 1, 4, 4), "float16")
+    with pytest.raises(PredictorError, match="takes float16 input.*element_type"):
+        run(store)
+
+
+def test_a_framework_version_outside_the_range_is_refused(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    with pytest.raises(PredictorError, match=r"needs fake >=2.*fake 1\.2\.3 is installed"):
+        run(store, model(framework_range=">=2"))
+    assert fake.calls == []
+
+
+def test_unknown_split_and_unknown_framework(fake: type[FakePredictor], store: Path) -> None:
+    with pytest.raises(EvaluationError, match="no split 'test' .*validation"):
+        run(store, split="test")
+    with pytest.raises(PredictorError, match="unknown framework 'mxnet'"):
+        predictor_class("mxnet")
+
+
+def test_compare_reports_agreement_and_the_largest_difference(
+    fake: type[FakePredictor], store: Path
+) -> None:
+    a = run(store)
+    b = run(store)
+    b.outputs = b.outputs.copy()
+    b.outputs[0] += np.asarray([0.0, 0.0, 25.0], dtype=np.float32)  # dark (0, -10, -20) to bright
+    comparison = compare(a, b)
+    assert comparison["top1_agreement"] == pytest.approx(9 / 10)
+    assert comparison["top1_disagreements"] == 1
+    assert comparison["max_abs_diff"] == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"batch_sizes": (0,)}, "batch size must be an integer >= 1"),
+        ({"batch_sizes": ()}, "at least one batch size"),
+        ({"batch_sizes": (2, 2)}, "repeats a batch size"),
+        ({"repeat": 0}, "repeat must be"),
+        ({"warmup": -1}, "warmup must be"),
+        ({"trace_level": "full"}, "trace level must be one of none, model"),
+        ({"device": "tpu"}, "device must be cpu, cuda or cuda:N"),
+    ],
+)
+def test_options_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(EvaluationError, match=message):
+        EvaluationOptions(**options)
+
+
+def test_latency_summary() -> None:
+    summary = latency_summary([1_000_000, 2_000_000, 3_000_000, 4_000_000])
+    assert summary["mean_ms"] == pytest.approx(2.5)
+    assert summary["p50_ms"] == pytest.approx(2.5)
+    assert summary["p90_ms"] == pytest.approx(3.7)
+    assert (summary["min_ms"], summary["max_ms"]) == (1.0, 4.0)
+    assert summary["std_ms"] == pytest.approx(np.std([1, 2, 3, 4]))

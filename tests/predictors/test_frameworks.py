@@ -1,0 +1,159 @@
+"""The three framework predictors on the zoo's real models, through the one evaluation loop.
+
+Every evaluation here runs with one intra-op thread: TensorFlow sizes its thread pools once per
+process, so the tests of one session must agree on the number.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictors.catalog import Catalog
+from predictors.data import DataManager
+from predictors.evaluation import (
+    CLOCK_CUDA,
+    Evaluation,
+    EvaluationOptions,
+    compare,
+    evaluate,
+)
+from predictors.manifests import apply_overrides
+from predictors.predictor import FRAMEWORKS, PredictorError, PredictorOptions, predictor_class
+from tests.predictors.zoo_store import zoo_store
+
+pytestmark = pytest.mark.frameworks
+
+THREADS = 1
+CATALOG = Catalog()
+
+
+@pytest.fixture(scope="module")
+def store() -> Path:
+    return zoo_store(("digits-cnn", "shapes-color"))
+
+
+def run(
+    store: Path,
+    model: str,
+    framework: str,
+    dataset: str,
+    overrides: tuple[str, ...] = (),
+    **options: object,
+) -> Evaluation:
+    manifest = CATALOG.find_model(model, "*", framework)
+    if overrides:
+        manifest = apply_overrides(manifest.data, list(overrides))
+    return evaluate(
+        manifest,
+        CATALOG.find_dataset(dataset),
+        EvaluationOptions(threads=THREADS, **options),  # type: ignore[arg-type]
+        DataManager(store_dir=store).fetch,
+    )
+
+
+def test_digits_cnn_is_accurate_in_every_framework_and_they_agree(store: Path) -> None:
+    evaluations = [
+        run(store, "digits-cnn", framework, "digits", batch_sizes=(32,)) for framework in FRAMEWORKS
+    ]
+
+    top1 = [e.result["accuracy"]["top1"] for e in evaluations]
+    assert all(value >= 0.95 for value in top1), top1
+    assert max(top1) - min(top1) <= 0.005, top1
+    for evaluation in evaluations:
+        assert evaluation.result["dataset"]["count"] == 360
+        assert evaluation.result["settings"]["intra_op_threads"] == THREADS
+    for a, b in itertools.combinations(evaluations, 2):
+        comparison = compare(a, b)
+        assert comparison["count"] == 360
+        assert comparison["top1_agreement"] >= 0.99, comparison
+        assert comparison["max_abs_diff"] < 1e-3, comparison
+
+
+def test_shapes_color_pitfall_overrides_drop_accuracy(store: Path) -> None:
+    def top1(*overrides: str) -> float:
+        evaluation = run(store, "shapes-color", "onnxruntime", "shapes-color", overrides)
+        return float(evaluation.result["accuracy"]["top1"])
+
+    baseline = top1()
+    assert baseline >= 0.9
+    assert top1("inputs.0.parameters.color_mode=BGR") <= baseline - 0.3
+    assert top1("inputs.0.parameters.normalization_order=normalize_then_convert") <= baseline - 0.3
+
+
+@pytest.mark.parametrize(
+    ("framework", "layout", "message"),
+    [
+        ("onnxruntime", "NHWC", r"takes input of shape \(N, 3, 32, 32\).*\(1, 32, 32, 3\).*layout"),
+        ("tensorflow", "NCHW", r"takes input of shape \(N, 32, 32, 3\).*\(1, 3, 32, 32\).*layout"),
+        ("pytorch", "NHWC", r"pytorch failed to run .* shape \(1, 32, 32, 3\).*channels"),
+    ],
+)
+def test_a_layout_the_model_does_not_take_is_an_error_not_a_silent_one(
+    store: Path, framework: str, layout: str, message: str
+) -> None:
+    override = f"inputs.0.parameters.layout={layout}"
+    with pytest.raises(PredictorError, match=message):
+        run(store, "shapes-color", framework, "shapes-color", (override,), limit=4)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_predict_returns_host_arrays_batch_first(store: Path, framework: str) -> None:
+    manifest = CATALOG.find_model("digits-cnn", "*", framework)
+    graph = DataManager(store_dir=store).fetch(manifest.data["model"]["graph_path"])
+    predictor = predictor_class(framework)()
+    predictor.load(manifest, PredictorOptions(graph_file=graph, threads=THREADS, seed=0))
+    try:
+        layout = manifest.data["inputs"][0]["parameters"]["layout"]
+        shape = (3, 1, 8, 8) if layout == "NCHW" else (3, 8, 8, 1)
+        outputs = predictor.predict(np.zeros(shape, dtype=np.float32))
+        assert isinstance(outputs, np.ndarray)
+        assert outputs.shape == (3, 10) and outputs.dtype == np.float32
+        assert np.isfinite(outputs).all()
+        assert predictor.settings()["intra_op_threads"] == THREADS
+        assert predictor_class(framework).software()["version"]
+    finally:
+        predictor.close()
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_file_that_is_not_a_model_is_refused(tmp_path: Path, framework: str) -> None:
+    manifest = CATALOG.find_model("digits-cnn", "*", framework)
+    extension = Path(manifest.data["model"]["graph_path"]).suffix
+    garbage = tmp_path / f"broken{extension}"
+    garbage.write_bytes(b"this is not a model")
+    with pytest.raises(PredictorError, match=f"{framework} cannot load broken"):
+        predictor_class(framework)().load(manifest, PredictorOptions(graph_file=garbage))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_devices_a_framework_cannot_use_are_refused(framework: str) -> None:
+    cls = predictor_class(framework)
+    cls.check_device("cpu")
+    with pytest.raises(PredictorError, match="use cpu or cuda"):
+        cls.check_device("tpu")
+    with pytest.raises(PredictorError, match="cuda:7|cuda"):
+        cls.check_device("cuda:7") if _has_cuda() else cls.check_device("cuda")
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device (torch.cuda.is_available())")
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_digits_cnn_on_cuda(store: Path, framework: str) -> None:
+    try:
+        predictor_class(framework).check_device("cuda")
+    except PredictorError as exc:
+        pytest.skip(str(exc))
+    evaluation = run(store, "digits-cnn", framework, "digits", batch_sizes=(1, 32), device="cuda")
+    assert evaluation.result["clock"] == CLOCK_CUDA
+    assert evaluation.result["accuracy"]["top1"] >= 0.95
+    assert evaluation.result["batch_sizes"][1]["latency"]["count"] == 360 // 32
