@@ -24,6 +24,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python requirements.txt requirements-frameworks.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-frameworks.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -46,10 +47,11 @@ zoo: venv
 # --- Run ------------------------------------------------------------------------------------
 run: migrate zoo
 	$(BIN)/python manage.py load_manifests
-	@echo
-	@echo "  MLModelScope hub: http://$(HOST):$(PORT)/   (API: http://$(HOST):$(PORT)/api/v1/manifests/)"
-	@echo
-	exec $(BIN)/daphne -b $(HOST) -p $(PORT) mlmodelscope.asgi:application
+	@TOKEN_FILE=$$($(BIN)/python manage.py agent_token) && \
+	echo && echo "  MLModelScope hub: http://$(HOST):$(PORT)/   (API: http://$(HOST):$(PORT)/api/v1/manifests/)" && echo && \
+	{ $(BIN)/python -m predictors.agent --hub http://$(HOST):$(PORT) --token-file "$$TOKEN_FILE" & AGENT=$$!; \
+	  trap 'kill $$AGENT 2>/dev/null; wait $$AGENT' EXIT INT TERM; \
+	  $(BIN)/daphne -b $(HOST) -p $(PORT) mlmodelscope.asgi:application; }
 
 # --- Test -----------------------------------------------------------------------------------
 lint: venv

@@ -1,7 +1,7 @@
 """Overhead of the evaluation loop against a bare framework loop, on the same model, batch size,
 inputs and thread settings. A measurement, not a test; see benchmarks/README.md.
 
-    .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds 5] [--json]
+    .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds 7] [--json]
 
 For each model, framework and batch size, in one process:
 
@@ -13,20 +13,24 @@ For each model, framework and batch size, in one process:
 - *ours*: `predictors.evaluation.evaluate` at trace level `model` (a span per batch) with a
   progress callback feeding a tqdm bar, as `mlms evaluate` runs it.
 
-Both see the same preprocessed batches, the same warm-up and the same number of timed batches.
-They alternate in rounds (bare, ours, ours, bare, …), and each round gives two ratios:
+Both see the same preprocessed batches, the same warm-up and the same number of timed batches,
+with Python's garbage collector paused while they time (as `timeit` does). They alternate in
+rounds (bare then ours, ours then bare, …), and each round gives three ratios, ours / bare:
 
-- latency ratio = ours' mean batch latency / bare mean batch latency;
-- loop ratio = ours' timed-loop wall time per input / bare loop wall time per input (the
-  inverse ratio of throughputs; it includes the loop's own bookkeeping between batches).
+- p50 ratio: of the median batch latency;
+- mean ratio: of the mean batch latency;
+- loop ratio: of the timed loop's wall time per input (the inverse ratio of the throughputs),
+  which includes what the loop does between two batches: spans, progress, bookkeeping.
 
-The reported ratio is the median over rounds; a ratio of 1.00 is no overhead. Pairing each
-round's two loops cancels most of the drift of a shared machine.
+Latencies are of full batches. Each ratio reported is the median over the rounds; 1.00 is no
+overhead. Pairing the two loops of a round cancels most of the drift of a shared machine; the
+median batch latency is the statistic least moved by other jobs' interference.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -50,6 +54,8 @@ from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
 from predictors.manifests import Manifest  # noqa: E402
 from predictors.processing import preprocessor_for  # noqa: E402
 
+Loop = Callable[[list[np.ndarray], int], tuple[list[int], int]]
+
 
 @dataclass(frozen=True)
 class Case:
@@ -61,7 +67,7 @@ class Case:
 
 CASES = (
     Case("digits-cnn", "digits", None, 3),
-    Case("resnet-18", "shapes-color", 64, 1),
+    Case("resnet-18", "shapes-color", 96, 1),
 )
 BATCH_SIZES = (1, 32)
 WARMUP = 3
@@ -70,9 +76,7 @@ WARMUP = 3
 # -- bare loops: the framework's own API, nothing else ----------------------------------------
 
 
-def bare_pytorch(
-    path: Path, threads: int
-) -> Callable[[list[np.ndarray], int], tuple[list[int], int]]:
+def bare_pytorch(path: Path, threads: int) -> Loop:
     import torch
 
     torch.set_num_threads(threads)
@@ -94,9 +98,7 @@ def bare_pytorch(
     return loop
 
 
-def bare_onnxruntime(
-    path: Path, threads: int
-) -> Callable[[list[np.ndarray], int], tuple[list[int], int]]:
+def bare_onnxruntime(path: Path, threads: int) -> Loop:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -121,9 +123,7 @@ def bare_onnxruntime(
     return loop
 
 
-def bare_tensorflow(
-    path: Path, threads: int
-) -> Callable[[list[np.ndarray], int], tuple[list[int], int]]:
+def bare_tensorflow(path: Path, threads: int) -> Loop:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import tensorflow as tf
@@ -158,6 +158,20 @@ def bare_tensorflow(
 BARE = {"pytorch": bare_pytorch, "onnxruntime": bare_onnxruntime, "tensorflow": bare_tensorflow}
 
 
+def gc_paused(loop: Loop) -> Loop:
+    """The loop with Python's garbage collector paused while it runs, as in the evaluation
+    loop's timed predictions (and in `timeit`)."""
+
+    def paused(batches: list[np.ndarray], warmup: int) -> tuple[list[int], int]:
+        gc.disable()
+        try:
+            return loop(batches, warmup)
+        finally:
+            gc.enable()
+
+    return paused
+
+
 # -- one case ----------------------------------------------------------------------------------
 
 
@@ -170,9 +184,20 @@ def staged_batches(
     return [preprocessor.batch(images) for images, _ in reader]
 
 
-def full_batch_mean(durations: list[int], sizes: list[int], size: int) -> float:
+@dataclass(frozen=True)
+class Sample:
+    """One loop's run: p50 and mean of its full batches' latencies (ms), and the wall time of
+    its timed loop per input (ms)."""
+
+    p50_ms: float
+    mean_ms: float
+    wall_ms_per_input: float
+
+
+def full_batch_sample(durations: list[int], sizes: list[int], size: int, wall: int) -> Sample:
     full = [d for d, n in zip(durations, sizes, strict=True) if n == size] or durations
-    return float(np.mean(full)) / 1e6
+    ms = np.asarray(full, dtype=np.float64) / 1e6
+    return Sample(float(np.median(ms)), float(ms.mean()), wall / 1e6 / sum(sizes))
 
 
 def measure(
@@ -190,8 +215,7 @@ def measure(
     dataset = catalog.find_dataset(case.dataset)
     batches = staged_batches(model, dataset, fetch, size, case.limit) * case.repeat
     sizes = [len(b) for b in batches]
-    inputs = sum(sizes)
-    bare = BARE[framework](fetch(model.data["model"]["graph_path"]), threads)
+    bare = gc_paused(BARE[framework](fetch(model.data["model"]["graph_path"]), threads))
     options = EvaluationOptions(
         batch_sizes=(size,),
         limit=case.limit,
@@ -201,44 +225,45 @@ def measure(
         trace_level="model",
     )
 
-    def ours() -> tuple[float, float]:
+    def ours() -> Sample:
         with open(os.devnull, "w") as sink, tqdm(file=sink, unit="batch") as bar:
 
             def progress(done: int, total: int) -> None:
                 bar.total = total
                 bar.update(done - bar.n)
 
-            result = evaluate(model, dataset, options, fetch, progress=progress).result
-        entry = result["batch_sizes"][0]
-        assert entry["timed_inputs"] == inputs
-        return entry["latency"]["mean_ms"], entry["timed_wall_ms"] / inputs
+            evaluation = evaluate(model, dataset, options, fetch, progress=progress)
+        entry = evaluation.result["batch_sizes"][0]
+        assert entry["timed_inputs"] == sum(sizes) and len(evaluation.spans) == len(batches)
+        latency = entry["latency"]
+        return Sample(latency["p50_ms"], latency["mean_ms"], entry["timed_wall_ms"] / sum(sizes))
 
-    def baseline() -> tuple[float, float]:
+    def baseline() -> Sample:
         durations, wall = bare(batches, WARMUP)
-        return full_batch_mean(durations, sizes, size), wall / 1e6 / inputs
+        return full_batch_sample(durations, sizes, size, wall)
 
-    latency_ratios, loop_ratios = [], []
-    bare_means, our_means = [], []
+    pairs: list[tuple[Sample, Sample]] = []  # (bare, ours) of each round
     for index in range(rounds):
-        first, second = (baseline, ours) if index % 2 == 0 else (ours, baseline)
-        a, b = first(), second()
-        (bare_mean, bare_per_input), (our_mean, our_per_input) = (
-            (a, b) if first is baseline else (b, a)
-        )
-        bare_means.append(bare_mean)
-        our_means.append(our_mean)
-        latency_ratios.append(our_mean / bare_mean)
-        loop_ratios.append(our_per_input / bare_per_input)
+        if index % 2 == 0:
+            pairs.append((baseline(), ours()))
+        else:  # every other round runs ours first, so that drift favours neither
+            mine = ours()
+            pairs.append((baseline(), mine))
+
+    def ratios(field: str) -> list[float]:
+        return [getattr(o, field) / getattr(b, field) for b, o in pairs]
+
     return {
         "model": case.model,
         "framework": framework,
         "batch_size": size,
         "timed_batches": len(batches),
-        "bare_mean_ms": statistics.median(bare_means),
-        "ours_mean_ms": statistics.median(our_means),
-        "latency_ratio": statistics.median(latency_ratios),
-        "loop_ratio": statistics.median(loop_ratios),
-        "latency_ratio_range": [min(latency_ratios), max(latency_ratios)],
+        "bare_p50_ms": statistics.median(b.p50_ms for b, _ in pairs),
+        "ours_p50_ms": statistics.median(o.p50_ms for _, o in pairs),
+        "p50_ratio": statistics.median(ratios("p50_ms")),
+        "p50_ratio_range": [min(ratios("p50_ms")), max(ratios("p50_ms"))],
+        "mean_ratio": statistics.median(ratios("mean_ms")),
+        "loop_ratio": statistics.median(ratios("wall_ms_per_input")),
     }
 
 
@@ -246,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, default=default_store())
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--models", default=",".join(c.model for c in CASES))
+    parser.add_argument("--frameworks", default="pytorch,tensorflow,onnxruntime")
+    parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
@@ -259,12 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         if case.model not in wanted:
             continue
         for framework in catalog.model_frameworks(case.model, "*"):
-            for size in BATCH_SIZES:
+            if framework not in args.frameworks.split(","):
+                continue
+            for size in map(int, args.batch_sizes.split(",")):
                 row = measure(case, framework, size, args.threads, args.rounds, catalog, fetch)
                 rows.append(row)
                 print(
-                    f"{case.model} {framework} batch {size}: latency x{row['latency_ratio']:.3f}"
-                    f", loop x{row['loop_ratio']:.3f}",
+                    f"{case.model} {framework} batch {size}: p50 x{row['p50_ratio']:.3f}, "
+                    f"mean x{row['mean_ratio']:.3f}, loop x{row['loop_ratio']:.3f}",
                     file=sys.stderr,
                 )
     stack = introspection.stack(sorted({str(r["framework"]) for r in rows}))
@@ -279,16 +308,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        "| model | framework | batch | timed batches | bare mean ms | ours mean ms "
-        "| latency ratio (range) | loop ratio |"
+        "| model | framework | batch | timed batches | bare p50 ms | ours p50 ms "
+        "| p50 ratio (range) | mean ratio | loop ratio |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        low, high = r["latency_ratio_range"]
+        low, high = r["p50_ratio_range"]
         print(
             f"| {r['model']} | {r['framework']} | {r['batch_size']} | {r['timed_batches']} "
-            f"| {r['bare_mean_ms']:.3f} | {r['ours_mean_ms']:.3f} "
-            f"| {r['latency_ratio']:.3f} ({low:.2f}–{high:.2f}) | {r['loop_ratio']:.3f} |"
+            f"| {r['bare_p50_ms']:.3f} | {r['ours_p50_ms']:.3f} "
+            f"| {r['p50_ratio']:.3f} ({low:.2f}–{high:.2f}) | {r['mean_ratio']:.3f} "
+            f"| {r['loop_ratio']:.3f} |"
         )
     return 0
 

@@ -91,6 +91,9 @@ class Evaluation(models.Model):
     dispatches = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     claim = models.CharField(max_length=32, blank=True, default="")
+    # When the claimant last reported (claim, progress): the agent reports at least every few
+    # seconds while it works, so a running job with no recent report has been lost.
+    last_report_at = models.DateTimeField(null=True, blank=True)
 
     trace_id = models.CharField(max_length=32, default=new_trace_id, editable=False)
     # The evaluations launched by one request (`hosts: all` launches one per host).
@@ -126,7 +129,9 @@ class StatusChange(models.Model):
     status = models.CharField(max_length=16, choices=Evaluation.STATUSES)
     reason = models.TextField(blank=True, default="")
     attempt = models.PositiveIntegerField(default=0)
-    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    host = models.ForeignKey(
+        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -157,7 +162,9 @@ class Result(models.Model):
     stack = models.JSONField()
     # The evaluation loop's whole report (settings, per-batch-size timings, notes, …).
     details = models.JSONField()
-    host = models.ForeignKey(Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    host = models.ForeignKey(
+        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

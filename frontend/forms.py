@@ -10,7 +10,6 @@ from django.core.files.uploadedfile import UploadedFile
 
 from hub.models import SCOPES
 
-
 SCOPE_MEANINGS = {
     "read": "read manifests, datasets, hosts and your tokens",
     "write": "upload and delete manifests, create and revoke tokens",
@@ -59,6 +58,7 @@ class UploadForm(forms.Form):
     manifest = forms.CharField(
         label="Manifest (YAML)",
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false", "wrap": "off"}),
         help_text="Paste the manifest here, or choose its file below.",
     )
@@ -103,6 +103,9 @@ class UploadForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        # Browsers send a textarea's line breaks as CRLF (HTML's form encoding); the YAML is
+        # stored as the person wrote it.
+        data["manifest"] = (data.get("manifest") or "").replace("\r\n", "\n")
         file = data.get("manifest_file")
         if file is not None:
             raw = file.read()
@@ -113,3 +116,115 @@ class UploadForm(forms.Form):
         if not (data.get("manifest") or "").strip() and "manifest_file" not in self.errors:
             self.add_error("manifest", "Paste a manifest or choose a manifest file.")
         return data
+
+
+class LaunchForm(forms.Form):
+    """What `POST /api/v1/evaluations/` takes, as HTML. The API's own serializer validates it
+    (`evaluations.api.serializers.EvaluationRequestSerializer`); this form only renders the
+    fields and hands their text over, so the page and the API accept exactly the same requests.
+    """
+
+    model = forms.ChoiceField(label="Model")
+    model_version = forms.CharField(
+        label="Model version",
+        required=False,
+        initial="*",
+        help_text="An exact version or an npm range: 1.0.0, ^1.2, 1.x; * is the highest.",
+    )
+    framework = forms.ChoiceField(label="Framework")
+    framework_version = forms.CharField(
+        label="Framework version",
+        required=False,
+        help_text="An npm range the host's framework must satisfy, e.g. ^2.1; empty for any.",
+    )
+    dataset = forms.ChoiceField(label="Dataset")
+    dataset_version = forms.CharField(label="Dataset version", required=False, initial="*")
+    split = forms.CharField(label="Split", required=False, initial="validation")
+    limit = forms.CharField(
+        label="Limit",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Evaluate the first N inputs only; empty for the whole split.",
+    )
+    device = forms.ChoiceField(
+        label="Device",
+        choices=[("cpu", "CPU"), ("gpu", "GPU (CUDA)")],
+        initial="cpu",
+        widget=forms.RadioSelect,
+    )
+    gpu_model = forms.CharField(
+        label="GPU model", required=False, help_text="Part of the GPU's name, e.g. A100 or H100."
+    )
+    min_memory_gb = forms.CharField(
+        label="Minimum memory (GiB)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0, "step": "any"}),
+        help_text="Of the GPU for a GPU run, of the host for a CPU run.",
+    )
+    arch = forms.ChoiceField(
+        label="Architecture",
+        required=False,
+        choices=[("", "Any"), ("amd64", "amd64"), ("arm64", "arm64"), ("ppc64le", "ppc64le")],
+    )
+    hosts = forms.ChoiceField(
+        label="Hosts",
+        choices=[("one", "One host (load-balanced)"), ("all", "Every matching host")],
+        initial="one",
+        widget=forms.RadioSelect,
+    )
+    batch_sizes = forms.CharField(
+        label="Batch sizes",
+        initial="1",
+        required=False,
+        help_text="Comma-separated, e.g. 1, 8, 32: the inputs are run at each.",
+    )
+    trace_level = forms.ChoiceField(label="Trace level", initial="model")
+    warmup = forms.CharField(
+        label="Warm-up batches", required=False, initial="1", widget=forms.NumberInput({"min": 0})
+    )
+    repeat = forms.CharField(
+        label="Repetitions", required=False, initial="1", widget=forms.NumberInput({"min": 1})
+    )
+    seed = forms.CharField(
+        label="Seed", required=False, initial="0", widget=forms.NumberInput({"min": 0})
+    )
+    threads = forms.CharField(
+        label="Threads",
+        required=False,
+        widget=forms.NumberInput({"min": 1}),
+        help_text="Intra-op threads of the framework; empty for its default.",
+    )
+    cold_start = forms.BooleanField(
+        label="Cold start: time the first predictions, with no warm-up", required=False
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        models: list[tuple[str, str]],
+        frameworks: list[tuple[str, str]],
+        datasets: list[tuple[str, str]],
+        trace_levels: list[tuple[str, str]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["model"].choices = models  # type: ignore[attr-defined]
+        self.fields["framework"].choices = frameworks  # type: ignore[attr-defined]
+        self.fields["dataset"].choices = datasets  # type: ignore[attr-defined]
+        self.fields["trace_level"].choices = trace_levels  # type: ignore[attr-defined]
+
+    def request(self) -> dict[str, Any]:
+        """The API request the fields spell: empty fields are left out, so that the API's
+        defaults apply."""
+        data = self.cleaned_data
+        request: dict[str, Any] = {}
+        for name, value in data.items():
+            if name == "cold_start":
+                request[name] = bool(value)
+            elif name == "batch_sizes":
+                sizes = [part.strip() for part in str(value or "").replace(";", ",").split(",")]
+                if any(sizes):
+                    request[name] = [s for s in sizes if s]
+            elif value not in (None, ""):
+                request[name] = value.strip() if isinstance(value, str) else value
+        return request

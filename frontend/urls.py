@@ -1,11 +1,15 @@
 from django.urls import path
 
-from frontend import views
+from frontend.views import catalog, evaluations, manifests, tokens
 
 urlpatterns = [
-    path("", views.catalog, name="home"),
-    path("models/<str:name>/", views.model, name="model"),
-    path("datasets/<str:name>/", views.dataset, name="dataset"),
-    path("upload/", views.upload, name="upload"),
-    path("tokens/", views.tokens, name="tokens"),
+    path("", catalog.catalog, name="home"),
+    path("models/<str:name>/", manifests.model, name="model"),
+    path("datasets/<str:name>/", manifests.dataset, name="dataset"),
+    path("upload/", manifests.upload, name="upload"),
+    path("evaluate/", evaluations.launch, name="launch"),
+    path("evaluations/", evaluations.evaluations, name="evaluations"),
+    path("evaluations/<uuid:pk>/", evaluations.evaluation, name="evaluation"),
+    path("evaluations/<uuid:pk>/cancel/", evaluations.cancel, name="evaluation-cancel"),
+    path("tokens/", tokens.tokens, name="tokens"),
 ]

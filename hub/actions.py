@@ -162,9 +162,14 @@ def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> Non
     Names are global, like package names: a name taken by another publisher is refused even
     when all its manifests are private, and the refusal says no more than that.
     """
-    first = Manifest.objects.filter(kind=doc.kind, name=doc.name).order_by("created_at", "pk").first()
+    first = (
+        Manifest.objects.filter(kind=doc.kind, name=doc.name).order_by("created_at", "pk").first()
+    )
     if first is not None and first.owner_id != getattr(owner, "pk", None):
-        raise Conflict(f"the {doc.kind} name '{doc.name}' belongs to another publisher; choose another name", path="name")
+        raise Conflict(
+            f"the {doc.kind} name '{doc.name}' belongs to another publisher; choose another name",
+            path="name",
+        )
 
 
 def _identity_conflict(doc: spec.Manifest) -> Conflict:

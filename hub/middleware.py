@@ -16,6 +16,9 @@ class RejectNulQueryMiddleware:
         for key, values in request.GET.lists():
             if "\x00" in key or any("\x00" in value for value in values):
                 message = f"query parameter '{key.replace(chr(0), '')}' contains a NUL character"
-                body = {"detail": message, "errors": [{"path": key.replace("\x00", ""), "line": None, "message": message}]}
+                body = {
+                    "detail": message,
+                    "errors": [{"path": key.replace("\x00", ""), "line": None, "message": message}],
+                }
                 return HttpResponse(json.dumps(body), status=400, content_type="application/json")
         return self.get_response(request)

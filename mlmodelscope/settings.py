@@ -109,7 +109,7 @@ if not CELERY_BROKER_URL:
     # Embedded default: kombu's filesystem transport, a broker that needs no server and that
     # every process on this machine (hub, worker, agents) shares through one folder.
     _broker_dir = VAR_DIR / "broker"
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {

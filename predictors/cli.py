@@ -12,11 +12,12 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,6 +33,7 @@ from predictors.evaluation import (
     chrome_trace,
     compare,
     evaluate,
+    split_entry,
 )
 from predictors.manifests import Manifest, ManifestError, apply_overrides
 from predictors.predictor import predictor_class, registered
@@ -102,9 +104,10 @@ def _parser() -> _Parser:
     run.add_argument(
         "--warmup",
         type=_count(0),
-        default=1,
+        default=EvaluationOptions.warmup,
         metavar="N",
-        help="untimed predictions before each batch size's timed ones (default: 1)",
+        help="untimed predictions before each batch size's timed ones (default: "
+        f"{EvaluationOptions.warmup})",
     )
     run.add_argument(
         "--repeat",
@@ -248,11 +251,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         for name in frameworks
     ]
     dataset = catalog.find_dataset(dataset_name, args.dataset_version)
-    if split not in dataset.data["splits"]:
-        raise CommandError(
-            f"dataset {dataset.name} {dataset.version} has no split {split!r} "
-            f"(it has {', '.join(dataset.data['splits'])})"
-        )
+    split_entry(dataset, split)
     options = EvaluationOptions(
         batch_sizes=batch_sizes,
         split=split,
@@ -288,29 +287,27 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-class _progress_bar:  # noqa: N801 - used as a context manager, like a function
-    """A tqdm bar on stderr fed by the loop's `progress(done, total)` callback."""
+@contextlib.contextmanager
+def _progress_bar(label: str, *, disable: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A `progress(done, total)` callback for the loop that draws a tqdm bar on stderr."""
+    if disable:
+        yield None
+        return
+    from tqdm import tqdm
 
-    def __init__(self, label: str, *, disable: bool) -> None:
-        self.label = label
-        self.disable = disable
-        self.bar: Any = None
+    bar: Any = None
 
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        if self.disable:
-            return None
-        from tqdm import tqdm
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=label, unit="batch", file=sys.stderr)
+        bar.update(done - bar.n)
 
-        def progress(done: int, total: int) -> None:
-            if self.bar is None:
-                self.bar = tqdm(total=total, desc=self.label, unit="batch", file=sys.stderr)
-            self.bar.update(done - self.bar.n)
-
-        return progress
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 # -- output ----------------------------------------------------------------------------------

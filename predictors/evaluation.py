@@ -13,7 +13,8 @@ repetitions and the result mean the same thing in all of them. For each batch si
 3. *time*: for each staged batch, `time.perf_counter_ns()` before and after `predictor.predict`;
    on a CUDA device `predictor.synchronize()` runs before the second reading, so the time covers
    the device's work (the result's `clock` says which). At trace level `model` each timed batch
-   is also recorded as a span.
+   is also recorded as a span. The timed predictions run inside the predictor's
+   `inference_context()` and with Python's garbage collector paused, as `timeit` does.
 4. *postprocess* (first pass only): softmax and top-k of the outputs (`processing.postprocess`),
    timed apart; top-1/top-5 accuracy against the dataset's labels.
 5. *repeat*: steps 3 (and 1 when the split does not fit in one stage) `repeat` times; the
@@ -31,6 +32,8 @@ at the end of every stage. Once `cancelled()` is true it stops with `EvaluationC
 
 from __future__ import annotations
 
+import gc
+import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -71,6 +74,7 @@ __all__ = [
     "compare",
     "evaluate",
     "latency_summary",
+    "split_entry",
 ]
 
 # The trace levels this loop records (the finer levels come with the tracer).
@@ -116,7 +120,8 @@ class EvaluationOptions:
     split: str = "validation"
     limit: int | None = None
     device: str = "cpu"
-    warmup: int = 1
+    # TorchScript profiles its first run and compiles an optimized graph on the second.
+    warmup: int = 2
     repeat: int = 1
     threads: int | None = None
     seed: int = 0
@@ -190,7 +195,8 @@ def evaluate(
     """Evaluate `model` on a split of `dataset` (see the module docstring for the loop)."""
     started = datetime.now(UTC)
     spec = _model_spec(model)
-    split_file, expected_count = _split_file(dataset, options.split, fetch)
+    split = split_entry(dataset, options.split)
+    split_file = fetch(split["path"], split.get("sha256"))
     predictor_type = predictor_class(model.framework)
     software = predictor_type.software()
     _check_version(model, software["version"])
@@ -241,7 +247,7 @@ def evaluate(
             "version": dataset.version,
             "split": options.split,
             "count": len(first.labels),
-            "split_count": expected_count,
+            "split_count": split.get("count"),
         },
         "framework": {"name": model.framework, "range": model.framework_range, **software},
         "output_type": spec.output_type,
@@ -390,17 +396,22 @@ class _Loop:
             else:
                 timings = (read_ns, preprocess_ns) if repetition == 0 else None
                 stages = self._stages(reader, preprocessor, timings)
-            kept: list[_Staged] = []
+            # A pass that fits in one stage is staged once; holding more would defeat the
+            # bound of `stage_bytes`.
+            staged = 0
             for stage in stages:
-                kept.append(stage)
+                staged += 1
+                if repetition == 0:
+                    reused = [stage] if staged == 1 else None
                 if not self.checked:
                     self._check_input(stage.batches[0])
-                if warm:
-                    self._warm_up(stage.batches, warm)
-                    warm = 0
-                stage_outputs, stage_wall = self._timed(
-                    stage.batches, durations, sizes, batch_size, repetition
-                )
+                with self.predictor.inference_context():
+                    if warm:
+                        self._warm_up(stage.batches, warm)
+                        warm = 0
+                    stage_outputs, stage_wall = self._timed(
+                        stage.batches, durations, sizes, batch_size, repetition
+                    )
                 wall_ns += stage_wall
                 if repetition == 0:
                     start = time.perf_counter_ns()
@@ -409,8 +420,6 @@ class _Loop:
                     postprocess_ns += time.perf_counter_ns() - start
                     outputs.extend(stage_outputs)
                     kept_labels.extend(stage.labels)
-            if repetition == 0 and len(kept) == 1:
-                reused = kept
         all_outputs = np.concatenate([o.reshape(o.shape[0], -1) for o in outputs]).astype(
             np.float32, copy=False
         )
@@ -498,7 +507,7 @@ class _Loop:
                     f"use batch size {shape[0]}"
                 )
             hints = ", ".join(
-                f"{key} {parameters[key]}"
+                f"{key} {_shown(parameters[key])}"
                 for key in ("layout", "color_mode", "resize_size", "crop_size")
                 if key in parameters
             )
@@ -542,6 +551,8 @@ class _Loop:
         marks: list[tuple[int, int]] = []
         outputs: list[np.ndarray] = []
         self._stop_if_cancelled()
+        collecting = gc.isenabled()
+        gc.disable()  # as timeit does: a collection of the loop's own garbage is no model's time
         loop_start = reported = perf()
         try:
             for batch in batches:
@@ -561,6 +572,9 @@ class _Loop:
             raise
         except Exception as exc:  # a framework's own error: the model did not accept the batch
             raise self._failed(batches[len(outputs)], exc) from exc
+        finally:
+            if collecting:
+                gc.enable()
         wall = perf() - loop_start
         self._report(len(outputs))
         self.done += len(outputs)
@@ -645,7 +659,8 @@ def _model_spec(model: Manifest) -> _ModelSpec:
     )
 
 
-def _split_file(dataset: Manifest, split: str, fetch: Fetch) -> tuple[Path, int | None]:
+def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
+    """The manifest entry of a dataset split (`path`, `sha256`, `count`), checked."""
     if dataset.kind != "dataset":
         raise EvaluationError(f"{dataset.name} is a {dataset.kind} manifest, not a dataset")
     if dataset.data.get("format") != "parquet":
@@ -659,8 +674,8 @@ def _split_file(dataset: Manifest, split: str, fetch: Fetch) -> tuple[Path, int 
             f"dataset {dataset.name} {dataset.version} has no split {split!r} "
             f"(it has {', '.join(splits)})"
         )
-    entry = splits[split]
-    return fetch(entry["path"], entry.get("sha256")), entry.get("count")
+    entry: dict[str, Any] = splits[split]
+    return entry
 
 
 def _check_version(model: Manifest, version: str) -> None:
@@ -669,6 +684,11 @@ def _check_version(model: Manifest, version: str) -> None:
             f"{model.name} {model.version} needs {model.framework} {model.framework_range}, "
             f"but {model.framework} {version} is installed"
         )
+
+
+def _shown(value: Any) -> str:
+    """A manifest value as the manifest would show it: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -99,6 +100,12 @@ class Predictor(ABC):
         """The loaded model's input (shape with None for free dimensions, element type), where
         the framework records it; the evaluation loop checks the first batch against it."""
         return None
+
+    def inference_context(self) -> AbstractContextManager[object]:
+        """A context the evaluation loop holds around a run of `predict` calls, in the thread
+        that makes them: a framework's thread-local inference mode (PyTorch's), entered once
+        instead of once per call. `predict` works outside it too. Default: nothing."""
+        return nullcontext()
 
     def synchronize(self) -> None:  # noqa: B027 - an optional hook, empty on the host
         """Wait until the device has finished all work queued so far (a no-op on the CPU)."""

@@ -14,12 +14,14 @@ This module is a port of the strict (non-loose) range parser of npm's `semver` p
 7.8.6 (`classes/range.js`, `classes/comparator.js`, `internal/re.js`): the same regular
 expressions, applied in the same order, so that odd inputs (`> =1.2.3`, `vv1`, `1.2.3 - 2 || *`)
 mean here what they mean to npm. We do not delegate to the `node-semver` PyPI package: it ports
-npm semver 5 and, checked against npm 7.8.6 on a corpus of 18,573 ranges and 1.2 million
-range/version pairs, it disagreed pervasively: it accepts ranges npm rejects (`x.1`, `1.x.3`,
-`9007199254740992`), rejects ones npm accepts (`^1.x+build`), treats every pre-release as equal
-to its release when `include_prerelease` is on (so `1.2.3-0` satisfies `^1.2.3`), keeps `||` as
-a literal range, and raises on unparseable versions instead of answering False. The same
-corpus, checked against this module, agrees with npm on every answer.
+npm semver 5, and on a corpus of 18,573 ranges (npm's own test fixtures plus generated and
+fuzzed ones) and 1.2 million range/version pairs it disagreed with npm 7.8.6 on 3,273 ranges'
+validity or normal form and on 58,000 `satisfies` answers. It accepts ranges npm rejects (`x.1`,
+`1.x.3`, `9007199254740992`), rejects ones npm accepts (`^1.x+build`), leaves out the `-0` on
+upper bounds, treats every pre-release as equal to its release when `include_prerelease` is on
+(so `1.2.3-0` satisfies `^1.2.3`), and raises on unparseable versions instead of answering
+False. This module agrees with npm 7.8.6 on every answer for that corpus and for 48,144 more
+fuzzed ranges (validRange with and without includePrerelease, satisfies, maxSatisfying, sort).
 
 Deliberate differences from npm, all about versions rather than ranges:
 
@@ -112,7 +114,9 @@ def parse_version(text: str) -> Version:
     if not isinstance(text, str):
         raise InvalidVersion(f"a version must be a string, not {type(text).__name__}")
     if text != _js_trim(text) or text.startswith("v"):
-        raise InvalidVersion(f"{text!r} is not a semantic version (no 'v' or spaces allowed)")
+        raise InvalidVersion(
+            f"{text!r} is not a semantic version: no leading 'v' or surrounding spaces allowed"
+        )
     try:
         return _parse_npm_version(text)
     except _Unparseable as error:
@@ -145,10 +149,10 @@ def version_key(text: str) -> tuple[object, ...]:
 def _parse_npm_version(text: str) -> Version:
     """npm's `new SemVer(text)` in strict mode, which also allows a leading 'v' and spaces."""
     if len(text) > MAX_LENGTH:
-        raise _Unparseable(f"longer than {MAX_LENGTH} characters")
+        raise _Unparseable(f"a version is at most {MAX_LENGTH} characters long")
     match = _FULL.match(_js_trim(text))
     if not match:
-        raise _Unparseable(f"{text!r} is not MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]")
+        raise _Unparseable("expected MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]")
     numbers = [int(match.group(i)) for i in (1, 2, 3)]
     for name, number in zip(("major", "minor", "patch"), numbers, strict=True):
         if number > MAX_SAFE_INTEGER:

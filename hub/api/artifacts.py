@@ -2,7 +2,8 @@
 
 A file is served to whoever can see a manifest that references it: anonymous callers, and
 tokens with the `read` scope or the `agent` scope (agents fetch their jobs' model files and
-datasets here).
+datasets here). An agent token may also fetch the files of the evaluations its hosts are
+running, private ones included (`evaluations.permissions.agent_may_fetch`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from hub import storage
-from hub.models import Artifact, Manifest
+from hub.models import ApiToken, Artifact, Manifest
 
 
 class ArtifactDownload(APIView):
@@ -33,7 +34,9 @@ class ArtifactDownload(APIView):
         artifact = Artifact.objects.filter(path=path).first()
         if artifact is None:
             raise Http404
-        if not Manifest.objects.visible_to(request.user).filter(artifacts=artifact).exists():
+        if not Manifest.objects.visible_to(request.user).filter(
+            artifacts=artifact
+        ).exists() and not _fetched_by_its_agent(request, artifact):
             raise Http404
         try:
             file = storage.resolve(path)
@@ -44,3 +47,11 @@ class ArtifactDownload(APIView):
         response = FileResponse(file.open("rb"), as_attachment=True, filename=file.name)
         response["X-Checksum-Sha256"] = artifact.sha256
         return response
+
+
+def _fetched_by_its_agent(request: Request, artifact: Artifact) -> bool:
+    if not isinstance(request.auth, ApiToken):
+        return False
+    from evaluations.permissions import agent_may_fetch
+
+    return agent_may_fetch(request.auth, artifact)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from predictors.zoo.build import ENTRIES, UnknownEntry, build, default_store
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = build(args.store, only=args.only, force=args.force, jobs=args.jobs)
     except UnknownEntry as error:
         parser.error(str(error))
+    except RuntimeError as error:  # a check failed: an export disagrees, or misses its target
+        print(f"zoo build failed: {error}", file=sys.stderr)
+        return 1
     print(json.dumps(summary, indent=2))
     return 0
 

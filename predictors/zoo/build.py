@@ -26,7 +26,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-VERSION = "1.0.0"
+from predictors.zoo.store import VERSION, file_record
+
 STANDARD_MODELS = ("alexnet", "resnet-18", "resnet-50", "mobilenet-v2")
 
 
@@ -106,8 +107,6 @@ def _log(message: str) -> None:
 
 
 def _existing(store: Path, entry: Entry) -> dict:
-    from predictors.zoo.store import file_record
-
     files = [file_record(store, f"{entry.directory}/{name}") for name in entry.files]
     if entry.kind == "dataset":
         from predictors.zoo.datasets import count_rows
@@ -155,19 +154,26 @@ def build(
                 _log(f"{entry.key}: present, skipped")
                 results[entry.key] = {**header, "status": "skipped", **_existing(store, entry)}
                 continue
-            _log(f"{entry.key}: building")
-            began = time.perf_counter()
             if entry.kind == "dataset":
+                _log(f"{entry.key}: building")
+                began = time.perf_counter()
                 built = build_dataset(store, DATASETS[entry.name])
                 results[entry.key] = {**header, "status": "built", **built}
                 results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 _log(f"{entry.key}: done in {results[entry.key]['seconds']} s")
                 continue
+            _log(f"{entry.key}: queued (built in its own process)")
             future = pool.submit(_build_model, str(store), entry.name, entry.trained)
             pending[entry.key] = future
             results[entry.key] = header
         for key, future in pending.items():
-            results[key] = {**results[key], "status": "built", **future.result()}
+            try:
+                built = future.result()
+            except BaseException:
+                for other in pending.values():
+                    other.cancel()  # those not started yet; a running one finishes its entry
+                raise
+            results[key] = {**results[key], "status": "built", **built}
             _log(f"{key}: done in {results[key]['seconds']} s")
     return {
         "store": str(store),

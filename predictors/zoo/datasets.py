@@ -5,9 +5,9 @@ A split is a Parquet file with two columns, ``image`` (the encoded PNG or JPEG f
 in batches. Both datasets are made from data that ships inside a package or from a fixed seed, so
 that every build writes the same bytes.
 
-``preprocess`` is the processing the zoo's manifests document (decode with Pillow, convert the
-color mode, scale to [0, 1], subtract the mean and divide by the standard deviation per channel,
-NCHW): the models are trained and evaluated on exactly that.
+``decode`` then ``normalize`` is the processing the zoo's manifests document (decode with Pillow,
+convert the color mode, divide by 255, subtract the mean and divide by the standard deviation per
+channel, in float): the models are trained and evaluated on exactly that.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from predictors.zoo.store import VERSION, Staging
+
 ROW_GROUP_SIZE = 256
-VERSION = "1.0.0"
 
 
 @dataclass(frozen=True)
@@ -244,11 +245,11 @@ def decode(images: Sequence[bytes], spec: ImageSpec) -> np.ndarray:
     mode = "L" if spec.color_mode == "GRAY" else "RGB"
     batch = np.empty((len(images), height, width, spec.channels), np.uint8)
     for i, data in enumerate(images):
-        with Image.open(io.BytesIO(data)) as image:
-            image = image.convert(mode)
-            if image.size != (width, height):
-                image = image.resize((width, height), Image.Resampling.BILINEAR)
-            batch[i] = np.asarray(image, np.uint8).reshape(height, width, spec.channels)
+        with Image.open(io.BytesIO(data)) as file:
+            image = file.convert(mode)
+        if image.size != (width, height):
+            image = image.resize((width, height), Image.Resampling.BILINEAR)
+        batch[i] = np.asarray(image, np.uint8).reshape(height, width, spec.channels)
     return batch
 
 
@@ -258,11 +259,6 @@ def normalize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
     std = np.asarray(spec.std, np.float32)
     x = (pixels.astype(np.float32) / np.float32(spec.scale) - mean) / std
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-
-
-def preprocess(images: Sequence[bytes], spec: ImageSpec) -> np.ndarray:
-    """The manifests' processing: decode, convert, resize, normalize; NCHW float32."""
-    return normalize(decode(images, spec), spec)
 
 
 # --- pitfalls: what a model sees when its input is processed the wrong way ------------------
@@ -296,8 +292,6 @@ def pitfall_inputs(pixels: np.ndarray, spec: ImageSpec) -> dict[str, np.ndarray]
 
 def build_dataset(store: Path, spec: DatasetSpec) -> dict:
     """Generate the dataset and write its splits (atomically) into ``store``."""
-    from predictors.zoo.store import Staging
-
     splits = spec.make()
     with Staging(store, spec.directory) as staging:
         for split in SPLITS:

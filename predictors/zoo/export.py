@@ -34,31 +34,48 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def torchscript_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
+    """The traced module as a TorchScript archive, without its ``*.debug_pkl`` records.
+
+    Those records hold the Python call stack at trace time (absolute paths and line numbers of
+    the code that called ``trace``), so that the same weights would give different bytes from
+    another checkout or after any edit. The archive is rewritten record by record with torch's
+    own writer (which keeps tensor data aligned); ``torch.jit.load`` does not need them.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream
         traced = torch.jit.trace(model.eval(), example, check_trace=False)  # checked by callers
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer)
-    return buffer.getvalue()
+    reader = torch._C.PyTorchFileReader(io.BytesIO(buffer.getvalue()))
+    stripped = io.BytesIO()
+    writer = torch._C.PyTorchFileWriter(stripped)
+    for name in reader.get_all_records():
+        # The writer adds its own serialization id, computed from the records it writes.
+        if name.endswith(".debug_pkl") or name == ".data/serialization_id":
+            continue
+        data = reader.get_record(name)
+        writer.write_record(name, data, len(data))
+    writer.write_end_of_file()
+    return stripped.getvalue()
 
 
 def onnx_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
     import onnx
 
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter, on purpose
+        path = Path(directory) / "model.onnx"
         torch.onnx.export(
             model.eval(),
             (example,),
-            buffer,
+            path,
             dynamo=False,
             opset_version=OPSET,
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
             dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
         )
-    data = buffer.getvalue()
+        data = path.read_bytes()
     onnx.checker.check_model(onnx.load_from_string(data))
     return data
 

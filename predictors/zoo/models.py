@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from predictors.zoo import architectures, export
-from predictors.zoo.datasets import DATASETS, VERSION, decode, normalize, pitfall_inputs, read_split
-from predictors.zoo.store import Staging
+from predictors.zoo.datasets import DATASETS, decode, normalize, pitfall_inputs, read_split
+from predictors.zoo.store import VERSION, Staging
 from predictors.zoo.training import TrainingPlan, make_deterministic, train
 
 # Exports must agree with each other on every validation input within this (max |delta logit|).
@@ -40,10 +40,6 @@ class TrainedModel:
     @property
     def directory(self) -> str:
         return f"models/{self.name}/{VERSION}"
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return (f"{self.name}.pt", f"{self.name}.onnx", f"{self.name}.keras", "labels.txt")
 
 
 TRAINED = {
@@ -70,10 +66,6 @@ STANDARD_INPUT = (3, 224, 224)
 STANDARD_LABELS = tuple(f"class-{i}" for i in range(1000))
 
 
-def standard_files(name: str) -> tuple[str, ...]:
-    return (f"{name}.pt", f"{name}.onnx", "labels.txt")
-
-
 def _labels_text(labels: tuple[str, ...] | list[str]) -> bytes:
     return "".join(f"{label}\n" for label in labels).encode()
 
@@ -93,7 +85,7 @@ def build_trained_model(store: str, name: str) -> dict:
 
     make_deterministic(spec.plan.seed)
     model = spec.factory()
-    _log(f"models/{name}: training on {len(train_split.labels)} images")
+    _log(f"models/{name}: training on {len(train_split.labels)} images (one thread)")
     x_train = normalize(decode(train_split.images, dataset.image), dataset.image)
     training = train(model, x_train, train_split.labels, spec.plan, name)
     pixels = decode(validation.images, dataset.image)
@@ -167,6 +159,7 @@ def build_trained_model(store: str, name: str) -> dict:
 
 def build_standard_model(store: str, name: str) -> dict:
     """Seed ``name``'s weights (torch.manual_seed(0)), export TorchScript and ONNX, check, store."""
+    _log(f"models/{name}: seeding weights")
     torch.manual_seed(0)
     model = architectures.STANDARD[name]().eval()
     generator = torch.Generator().manual_seed(0)

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+VERSION = "1.0.0"  # every zoo entry's version
+
 
 def file_record(store: Path, repo_path: str) -> dict:
     """path (relative to the store, as in ``repo://``), sha256 and size of a stored file."""

@@ -55,10 +55,12 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, plan: TrainingPlan, la
             optimizer.step()
             schedule.step()
             total += float(loss.detach()) * len(index)
-        print(
-            f"  {label}: epoch {epoch + 1}/{plan.epochs} loss {total / len(inputs):.4f}",
-            file=sys.stderr,
-        )
+        if epoch == 0 or (epoch + 1) % 5 == 0:
+            print(
+                f"[zoo]   {label}: epoch {epoch + 1}/{plan.epochs} loss {total / len(inputs):.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
     model.eval()
     return {
         "epochs": plan.epochs,

@@ -286,7 +286,9 @@ def test_the_manifest_schema_is_published_and_validates_a_corpus_manifest(client
 def test_a_nul_character_in_a_manifest_string_is_refused_naming_the_field(alice) -> None:  # type: ignore[no-untyped-def]
     document = model_manifest(name="nul")
     document["description"] = "before\x00after"
-    response = alice.post("/api/v1/manifests/", data=yaml.safe_dump(document), content_type="application/x-yaml")
+    response = alice.post(
+        "/api/v1/manifests/", data=yaml.safe_dump(document), content_type="application/x-yaml"
+    )
     assert response.status_code == 400
     assert "description" in [error["path"] for error in response.json()["errors"]]
     assert Manifest.objects.count() == 0

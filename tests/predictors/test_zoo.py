@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,9 @@ def logits(built: tuple[Path, dict], validation) -> dict[str, np.ndarray]:
 
     store, _ = built
     x = documented_digits_input(validation[0])
-    module = torch.jit.load(str(store / DIGITS_CNN / "digits-cnn.pt"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream
+        module = torch.jit.load(str(store / DIGITS_CNN / "digits-cnn.pt"))
     with torch.inference_mode():
         from_torch = module(torch.from_numpy(x)).numpy()
     session = onnxruntime.InferenceSession(
@@ -214,7 +217,7 @@ def test_shapes_color_dataset_is_balanced_rgb_jpeg(tmp_path):
 
 @pytest.mark.skipif(
     not os.environ.get("ZOO_TEST_SHAPES"),
-    reason="trains shapes-color (about 30 s more); set ZOO_TEST_SHAPES=1 to run",
+    reason="trains shapes-color (about a minute more); set ZOO_TEST_SHAPES=1 to run",
 )
 def test_shapes_color_model_reaches_top1_and_pitfalls_hurt(tmp_path):
     summary = build(tmp_path, only=["shapes-color"])
@@ -281,8 +284,8 @@ def test_standard_architectures_have_torchvision_shapes():
     from predictors.zoo.architectures import STANDARD, TORCHVISION_PARAMETERS
 
     for name, make in STANDARD.items():
-        torch.manual_seed(0)
-        model = make().eval()
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            model = make().eval()
+            logits = model(torch.empty(2, 3, 224, 224))
         assert sum(p.numel() for p in model.parameters()) == TORCHVISION_PARAMETERS[name], name
-    with torch.inference_mode():
-        assert model(torch.zeros(2, 3, 224, 224)).shape == (2, 1000)
+        assert logits.shape == (2, 1000), name

@@ -42,6 +42,11 @@
     });
   });
   renderGutter();
+  if (errorLines.length) {  // show the first marked line, without taking the focus
+    var lineHeight = parseFloat(getComputedStyle(textarea).lineHeight) || 20;
+    textarea.scrollTop = Math.max(0, (Math.min.apply(null, errorLines) - 4) * lineHeight);
+    gutter.scrollTop = textarea.scrollTop;
+  }
 
   var summary = document.getElementById("error-summary");
   if (summary) summary.focus();

@@ -1,10 +1,9 @@
-"""Browser pages. They read through the same querysets and write through the same actions as
-the API (`hub.actions`), so a page can never do what the API would refuse."""
+"""The model and dataset pages, and the upload form that adds manifests."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,122 +11,23 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from evaluations.models import Evaluation
 from frontend import display
-from frontend.forms import TokenForm, UploadForm
+from frontend.forms import UploadForm
+from frontend.views.catalog import entries
 from hub import actions
 from hub.api.errors import ApiError
-from hub.api.manifests import filter_manifests
-from hub.models import ApiToken, Host, Manifest
+from hub.models import Manifest
 from predictors import manifests as spec
 from predictors.versioning import version_key
 
-# -- catalog ---------------------------------------------------------------------------------
-
-
-@dataclass
-class CatalogEntry:
-    """One model or dataset name, with every version and framework the user can see."""
-
-    kind: str
-    name: str
-    latest: Manifest
-    versions: list[str] = field(default_factory=list)
-    frameworks: list[str] = field(default_factory=list)
-    private: bool = False
-
-    @property
-    def training_dataset(self) -> str:
-        return str((self.latest.content.get("attributes") or {}).get("training_dataset") or "")
-
-    @property
-    def task_label(self) -> str:
-        return display.task_name(self.latest.task)
-
-    @property
-    def framework_labels(self) -> list[tuple[str, str]]:
-        return [(f, display.framework_name(f)) for f in self.frameworks]
-
-    @property
-    def url(self) -> str:
-        view = "model" if self.kind == Manifest.MODEL else "dataset"
-        return reverse(view, args=[self.name])
-
-
-def _entries(manifests: list[Manifest]) -> list[CatalogEntry]:
-    groups: dict[tuple[str, str], list[Manifest]] = defaultdict(list)
-    for manifest in manifests:
-        groups[(manifest.kind, manifest.name)].append(manifest)
-    entries = []
-    for (kind, name), group in sorted(groups.items()):
-        group.sort(key=lambda m: version_key(m.version), reverse=True)
-        versions = sorted({m.version for m in group}, key=version_key, reverse=True)
-        frameworks = sorted({m.framework for m in group if m.framework})
-        entries.append(
-            CatalogEntry(
-                kind=kind,
-                name=name,
-                latest=group[0],
-                versions=versions,
-                frameworks=frameworks,
-                private=any(m.visibility == Manifest.PRIVATE for m in group),
-            )
-        )
-    return entries
-
-
-def catalog(request: HttpRequest) -> HttpResponse:
-    visible = Manifest.objects.visible_to(request.user)
-    params = request.GET
-    chosen = {key: params.get(key, "").strip() for key in ("search", "framework", "task", "dataset")}
-
-    models = filter_manifests(
-        visible.filter(kind=Manifest.MODEL),
-        {k: chosen[k] for k in ("search", "framework", "task")},
-    )
-    if chosen["dataset"]:
-        models = models.filter(content__attributes__training_dataset=chosen["dataset"])
-    datasets = filter_manifests(
-        visible.filter(kind=Manifest.DATASET), {k: chosen[k] for k in ("search", "task")}
-    )
-    if chosen["dataset"]:
-        datasets = datasets.filter(name=chosen["dataset"])
-    if chosen["framework"]:
-        datasets = datasets.none()
-
-    all_models = visible.filter(kind=Manifest.MODEL)
-    frameworks = set(all_models.values_list("framework", flat=True))
-    tasks = set(visible.values_list("task", flat=True)) - {""}
-    trained_on = all_models.values_list("content__attributes__training_dataset", flat=True)
-    dataset_names = {str(d) for d in trained_on if d} | set(
-        visible.filter(kind=Manifest.DATASET).values_list("name", flat=True)
-    )
-    options = {
-        "framework": [(f, display.framework_name(f)) for f in sorted(frameworks)],
-        "task": [(t, display.task_name(t)) for t in sorted(tasks)],
-        "dataset": [(d, d) for d in sorted(dataset_names)],
-    }
-    return render(
-        request,
-        "frontend/catalog.html",
-        {
-            "models": _entries(list(models)),
-            "datasets": _entries(list(datasets)),
-            "chosen": chosen,
-            "filtered": any(chosen.values()),
-            "options": options,
-            "live_hosts": Host.objects.live().count(),
-        },
-    )
-
-
-# -- model and dataset pages -----------------------------------------------------------------
-
 
 def _versions_of(request: HttpRequest, kind: str, name: str) -> list[Manifest]:
-    """The visible manifests of one name, highest version first; 404 if there is none."""
+    """The visible manifests of one name, highest version first (then by framework); 404 if
+    there is none."""
     manifests = list(
         Manifest.objects.visible_to(request.user)
         .filter(kind=kind, name=name)
@@ -136,13 +36,18 @@ def _versions_of(request: HttpRequest, kind: str, name: str) -> list[Manifest]:
     )
     if not manifests:
         raise Http404(f"No {kind} named {name!r} that you can see.")
-    manifests.sort(key=lambda m: (version_key(m.version), m.framework), reverse=True)
+    manifests.sort(key=lambda m: m.framework)
+    manifests.sort(key=lambda m: version_key(m.version), reverse=True)
     return manifests
 
 
 def _chosen(request: HttpRequest, manifests: list[Manifest]) -> Manifest:
+    """The manifest the query asks for; by default the highest stable version (as npm does)."""
     version = request.GET.get("version")
     framework = request.GET.get("framework")
+    if version is None and framework is None:
+        stable = [m for m in manifests if "-" not in m.version]
+        return (stable or manifests)[0]
     for manifest in manifests:
         if (version is None or manifest.version == version) and (
             framework is None or manifest.framework == framework
@@ -169,7 +74,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             version,
             [
                 (
-                    framework,
+                    display.framework_name(framework),
                     by_cell.get((version, framework)),
                     _page_url("model", by_cell[(version, framework)])
                     if (version, framework) in by_cell
@@ -196,7 +101,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             "manifest": chosen,
             "content": content,
             "matrix": matrix,
-            "frameworks": frameworks,
+            "frameworks": [(f, display.framework_name(f)) for f in frameworks],
             "inputs": [
                 {"entry": entry, "rows": display.parameter_rows(entry)}
                 for entry in content.get("inputs") or []
@@ -221,8 +126,10 @@ def dataset(request: HttpRequest, name: str) -> HttpResponse:
     splits = []
     files = {row.field: row for row in display.file_rows(chosen)}
     for split, entry in (content.get("splits") or {}).items():
-        splits.append({"name": split, "count": entry.get("count"), "file": files.get(f"splits.{split}.path")})
-    trained = _entries(
+        splits.append(
+            {"name": split, "count": entry.get("count"), "file": files.get(f"splits.{split}.path")}
+        )
+    trained = entries(
         list(
             Manifest.objects.visible_to(request.user).filter(
                 kind=Manifest.MODEL, content__attributes__training_dataset=name
@@ -246,9 +153,13 @@ def dataset(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
-def _evaluations_of(request: HttpRequest, model_name: str) -> list[Any]:
-    """The evaluations of a model that the user can see (filled in by the evaluations app)."""
-    return []
+def _evaluations_of(request: HttpRequest, model_name: str) -> list[Evaluation]:
+    """The latest evaluations of a model that the user can see (their own; staff: all)."""
+    return list(
+        Evaluation.objects.visible_to(request.user)
+        .filter(model_name=model_name)
+        .select_related("result", "host")[:20]
+    )
 
 
 # -- upload ----------------------------------------------------------------------------------
@@ -312,10 +223,10 @@ def upload(request: HttpRequest) -> HttpResponse:
                     visibility=form.cleaned_data["visibility"] or None,
                     uploads={f.name: f for f in form.cleaned_data["files"]},
                 )
-            except spec.ManifestError as error:
-                errors = error.errors
-            except ApiError as error:
-                errors = _with_lines(source, error.errors)
+            except spec.ManifestError as invalid:
+                errors = invalid.errors
+            except ApiError as refused:
+                errors = _with_lines(source, refused.errors)
             else:
                 messages.success(
                     request,
@@ -348,34 +259,4 @@ def upload(request: HttpRequest) -> HttpResponse:
             "listing": _listing(source, by_field["manifest"]) if by_field["manifest"] else [],
         },
         status=status,
-    )
-
-
-# -- tokens ----------------------------------------------------------------------------------
-
-
-@login_required
-def tokens(request: HttpRequest) -> HttpResponse:
-    created = None
-    form = TokenForm()
-    if request.method == "POST" and "revoke" in request.POST:
-        pk = request.POST["revoke"]
-        if not (pk.isascii() and pk.isdigit()):
-            raise Http404("No such token.")
-        token = get_object_or_404(ApiToken, pk=int(pk), user=request.user)
-        actions.revoke_token(token)
-    elif request.method == "POST":
-        form = TokenForm(request.POST)
-        if form.is_valid():
-            token, raw = ApiToken.issue(
-                request.user,  # type: ignore[arg-type]
-                name=form.cleaned_data["name"],
-                scopes=form.cleaned_data["scopes"],
-                expires_in_days=form.cleaned_data["expires_in_days"],
-            )
-            created = {"token": token, "raw": raw}
-            form = TokenForm()
-    tokens = ApiToken.objects.filter(user=request.user)
-    return render(
-        request, "frontend/tokens.html", {"form": form, "tokens": tokens, "created": created}
     )

@@ -1,0 +1,470 @@
+"""State changes of evaluations. The API views, the agent-facing API and the hub's sweep all call
+these; nothing else writes an evaluation's status.
+
+Every transition goes through `record_status`, which stores a StatusChange and sends the
+WebSocket event on commit. Lifecycle:
+
+    queued → dispatched → running → succeeded | failed | cancelled
+                 ▲           │
+                 └───────────┘  the host was lost: dispatched again (a new attempt)
+
+A running evaluation is *lost* when its agent stops reporting on it (the agent reports at least
+every few seconds while it works) for HOST_LIVE_SECONDS; `requeue_lost` dispatches it again,
+or fails it after EVALUATION_MAX_ATTEMPTS attempts, or when no live host can run it any more.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Q
+from django.http import Http404
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied
+
+from evaluations import events, placement, tasks
+from evaluations.models import Evaluation, Result, StatusChange
+from hub import actions as hub_actions
+from hub import solver
+from hub.api.errors import ApiError, Conflict
+from hub.models import ApiToken, Host, Manifest
+
+logger = logging.getLogger(__name__)
+
+QUEUED = Evaluation.QUEUED
+DISPATCHED = Evaluation.DISPATCHED
+RUNNING = Evaluation.RUNNING
+SUCCEEDED = Evaluation.SUCCEEDED
+FAILED = Evaluation.FAILED
+CANCELLED = Evaluation.CANCELLED
+
+_ALLOWED = {
+    QUEUED: {DISPATCHED, FAILED, CANCELLED},
+    DISPATCHED: {DISPATCHED, RUNNING, FAILED, CANCELLED},
+    # running → running: a new claim took over from a claimant that went silent.
+    RUNNING: {DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED},
+}
+
+
+# -- transitions -----------------------------------------------------------------------------
+
+
+def record_status(
+    evaluation: Evaluation, status: str, reason: str, *, host: Host | None = None
+) -> StatusChange:
+    """Move a (locked) evaluation to `status`, store the change and send its event on commit."""
+    if status not in _ALLOWED.get(evaluation.status, set()):
+        raise ValueError(f"an evaluation cannot go from {evaluation.status} to {status}")
+    now = timezone.now()
+    evaluation.status = status
+    if status == RUNNING and evaluation.started_at is None:
+        evaluation.started_at = now
+    if status in Evaluation.FINISHED:
+        evaluation.finished_at = now
+    evaluation.save()
+    change = StatusChange.objects.create(
+        evaluation=evaluation,
+        status=status,
+        reason=reason,
+        attempt=evaluation.attempts,
+        host=host,
+    )
+    events.status_changed(evaluation, change)
+    return change
+
+
+def _locked(evaluation_id: Any, *, skip_locked: bool = False) -> Evaluation | None:
+    rows = Evaluation.objects.select_for_update(
+        skip_locked=skip_locked, of=("self",)
+    ).select_related("host", "target_host", "model", "user")
+    return rows.filter(pk=evaluation_id).first()
+
+
+def _get_locked(evaluation_id: Any) -> Evaluation:
+    evaluation = _locked(evaluation_id)
+    if evaluation is None:
+        raise Http404
+    return evaluation
+
+
+# -- launch ----------------------------------------------------------------------------------
+
+
+def launch_evaluation(user: AbstractBaseUser, request: Mapping[str, Any]) -> list[Evaluation]:
+    """Create and dispatch the evaluations of a validated request (one, or one per host).
+
+    404 when the model or dataset does not exist for the user; 400 naming the constraint when
+    no live host can run it.
+    """
+    try:
+        models = solver.candidate_manifests(user, placement.solver_request(request))
+        dataset = placement.find_dataset(user, request["dataset"], request["dataset_version"])
+        _check_dataset(models[0], dataset, request["split"])
+        placements = placement.place(user, request)
+    except solver.Unsatisfiable as unmet:
+        not_found = unmet.path in ("model", "dataset") and not isinstance(
+            unmet, solver.InvalidConstraint
+        )
+        # The solver's `version` is the request's `model_version`.
+        path = "model_version" if unmet.path == "version" else unmet.path
+        raise ApiError(
+            [{"path": path, "message": unmet.message}], status_code=404 if not_found else 400
+        ) from None
+
+    group = uuid.uuid4()
+    launched = []
+    with transaction.atomic():
+        for where in placements:
+            evaluation = Evaluation.objects.create(
+                user=user,
+                model=where.manifest,
+                dataset=dataset,
+                model_name=where.manifest.name,
+                model_version=where.manifest.version,
+                framework=where.manifest.framework,
+                dataset_name=dataset.name,
+                dataset_version=dataset.version,
+                split=request["split"],
+                device=request["device"],
+                request=dict(request),
+                group=group,
+            )
+            change = StatusChange.objects.create(
+                evaluation=evaluation, status=QUEUED, reason=f"launched by {user.get_username()}"
+            )
+            events.status_changed(evaluation, change)
+            _dispatch(evaluation, where, "")
+            launched.append(evaluation)
+    return launched
+
+
+def _check_dataset(model: Manifest, dataset: Manifest, split: str) -> None:
+    if dataset.task != model.task:
+        raise ApiError(
+            [
+                {
+                    "path": "dataset",
+                    "message": f"dataset {dataset.name} is for {dataset.task}, but model "
+                    f"{model.name} does {model.task}",
+                }
+            ]
+        )
+    splits = (dataset.content or {}).get("splits") or {}
+    if split not in splits:
+        raise ApiError(
+            [
+                {
+                    "path": "split",
+                    "message": f"dataset {dataset.name} {dataset.version} has no split "
+                    f"'{split}' (it has {', '.join(splits) or 'none'})",
+                }
+            ]
+        )
+
+
+def _dispatch(evaluation: Evaluation, where: placement.Placement, why: str) -> None:
+    """Send the evaluation to its queue after commit, as a new dispatch."""
+    evaluation.dispatches += 1
+    evaluation.queue = where.queue
+    evaluation.target_host = where.host
+    evaluation.host = None
+    evaluation.claim = ""
+    evaluation.framework_version = ""
+    evaluation.progress_done = evaluation.progress_total = 0
+    if where.host is not None:
+        reason = f"sent to host {where.host.name} (queue {where.queue})"
+    else:
+        reason = f"sent to queue {where.queue}, shared by the hosts that can run it"
+    record_status(evaluation, DISPATCHED, f"{why}; {reason}" if why else reason)
+    pk, dispatch, queue = str(evaluation.pk), evaluation.dispatches, where.queue
+    transaction.on_commit(lambda: _send(pk, dispatch, queue))
+
+
+def _send(evaluation_id: str, dispatch: int, queue: str) -> None:
+    try:
+        tasks.send_evaluation(evaluation_id, dispatch, queue)
+    except Exception as exc:
+        logger.exception("could not send evaluation %s to queue %s", evaluation_id, queue)
+        with transaction.atomic():
+            evaluation = _locked(evaluation_id)
+            if evaluation and evaluation.status == DISPATCHED and evaluation.dispatches == dispatch:
+                record_status(
+                    evaluation,
+                    FAILED,
+                    f"the hub could not reach its Celery broker ({exc}); check that the "
+                    "broker (CELERY_BROKER_URL) is up, then launch the evaluation again",
+                )
+
+
+# -- the agent's side ------------------------------------------------------------------------
+
+
+def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluation:
+    """Give the evaluation to `host`, whose agent received dispatch number `dispatch`.
+
+    The first claim wins. A later one (a message the broker delivered twice, or a dispatch that
+    has been superseded) is refused with 409 while the evaluation's claimant keeps reporting;
+    a claimant that went silent loses the job to the new claim.
+    """
+    hub_actions.record_heartbeat(host)  # claiming shows that the host is alive
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        refusal = _claim_refusal(evaluation, host, dispatch)
+        if refusal is None:
+            # Taking over from a claimant that went silent says so.
+            lost = f"{_silence_reason(evaluation)}; " if evaluation.status == RUNNING else ""
+            evaluation.attempts += 1
+            evaluation.claim = uuid.uuid4().hex
+            evaluation.host = host
+            evaluation.framework_version = _framework_version(host, evaluation.framework)
+            evaluation.progress_done = evaluation.progress_total = 0
+            evaluation.last_report_at = timezone.now()
+            reason = f"{lost}claimed by host {host.name} (attempt {evaluation.attempts})"
+            record_status(evaluation, RUNNING, reason, host=host)
+    if refusal is not None:
+        raise Conflict(refusal)
+    return evaluation
+
+
+def _claim_refusal(evaluation: Evaluation, host: Host, dispatch: int) -> str | None:
+    """Why `host` may not claim the (locked) evaluation, or None. May dispatch it elsewhere."""
+    if evaluation.is_finished:
+        return f"evaluation {evaluation.pk} is {evaluation.status} already"
+    if dispatch != evaluation.dispatches:
+        return (
+            f"this message is dispatch {dispatch} of evaluation {evaluation.pk}, which has "
+            f"been dispatched again since (dispatch {evaluation.dispatches})"
+        )
+    if evaluation.target_host_id is not None and evaluation.target_host_id != host.pk:
+        name = evaluation.target_host.name if evaluation.target_host else "another host"
+        return f"evaluation {evaluation.pk} is dispatched to {name}"
+    if evaluation.status == RUNNING:
+        if not _is_silent(evaluation, timezone.now()):
+            who = evaluation.host.name if evaluation.host else "another host"
+            return f"evaluation {evaluation.pk} is running on {who} (attempt {evaluation.attempts})"
+        if evaluation.cancel_requested or evaluation.attempts >= settings.EVALUATION_MAX_ATTEMPTS:
+            _lose(evaluation, _silence_reason(evaluation))
+            return f"evaluation {evaluation.pk} is {evaluation.status}"
+    if evaluation.model_id is None or evaluation.dataset_id is None:
+        kind = "model" if evaluation.model_id is None else "dataset"
+        record_status(evaluation, FAILED, f"its {kind} manifest was deleted before it ran")
+        return f"evaluation {evaluation.pk} is failed"
+    if all(h.pk != host.pk for h in placement.eligible_hosts(evaluation)):
+        # A consumer of a shared queue that cannot run this request: pin it to one that can.
+        _lose(evaluation, f"host {host.name} cannot run it")
+        return f"host {host.name} cannot run evaluation {evaluation.pk}; it was sent elsewhere"
+    return None
+
+
+def _framework_version(host: Host, framework: str) -> str:
+    for entry in host.frameworks or []:
+        if isinstance(entry, dict) and entry.get("name") == framework:
+            return str(entry.get("version", ""))
+    return ""
+
+
+def _check_claim(evaluation: Evaluation, token: ApiToken, claim: str) -> None:
+    """403 when another token's host holds the evaluation; 409 unless `claim` is current."""
+    if evaluation.host is not None and evaluation.host.token_id != token.pk:
+        raise PermissionDenied("This evaluation runs on a host of another agent token.")
+    if evaluation.status != RUNNING or evaluation.claim != claim:
+        state = evaluation.status
+        if state == RUNNING:
+            state = f"running on {evaluation.host.name if evaluation.host else 'another host'}"
+        raise Conflict(
+            f"evaluation {evaluation.pk} is no longer yours ({state}); stop working on it"
+        )
+
+
+def record_progress(
+    evaluation_id: Any, token: ApiToken, claim: str, done: int, total: int
+) -> Evaluation:
+    """Record the claimant's progress (predictions done of total); it doubles as its report
+    that it is still working on the job."""
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        _check_claim(evaluation, token, claim)
+        changed = (evaluation.progress_done, evaluation.progress_total) != (done, total)
+        evaluation.progress_done, evaluation.progress_total = done, total
+        evaluation.last_report_at = timezone.now()
+        evaluation.save(
+            update_fields=["progress_done", "progress_total", "last_report_at", "updated_at"]
+        )
+        if changed:
+            events.progressed(evaluation)
+    return evaluation
+
+
+def record_result(
+    evaluation_id: Any, token: ApiToken, claim: str, data: Mapping[str, Any]
+) -> Result:
+    """Store the claimant's result and finish the evaluation as succeeded. Posting the same
+    result again (a retry) answers the stored one."""
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        if evaluation.status == SUCCEEDED and evaluation.claim == claim:
+            return evaluation.result
+        _check_claim(evaluation, token, claim)
+        batch_sizes = {str(size) for size in evaluation.request["batch_sizes"]}
+        if set(data["latency"]) != batch_sizes:
+            raise ApiError(
+                [
+                    {
+                        "path": "latency",
+                        "message": f"has batch sizes {sorted(data['latency'])}, the request "
+                        f"asked for {sorted(batch_sizes)}",
+                    }
+                ]
+            )
+        accuracy = data["accuracy"]
+        result = Result.objects.create(
+            evaluation=evaluation,
+            top1=accuracy["top1"],
+            top5=accuracy["top5"],
+            count=accuracy["count"],
+            predictions=data["predictions"],
+            latency=data["latency"],
+            throughput=data["throughput"],
+            content_hash=data["content_hash"],
+            stack=data["stack"],
+            details=data["details"],
+            host=evaluation.host,
+        )
+        evaluation.progress_done = evaluation.progress_total
+        record_status(
+            evaluation,
+            SUCCEEDED,
+            f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs",
+            host=evaluation.host,
+        )
+    return result
+
+
+def report_status(
+    evaluation_id: Any, token: ApiToken, claim: str, status: str, reason: str
+) -> Evaluation:
+    """The claimant finishes the evaluation as failed (saying why) or cancelled."""
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        _check_claim(evaluation, token, claim)
+        host = evaluation.host
+        name = host.name if host else "its host"
+        if status == FAILED:
+            reason = f"failed on host {name}: {reason}"
+        else:
+            done = f"{evaluation.progress_done} of {evaluation.progress_total} predictions"
+            reason = f"cancelled; host {name} stopped it after {done}" + (
+                f" ({reason})" if reason else ""
+            )
+        record_status(evaluation, status, reason, host=host)
+    return evaluation
+
+
+# -- the user's side -------------------------------------------------------------------------
+
+
+def cancel_evaluation(evaluation_id: Any, user: AbstractBaseUser) -> Evaluation:
+    """Cancel at once when no agent holds it yet; otherwise ask the agent, which stops at its
+    next progress report and reports `cancelled`."""
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        if evaluation.is_finished:
+            raise Conflict(f"evaluation {evaluation.pk} is {evaluation.status} already")
+        if evaluation.status in (QUEUED, DISPATCHED):
+            record_status(
+                evaluation, CANCELLED, f"cancelled by {user.get_username()} before it started"
+            )
+        elif not evaluation.cancel_requested:
+            evaluation.cancel_requested = True
+            evaluation.save(update_fields=["cancel_requested", "updated_at"])
+            events.cancel_requested(evaluation)
+    return evaluation
+
+
+# -- the sweep -------------------------------------------------------------------------------
+
+
+def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
+    """Dispatch again (or fail) every evaluation whose host was lost:
+
+    - running, and its agent has not reported for HOST_LIVE_SECONDS: dispatched again, until
+      EVALUATION_MAX_ATTEMPTS attempts have been lost; cancelled if a cancel was pending;
+    - dispatched to a host that stopped heartbeating, or to a queue that no live host
+      consumes any more, for HOST_LIVE_SECONDS: sent to another host that can run it, or
+      failed saying why none can.
+
+    The hub runs it every EVALUATION_SWEEP_SECONDS (evaluations.sweeper). Returns the
+    evaluations it changed.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.HOST_LIVE_SECONDS)
+    silent = Evaluation.objects.filter(status=RUNNING).filter(
+        Q(last_report_at__isnull=True) | Q(last_report_at__lt=cutoff)
+    )
+    live = list(Host.objects.live())
+    live_queues = {queue for host in live for queue in (host.queues or [])}
+    waiting = Evaluation.objects.filter(status=DISPATCHED, updated_at__lt=cutoff).select_related(
+        "target_host"
+    )
+    stranded = [
+        e.pk
+        for e in waiting
+        if (e.target_host is not None and not e.target_host.is_live)
+        or (e.target_host is None and e.queue not in live_queues)
+    ]
+    changed = []
+    for pk in [*silent.values_list("pk", flat=True), *stranded]:
+        with transaction.atomic():
+            evaluation = _locked(pk, skip_locked=True)
+            if evaluation is None:
+                continue
+            if evaluation.status == RUNNING and _is_silent(evaluation, now):
+                _lose(evaluation, _silence_reason(evaluation))
+            elif evaluation.status == DISPATCHED and pk in stranded:
+                if evaluation.target_host is not None:
+                    why = f"host {evaluation.target_host.name} stopped heartbeating"
+                else:
+                    why = f"no live host consumes queue {evaluation.queue} any more"
+                _lose(evaluation, f"{why} before the job started")
+            else:
+                continue
+            changed.append(evaluation)
+    return changed
+
+
+def _is_silent(evaluation: Evaluation, now: datetime) -> bool:
+    cutoff = now - timedelta(seconds=settings.HOST_LIVE_SECONDS)
+    return evaluation.last_report_at is None or evaluation.last_report_at < cutoff
+
+
+def _silence_reason(evaluation: Evaluation) -> str:
+    host = evaluation.host
+    if host is None:
+        return "its host was removed"
+    if not host.is_live:
+        return f"host {host.name} stopped heartbeating"
+    return f"the agent on host {host.name} stopped reporting on it (was it restarted?)"
+
+
+def _lose(evaluation: Evaluation, why: str) -> None:
+    """The (locked) evaluation's host cannot run it: cancel, dispatch again, or fail it."""
+    if evaluation.status == RUNNING and evaluation.cancel_requested:
+        record_status(evaluation, CANCELLED, f"cancelled; {why} before it stopped")
+        return
+    attempts = evaluation.attempts
+    if evaluation.status == RUNNING and attempts >= settings.EVALUATION_MAX_ATTEMPTS:
+        record_status(evaluation, FAILED, f"{why}; gave up after {attempts} attempts on lost hosts")
+        return
+    try:
+        where = placement.replace(evaluation)
+    except solver.Unsatisfiable as unmet:
+        record_status(evaluation, FAILED, f"{why}, and no other host can run it: {unmet.message}")
+        return
+    _dispatch(evaluation, where, why)

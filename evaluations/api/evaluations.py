@@ -1,0 +1,124 @@
+"""`/api/v1/evaluations/`: launch evaluations, list them, read one.
+
+Launching solves the request's model, framework and hardware constraints against the live
+hosts and dispatches one evaluation (`hosts: one`) or one per matching host (`hosts: all`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import generics, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from evaluations import actions
+from evaluations.api.serializers import (
+    EvaluationDetailSerializer,
+    EvaluationRequestSerializer,
+    EvaluationSerializer,
+)
+from evaluations.models import Evaluation
+from hub.api.errors import ApiError
+
+READ_SCOPES = ("read", "evaluate")
+
+_FILTERS = {
+    # query parameter: (lookup, description)
+    "model": ("model_name", "model name"),
+    "framework": ("framework", "pytorch, tensorflow or onnxruntime"),
+    "dataset": ("dataset_name", "dataset name"),
+    "host": ("host__name", "the host it ran (or runs) on"),
+    "status": ("status", "queued, dispatched, running, succeeded, failed or cancelled"),
+    "user": ("user__username", "user name (staff see every user's evaluations)"),
+    "group": ("group", "the evaluations one request launched"),
+}
+
+
+def visible_evaluations(request: Request) -> QuerySet[Evaluation]:
+    return (
+        Evaluation.objects.visible_to(request.user)
+        .select_related("user", "host", "result")
+        .prefetch_related("history")
+    )
+
+
+@extend_schema_view(
+    get=extend_schema(
+        summary="List your evaluations (staff: everyone's)",
+        parameters=[
+            OpenApiParameter(name, OpenApiTypes.STR, description=text)
+            for name, (_, text) in _FILTERS.items()
+        ],
+    ),
+)
+class EvaluationList(generics.ListAPIView[Evaluation]):
+    serializer_class = EvaluationSerializer
+    required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES, "POST": "evaluate"}
+
+    def get_queryset(self) -> QuerySet[Evaluation]:
+        queryset = visible_evaluations(self.request)
+        params = self.request.query_params
+        statuses = {value for value, _ in Evaluation.STATUSES}
+        if params.get("status") and params["status"] not in statuses:
+            raise ApiError(
+                [{"path": "status", "message": f"must be one of {', '.join(sorted(statuses))}"}]
+            )
+        for name, (lookup, _) in _FILTERS.items():
+            value = params.get(name)
+            if value:
+                try:
+                    queryset = queryset.filter(**{lookup: value})
+                except Exception:  # a malformed UUID for `group`
+                    raise ApiError([{"path": name, "message": f"'{value}' is not valid"}]) from None
+        return queryset
+
+    @extend_schema(
+        summary="Launch an evaluation",
+        request=EvaluationRequestSerializer,
+        responses={201: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = EvaluationRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        launched = actions.launch_evaluation(request.user, serializer.validated_data)  # type: ignore[arg-type]
+        order = {e.pk: index for index, e in enumerate(launched)}
+        evaluations = visible_evaluations(request).filter(pk__in=order)
+        body = {
+            "group": str(launched[0].group),
+            "count": len(launched),
+            "evaluations": EvaluationDetailSerializer(
+                sorted(evaluations, key=lambda e: order[e.pk]), many=True
+            ).data,
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
+    serializer_class = EvaluationDetailSerializer
+    required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
+
+    @extend_schema(
+        summary="One evaluation with its request, status history, progress and result",
+        parameters=[
+            OpenApiParameter(
+                "predictions",
+                OpenApiTypes.BOOL,
+                description="include the per-input predictions in the result",
+            )
+        ],
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_object(self) -> Evaluation:
+        return get_object_or_404(visible_evaluations(self.request), pk=self.kwargs["pk"])
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        context["predictions"] = self.request.query_params.get("predictions") in ("1", "true")
+        return context

@@ -1,0 +1,39 @@
+"""`POST /api/v1/evaluations/<id>/result/` (agent): the result; the evaluation succeeds.
+
+Body: `claim`, `accuracy` {top1, top5, count}, `latency` {"<batch size>": {mean_ms, p50_ms,
+p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}, `throughput` {"<batch size>": inputs/s},
+`predictions` {top_k, labels, classes, probabilities}, `content_hash` (of the model manifest
+that ran), `stack` (the host's hardware and software) and `details` (the evaluation loop's
+report). Posting it again with the same claim answers the stored result (an agent's retry).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evaluations import actions
+from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
+from evaluations.permissions import agent_token
+
+
+class EvaluationResult(APIView):
+    required_scopes = {"POST": "agent"}
+
+    @extend_schema(
+        summary="Post an evaluation's result (agents)",
+        request=ResultUploadSerializer,
+        responses={201: ResultSerializer},
+    )
+    def post(self, request: Request, pk: UUID) -> Response:
+        token = agent_token(request)
+        serializer = ResultUploadSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = actions.record_result(pk, token, data["claim"], data)
+        return Response(ResultSerializer(result).data, status=status.HTTP_201_CREATED)

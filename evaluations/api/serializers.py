@@ -1,0 +1,330 @@
+"""Serializers of the evaluations API: the launch request, evaluations, results, agent reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from rest_framework import serializers
+
+from evaluations.models import Evaluation, Result, StatusChange
+from predictors.predictor import FRAMEWORKS
+from predictors.versioning import InvalidRange, validate_range
+
+TRACE_LEVELS = (
+    "none",
+    "application",
+    "model",
+    "framework",
+    "ml_library",
+    "system_library",
+    "hardware",
+    "full",
+)
+LATENCY_FIELDS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+MAX_BATCH_SIZE = 65536
+
+
+class VersionRangeField(serializers.CharField):
+    """An npm version range (`^1.2`, `>=1 <2`, `*`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 256)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(super().to_internal_value(data)).strip()
+        if value:
+            try:
+                validate_range(value)
+            except InvalidRange as error:
+                raise serializers.ValidationError(str(error)) from None
+        return value
+
+
+class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """`POST /api/v1/evaluations/`. Unknown fields are refused, so a typo is never ignored."""
+
+    model = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$", help_text="model name")
+    model_version = VersionRangeField(default="*", help_text="npm range, e.g. ^1.0")
+    framework = serializers.ChoiceField(choices=list(FRAMEWORKS))
+    framework_version = VersionRangeField(
+        default="", allow_blank=True, help_text="npm range the host's framework must satisfy"
+    )
+    dataset = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$", help_text="dataset name")
+    dataset_version = VersionRangeField(default="*")
+    split = serializers.RegexField(r"^[A-Za-z0-9._-]{1,64}$", default="validation")
+    limit = serializers.IntegerField(
+        min_value=1, allow_null=True, default=None, help_text="evaluate the first N inputs"
+    )
+    device = serializers.ChoiceField(choices=["cpu", "gpu"], default="cpu")
+    gpu_model = serializers.CharField(
+        max_length=128, allow_blank=True, default="", help_text="a substring of the GPU's name"
+    )
+    min_memory_gb = serializers.FloatField(
+        min_value=0,
+        allow_null=True,
+        default=None,
+        help_text="memory of the device it runs on: the GPU's for gpu, the host's for cpu",
+    )
+    arch = serializers.RegexField(
+        r"^[a-z0-9_]{0,32}$", allow_blank=True, default="", help_text="amd64, arm64, …"
+    )
+    hosts = serializers.ChoiceField(choices=["one", "all"], default="one")
+    batch_sizes = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_BATCH_SIZE),
+        min_length=1,
+        max_length=16,
+        default=[1],
+    )
+    warmup = serializers.IntegerField(min_value=0, max_value=10000, default=1)
+    repeat = serializers.IntegerField(min_value=1, max_value=10000, default=1)
+    seed = serializers.IntegerField(min_value=0, max_value=2**32 - 1, default=0)
+    cold_start = serializers.BooleanField(
+        default=False, help_text="time the first predictions: no warm-up"
+    )
+    threads = serializers.IntegerField(min_value=1, max_value=1024, allow_null=True, default=None)
+    trace_level = serializers.ChoiceField(choices=list(TRACE_LEVELS), default="model")
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("the request must be a JSON object")
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+    def validate_batch_sizes(self, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError(f"names a batch size twice: {value}")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["gpu_model"] and attrs["device"] != "gpu":
+            raise serializers.ValidationError({"gpu_model": ["needs device gpu"]})
+        if attrs["cold_start"]:
+            if "warmup" in self.initial_data and attrs["warmup"] != 0:
+                raise serializers.ValidationError(
+                    {"warmup": ["a cold start runs no warm-up; leave warmup out or set it to 0"]}
+                )
+            attrs["warmup"] = 0
+        return attrs
+
+
+class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = StatusChange
+        fields = ["status", "reason", "at", "attempt", "host"]
+
+
+class ResultSerializer(serializers.ModelSerializer[Result]):
+    accuracy = serializers.SerializerMethodField()
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Result
+        fields = [
+            "accuracy",
+            "latency",
+            "throughput",
+            "content_hash",
+            "host",
+            "stack",
+            "details",
+            "created_at",
+        ]
+
+    def get_accuracy(self, result: Result) -> dict[str, Any]:
+        return {"top1": result.top1, "top5": result.top5, "count": result.count}
+
+
+class ResultWithPredictionsSerializer(ResultSerializer):
+    class Meta(ResultSerializer.Meta):
+        fields = [*ResultSerializer.Meta.fields, "predictions"]
+
+
+class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
+    """An evaluation as lists and WebSocket events show it."""
+
+    url = serializers.SerializerMethodField()
+    user = serializers.SerializerMethodField()
+    model = serializers.SerializerMethodField()
+    dataset = serializers.SerializerMethodField()
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    progress = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField()
+    accuracy = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Evaluation
+        fields = [
+            "id",
+            "url",
+            "user",
+            "model",
+            "dataset",
+            "framework",
+            "framework_version",
+            "device",
+            "status",
+            "reason",
+            "progress",
+            "cancel_requested",
+            "host",
+            "queue",
+            "attempts",
+            "trace_id",
+            "group",
+            "accuracy",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_url(self, evaluation: Evaluation) -> str:
+        return reverse("api-evaluation-detail", kwargs={"pk": evaluation.pk})
+
+    def get_user(self, evaluation: Evaluation) -> str:
+        return evaluation.user.get_username()
+
+    def get_model(self, evaluation: Evaluation) -> dict[str, Any]:
+        return {
+            "id": evaluation.model_id,
+            "name": evaluation.model_name,
+            "version": evaluation.model_version,
+            "framework": evaluation.framework,
+        }
+
+    def get_dataset(self, evaluation: Evaluation) -> dict[str, Any]:
+        return {
+            "id": evaluation.dataset_id,
+            "name": evaluation.dataset_name,
+            "version": evaluation.dataset_version,
+            "split": evaluation.split,
+        }
+
+    def get_progress(self, evaluation: Evaluation) -> dict[str, int]:
+        return {"done": evaluation.progress_done, "total": evaluation.progress_total}
+
+    def get_reason(self, evaluation: Evaluation) -> str:
+        """Why it is in its current status (the latest change's reason)."""
+        history = list(evaluation.history.all())  # prefetched by the views
+        return history[-1].reason if history else ""
+
+    def get_accuracy(self, evaluation: Evaluation) -> dict[str, Any] | None:
+        result = getattr(evaluation, "result", None)
+        if result is None:
+            return None
+        return {"top1": result.top1, "top5": result.top5, "count": result.count}
+
+
+class EvaluationDetailSerializer(EvaluationSerializer):
+    """One evaluation with its request, status history and result."""
+
+    history = StatusChangeSerializer(many=True, read_only=True)
+    result = serializers.SerializerMethodField()
+
+    class Meta(EvaluationSerializer.Meta):
+        fields = [*EvaluationSerializer.Meta.fields, "request", "history", "result"]
+        read_only_fields = fields
+
+    def get_result(self, evaluation: Evaluation) -> dict[str, Any] | None:
+        result = getattr(evaluation, "result", None)
+        if result is None:
+            return None
+        full = self.context.get("predictions", False)
+        serializer = ResultWithPredictionsSerializer if full else ResultSerializer
+        return dict(serializer(result).data)
+
+
+# -- what agents send ------------------------------------------------------------------------
+
+
+class ClaimSerializer(serializers.Serializer[dict[str, Any]]):
+    host = serializers.IntegerField(min_value=1, help_text="the id of the agent's host")
+    dispatch = serializers.IntegerField(min_value=1, help_text="the message's dispatch number")
+
+
+class ProgressSerializer(serializers.Serializer[dict[str, Any]]):
+    claim = serializers.RegexField(r"^[0-9a-f]{32}$")
+    done = serializers.IntegerField(min_value=0)
+    total = serializers.IntegerField(min_value=0)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["done"] > attrs["total"]:
+            raise serializers.ValidationError({"done": ["is more than total"]})
+        return attrs
+
+
+class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
+    claim = serializers.RegexField(r"^[0-9a-f]{32}$")
+    status = serializers.ChoiceField(choices=[Evaluation.FAILED, Evaluation.CANCELLED])
+    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["status"] == Evaluation.FAILED and not attrs["reason"].strip():
+            raise serializers.ValidationError({"reason": ["a failure must say why"]})
+        return attrs
+
+
+class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
+    top1 = serializers.FloatField(min_value=0, max_value=1)
+    top5 = serializers.FloatField(min_value=0, max_value=1)
+    count = serializers.IntegerField(min_value=0)
+
+
+class LatencySerializer(serializers.Serializer[dict[str, Any]]):
+    mean_ms = serializers.FloatField(min_value=0)
+    p50_ms = serializers.FloatField(min_value=0)
+    p90_ms = serializers.FloatField(min_value=0)
+    p99_ms = serializers.FloatField(min_value=0)
+    min_ms = serializers.FloatField(min_value=0)
+    max_ms = serializers.FloatField(min_value=0)
+    std_ms = serializers.FloatField(min_value=0)
+    count = serializers.IntegerField(min_value=1)
+
+
+class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
+    top_k = serializers.IntegerField(min_value=1)
+    labels = serializers.ListField(child=serializers.IntegerField())
+    classes = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
+    probabilities = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField())
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        count = len(attrs["labels"])
+        for name in ("classes", "probabilities"):
+            if len(attrs[name]) != count:
+                raise serializers.ValidationError(
+                    {name: [f"has {len(attrs[name])} rows for {count} labels"]}
+                )
+        return attrs
+
+
+class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
+    claim = serializers.RegexField(r"^[0-9a-f]{32}$")
+    accuracy = AccuracySerializer()
+    latency = serializers.DictField(child=LatencySerializer(), help_text="by batch size")
+    throughput = serializers.DictField(
+        child=serializers.FloatField(min_value=0), help_text="inputs per second, by batch size"
+    )
+    predictions = PredictionsSerializer()
+    content_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    stack = serializers.DictField()
+    details = serializers.DictField()
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if set(attrs["throughput"]) != set(attrs["latency"]):
+            raise serializers.ValidationError(
+                {"throughput": ["must name the same batch sizes as latency"]}
+            )
+        if len(attrs["predictions"]["labels"]) != attrs["accuracy"]["count"]:
+            raise serializers.ValidationError(
+                {"predictions": ["must hold one row per input that accuracy counts"]}
+            )
+        return attrs

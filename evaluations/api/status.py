@@ -1,0 +1,38 @@
+"""`POST /api/v1/evaluations/<id>/status/` (agent): finish as `failed` or `cancelled`.
+
+`{"claim", "status": "failed", "reason": "…"}`: the reason is the message a user acts on (a
+file missing from the store, the framework's error, a version outside the manifest's range).
+`{"claim", "status": "cancelled"}` confirms a cancel the user asked for.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evaluations import actions
+from evaluations.api.serializers import AgentStatusSerializer, EvaluationSerializer
+from evaluations.permissions import agent_token
+
+
+class EvaluationStatus(APIView):
+    required_scopes = {"POST": "agent"}
+
+    @extend_schema(
+        summary="Report that an evaluation failed or was cancelled (agents)",
+        request=AgentStatusSerializer,
+        responses=EvaluationSerializer,
+    )
+    def post(self, request: Request, pk: UUID) -> Response:
+        token = agent_token(request)
+        serializer = AgentStatusSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        evaluation = actions.report_status(
+            pk, token, data["claim"], data["status"], data["reason"].strip()
+        )
+        return Response(EvaluationSerializer(evaluation).data)

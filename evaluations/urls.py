@@ -1,0 +1,39 @@
+"""The evaluations API under /api/v1/."""
+
+from django.urls import path
+
+from evaluations.api import agent_config, cancel, claim, evaluations, progress, result, status
+
+urlpatterns = [
+    path("evaluations/", evaluations.EvaluationList.as_view(), name="api-evaluation-list"),
+    path(
+        "evaluations/<uuid:pk>/",
+        evaluations.EvaluationDetail.as_view(),
+        name="api-evaluation-detail",
+    ),
+    path(
+        "evaluations/<uuid:pk>/cancel/",
+        cancel.EvaluationCancel.as_view(),
+        name="api-evaluation-cancel",
+    ),
+    # The agents' side.
+    path(
+        "evaluations/<uuid:pk>/claim/", claim.EvaluationClaim.as_view(), name="api-evaluation-claim"
+    ),
+    path(
+        "evaluations/<uuid:pk>/progress/",
+        progress.EvaluationProgress.as_view(),
+        name="api-evaluation-progress",
+    ),
+    path(
+        "evaluations/<uuid:pk>/status/",
+        status.EvaluationStatus.as_view(),
+        name="api-evaluation-status",
+    ),
+    path(
+        "evaluations/<uuid:pk>/result/",
+        result.EvaluationResult.as_view(),
+        name="api-evaluation-result",
+    ),
+    path("agent/config/", agent_config.AgentConfig.as_view(), name="api-agent-config"),
+]

@@ -1,0 +1,211 @@
+// Evaluation page: keeps the status, progress, history and results current without a reload.
+// The page embeds the evaluation as GET /api/v1/evaluations/<id>/ shows it; the WebSocket
+// /ws/evaluations/<id>/ sends a snapshot of the same shape and then every event. Only when the
+// socket closes before the evaluation finishes does the page poll the REST endpoint instead.
+(function () {
+  "use strict";
+  var script = document.getElementById("evaluation-script");
+  var state = JSON.parse(document.getElementById("evaluation-data").textContent);
+  var FINISHED = ["succeeded", "failed", "cancelled"];
+  var POLL_MS = 2000;
+  var polling = false;
+
+  function $(id) { return document.getElementById(id); }
+  function finished() { return FINISHED.indexOf(state.status) >= 0; }
+  function when(iso) { return iso ? iso.replace("T", " ").slice(0, 19) : "—"; }
+  function el(tag, text, className) {
+    var node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+  function ms(value) { return typeof value === "number" ? value.toFixed(value < 10 ? 3 : 1) : "—"; }
+  function percent(value) { return typeof value === "number" ? (value * 100).toFixed(2) + " %" : "—"; }
+
+  function setLive(mode, text) {
+    var live = $("live");
+    live.className = "live " + mode;
+    live.querySelector(".text").textContent = text;
+  }
+
+  function renderStatus() {
+    var badge = $("status");
+    badge.className = "status " + state.status;
+    badge.textContent = state.status;
+    $("status-reason").textContent = state.reason || "";
+    document.title = document.title.replace(/^\[[a-z]+\] /, "");
+    if (!finished()) document.title = "[" + state.status + "] " + document.title;
+
+    var done = state.progress ? state.progress.done : 0;
+    var total = state.progress ? state.progress.total : 0;
+    var bar = $("progress");
+    var share = total ? done / total : (state.status === "succeeded" ? 1 : 0);
+    bar.querySelector("span").style.width = (share * 100).toFixed(1) + "%";
+    bar.setAttribute("aria-valuenow", String(done));
+    bar.setAttribute("aria-valuemax", String(total));
+    $("progress-text").textContent = total
+      ? done + " of " + total + " predictions (" + Math.floor(share * 100) + " %)"
+      : (finished() ? "" : "waiting for a host to start it…");
+
+    $("fact-host").textContent = state.host || "—";
+    $("fact-framework-version").textContent = state.framework_version || "—";
+    $("fact-attempts").textContent = String(state.attempts);
+    $("fact-started").textContent = when(state.started_at);
+    $("fact-finished").textContent = when(state.finished_at);
+
+    $("cancel-form").hidden = finished();
+    var cancel = $("cancel-button");
+    cancel.disabled = !!state.cancel_requested;
+    cancel.textContent = state.cancel_requested ? "Cancelling…" : "Cancel";
+  }
+
+  function renderHistory() {
+    var rows = (state.history || []).map(function (change) {
+      var row = el("tr");
+      row.append(el("td", when(change.at).slice(11), "nowrap"));
+      var cell = el("td");
+      cell.append(el("span", change.status, "status " + change.status));
+      row.append(cell, el("td", change.reason), el("td", change.host || "—"),
+        el("td", change.attempt, "num"));
+      return row;
+    });
+    $("history").querySelector("tbody").replaceChildren.apply(
+      $("history").querySelector("tbody"), rows);
+  }
+
+  function pair(list, term, value) {
+    if (value === undefined || value === null || value === "") return;
+    list.append(el("dt", term), el("dd", value));
+  }
+
+  function renderResult() {
+    var result = state.result;
+    $("results").hidden = !result;
+    if (!result) return;
+    var accuracy = $("accuracy");
+    accuracy.replaceChildren();
+    [["Top-1", percent(result.accuracy.top1)], ["Top-5", percent(result.accuracy.top5)],
+      ["Inputs", result.accuracy.count]].forEach(function (metric) {
+      var box = el("div", null, "metric-box");
+      box.append(el("span", metric[0], "label"), el("strong", metric[1], "value"));
+      accuracy.append(box);
+    });
+
+    var sizes = Object.keys(result.latency || {}).sort(function (a, b) { return a - b; });
+    var rows = sizes.map(function (size) {
+      var l = result.latency[size];
+      var row = el("tr");
+      row.dataset.batchSize = size;
+      row.append(el("th", size, "num"));
+      ["mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms"].forEach(function (key) {
+        row.append(el("td", ms(l[key]), "num"));
+      });
+      row.append(el("td", l.count, "num"));
+      var throughput = result.throughput ? result.throughput[size] : null;
+      row.append(el("td", typeof throughput === "number" ? throughput.toFixed(1) : "—", "num"));
+      return row;
+    });
+    $("latency").querySelector("tbody").replaceChildren.apply(
+      $("latency").querySelector("tbody"), rows);
+
+    var stack = $("stack");
+    var s = result.stack || {};
+    stack.replaceChildren();
+    pair(stack, "Host", result.host || s.host);
+    pair(stack, "Architecture", s.architecture);
+    if (s.cpu) pair(stack, "CPU", [s.cpu.model, s.cpu.usable_cores && s.cpu.usable_cores + " usable cores"].filter(Boolean).join(", "));
+    if (s.memory_bytes) pair(stack, "Memory", (s.memory_bytes / Math.pow(2, 30)).toFixed(1) + " GiB");
+    (s.gpus || []).forEach(function (gpu) {
+      pair(stack, "GPU " + gpu.index, [gpu.name, gpu.memory_bytes && (gpu.memory_bytes / Math.pow(2, 30)).toFixed(0) + " GiB",
+        gpu.cuda_driver && "CUDA " + gpu.cuda_driver].filter(Boolean).join(", "));
+    });
+    if (s.os) pair(stack, "OS", s.os.platform || s.os.system);
+    if (s.python) pair(stack, "Python", s.python.version);
+    pair(stack, "NumPy", s.numpy);
+    Object.keys(s.frameworks || {}).forEach(function (name) {
+      pair(stack, name, s.frameworks[name]);
+    });
+    pair(stack, "Manifest sha256", result.content_hash);
+  }
+
+  function render() {
+    renderStatus();
+    renderHistory();
+    renderResult();
+  }
+
+  function sameChange(a, b) {
+    return a.status === b.status && a.at === b.at && a.attempt === b.attempt;
+  }
+
+  function handle(message) {
+    if (message.type === "snapshot") {
+      state = message.evaluation;
+    } else if (message.type === "status") {
+      Object.assign(state, message.evaluation);
+      var change = { status: message.status, reason: message.reason, at: message.at,
+        attempt: message.attempt, host: message.host };
+      state.history = state.history || [];
+      if (!state.history.some(function (known) { return sameChange(known, change); })) {
+        state.history.push(change);
+      }
+      if (message.status === "succeeded" && !state.result) refresh();
+    } else if (message.type === "progress") {
+      state.status = message.status;
+      state.progress = { done: message.done, total: message.total };
+    } else if (message.type === "cancel_requested") {
+      Object.assign(state, message.evaluation);
+    }
+    render();
+    if (finished()) setLive("done", "finished");
+  }
+
+  // The REST endpoint: the result after success, and the fallback when the socket is gone.
+  function refresh() {
+    return fetch(script.dataset.api, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("HTTP " + response.status);
+        return response.json();
+      })
+      .then(function (data) { state = data; render(); });
+  }
+
+  function poll() {
+    if (polling) return;
+    polling = true;
+    setLive("polling", "reconnecting: checking every " + POLL_MS / 1000 + " s");
+    (function tick() {
+      refresh().then(function () {
+        if (finished()) { setLive("done", "finished"); polling = false; return; }
+        setTimeout(tick, POLL_MS);
+      }, function () {
+        setLive("polling", "the hub does not answer; retrying");
+        setTimeout(tick, POLL_MS * 2);
+      });
+    })();
+  }
+
+  function connect() {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket;
+    try {
+      socket = new WebSocket(scheme + location.host + script.dataset.socket);
+    } catch (error) {
+      poll();
+      return;
+    }
+    socket.addEventListener("open", function () { setLive("connected", "live"); });
+    socket.addEventListener("message", function (event) { handle(JSON.parse(event.data)); });
+    socket.addEventListener("close", function () {
+      if (finished()) { setLive("done", "finished"); return; }
+      poll();
+    });
+  }
+
+  render();
+  if (finished()) {
+    setLive("done", "finished");
+  } else {
+    connect();
+  }
+})();

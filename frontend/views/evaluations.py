@@ -1,0 +1,204 @@
+"""The launch form and the evaluation pages.
+
+The launch form validates with the API's own request serializer and launches with
+`evaluations.actions.launch_evaluation`; the evaluation page embeds the evaluation as
+`GET /api/v1/evaluations/<id>/` shows it, and its script keeps it current from the WebSocket
+`/ws/evaluations/<id>/` (or, when the socket closes, by polling that endpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from evaluations import actions
+from evaluations.api.serializers import (
+    TRACE_LEVELS,
+    EvaluationDetailSerializer,
+    EvaluationRequestSerializer,
+)
+from evaluations.models import Evaluation
+from frontend import display
+from frontend.forms import LaunchForm
+from hub.api.errors import ApiError
+from hub.api.errors import _flatten as flatten_errors  # the API's own DRF → path mapping
+from hub.models import Host, Manifest
+from predictors.predictor import FRAMEWORKS
+from predictors.versioning import version_key
+
+TRACE_LEVEL_MEANINGS = {
+    "none": "no spans: the fastest run",
+    "application": "pipeline stages: read, decode, preprocess, predict, postprocess",
+    "model": "+ one span per batch inference",
+    "framework": "+ one span per layer",
+    "ml_library": "+ framework ops and kernels",
+    "system_library": "+ CUDA runtime calls, GPU kernels, copies",
+    "hardware": "+ GPU and CPU counters",
+    "full": "everything",
+}
+
+# The launch request's error paths that name no field of the form, and the field that shows them.
+_ERROR_FIELDS = {"version": "model_version"}
+
+
+def _catalog(request: HttpRequest) -> dict[str, Any]:
+    """What the user can launch: models with their versions and frameworks, and datasets."""
+    visible = Manifest.objects.visible_to(request.user)
+    models: dict[str, dict[str, Any]] = {}
+    for name, version, framework, content in visible.filter(kind=Manifest.MODEL).values_list(
+        "name", "version", "framework", "content"
+    ):
+        entry = models.setdefault(name, {"versions": set(), "frameworks": set(), "dataset": ""})
+        entry["versions"].add(version)
+        entry["frameworks"].add(framework)
+        entry["dataset"] = entry["dataset"] or (content.get("attributes") or {}).get(
+            "training_dataset", ""
+        )
+    for entry in models.values():
+        entry["versions"] = sorted(entry["versions"], key=version_key, reverse=True)
+        entry["frameworks"] = sorted(entry["frameworks"])
+    datasets: dict[str, dict[str, Any]] = {}
+    for name, version, content in visible.filter(kind=Manifest.DATASET).values_list(
+        "name", "version", "content"
+    ):
+        entry = datasets.setdefault(name, {"versions": set(), "splits": set()})
+        entry["versions"].add(version)
+        entry["splits"].update((content.get("splits") or {}).keys())
+    for entry in datasets.values():
+        entry["versions"] = sorted(entry["versions"], key=version_key, reverse=True)
+        entry["splits"] = sorted(entry["splits"])
+    return {"models": dict(sorted(models.items())), "datasets": dict(sorted(datasets.items()))}
+
+
+def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> LaunchForm:
+    initial: dict[str, Any] = {}
+    chosen = request.GET.get("model", "")
+    if chosen in catalog["models"]:
+        model = catalog["models"][chosen]
+        initial["model"] = chosen
+        initial["model_version"] = request.GET.get("version") or "*"
+        framework = request.GET.get("framework", "")
+        initial["framework"] = (
+            framework if framework in model["frameworks"] else model["frameworks"][0]
+        )
+        if model["dataset"] in catalog["datasets"]:
+            initial["dataset"] = model["dataset"]
+    return LaunchForm(
+        data,
+        initial=initial,
+        models=[(name, name) for name in catalog["models"]],
+        frameworks=[(f, display.framework_name(f)) for f in FRAMEWORKS],
+        datasets=[(name, name) for name in catalog["datasets"]],
+        trace_levels=[(t, f"{t} — {TRACE_LEVEL_MEANINGS.get(t, '')}") for t in TRACE_LEVELS],
+    )
+
+
+def _add_errors(form: LaunchForm, errors: list[dict[str, Any]]) -> None:
+    """Show each error of the API's format beside the field its path names."""
+    for error in errors:
+        path = str(error.get("path") or "")
+        head, _, rest = path.partition(".")
+        name = _ERROR_FIELDS.get(head, head)
+        message = str(error["message"])
+        if name in form.fields:
+            if rest.isdigit():  # an item of batch_sizes
+                message = f"item {int(rest) + 1}: {message}"
+            form.add_error(name, message)
+        else:
+            form.add_error(None, f"{path}: {message}" if path else message)
+
+
+@login_required
+def launch(request: HttpRequest) -> HttpResponse:
+    catalog = _catalog(request)
+    form = _form(request, catalog)
+    if request.method == "POST":
+        form = _form(request, catalog, request.POST)
+        if form.is_valid():
+            serializer = EvaluationRequestSerializer(data=form.request())
+            if serializer.is_valid():
+                try:
+                    launched = actions.launch_evaluation(
+                        request.user,  # type: ignore[arg-type]
+                        serializer.validated_data,
+                    )
+                except ApiError as error:
+                    _add_errors(form, error.errors)
+                else:
+                    first = launched[0]
+                    if len(launched) == 1:
+                        return redirect("evaluation", pk=first.pk)
+                    messages.success(
+                        request, f"Launched {len(launched)} evaluations, one on each host."
+                    )
+                    return redirect(reverse("evaluations") + f"?group={first.group}")
+            else:
+                _add_errors(form, flatten_errors(serializer.errors))
+    hosts = Host.objects.live()
+    return render(
+        request,
+        "frontend/launch.html",
+        {"form": form, "catalog": catalog, "hosts": hosts},
+        status=400 if form.errors else 200,
+    )
+
+
+def _visible(request: HttpRequest) -> Any:
+    return (
+        Evaluation.objects.visible_to(request.user)
+        .select_related("user", "host", "result")
+        .prefetch_related("history")
+    )
+
+
+@login_required
+def evaluation(request: HttpRequest, pk: UUID) -> HttpResponse:
+    item = get_object_or_404(_visible(request), pk=pk)
+    detail = EvaluationDetailSerializer(item).data
+    return render(
+        request,
+        "frontend/evaluation.html",
+        {
+            "evaluation": item,
+            "detail": detail,
+            "framework_name": display.framework_name(item.framework),
+            "api_url": reverse("api-evaluation-detail", kwargs={"pk": item.pk}),
+            "socket_path": f"/ws/evaluations/{item.pk}/",
+        },
+    )
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
+    get_object_or_404(_visible(request), pk=pk)
+    try:
+        actions.cancel_evaluation(pk, request.user)  # type: ignore[arg-type]
+    except ApiError as error:
+        messages.error(request, error.errors[0]["message"])
+    else:
+        messages.success(request, "Cancellation requested.")
+    return redirect("evaluation", pk=pk)
+
+
+@login_required
+def evaluations(request: HttpRequest) -> HttpResponse:
+    items = _visible(request)
+    group = request.GET.get("group", "")
+    if group:
+        try:
+            items = items.filter(group=UUID(group))
+        except ValueError:
+            raise Http404("No such group of evaluations.") from None
+    return render(
+        request,
+        "frontend/evaluations.html",
+        {"evaluations": items[:200], "group": group},
+    )

@@ -1,0 +1,513 @@
+"""The agent: the daemon that runs a hub's evaluations on this host.
+
+    mlms agent --hub URL [--token T | --token-file F] [--name NAME] [--frameworks F,...]
+               [--queues Q,...] [--concurrency 1] [--broker URL] [--cache DIR]
+
+(also `python -m predictors.agent …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
+the `agent` scope). The agent:
+
+1. reads the host's hardware and software stack (`predictors.introspection`) and the installed
+   frameworks, with the devices each can use here;
+2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up;
+3. asks the hub for the broker and its timings (`GET /api/v1/agent/config/`), unless `--broker`
+   or $CELERY_BROKER_URL name one;
+4. sends the host's heartbeats from a thread;
+5. consumes the Celery queues `host.<name>` (jobs for this host only) and one per capability
+   (`onnxruntime.cpu`, `pytorch.cuda`, …; `--queues` replaces those), with a Celery worker of
+   its own: thread pool, `--concurrency` jobs at once (1 by default, so that one job's timings
+   are not disturbed by another's), late acknowledgement and a prefetch of one message.
+
+A job (the task `mlmodelscope.evaluate` with [evaluation id, dispatch number]) is claimed over
+HTTP first: the hub answers with the manifests and options, or refuses a message that another
+agent claimed already. The evaluation runs in `predictors.evaluation` with the model and
+dataset files fetched from the hub (`DataManager`, `/api/v1/artifacts/`). A reporter thread
+sends the progress every few seconds, which also tells the hub the job is alive, and learns from
+the answer when the user cancelled: the evaluation then stops between two predictions and the
+agent reports `cancelled`. A failure is reported with its message; success with the result.
+
+The agent talks to the hub only over HTTP and the broker; it never imports Django.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from predictors import introspection, manifests
+from predictors.data import DataManager
+from predictors.evaluation import (
+    TRACE_LEVELS,
+    USER_ERRORS,
+    Evaluation,
+    EvaluationCancelled,
+    EvaluationOptions,
+    evaluate,
+)
+from predictors.hub_client import (
+    TASK_NAME,
+    HubClient,
+    HubError,
+    HubUnreachable,
+    capability_queue,
+    host_queue,
+)
+from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.versioning import is_valid_version
+
+__all__ = ["Agent", "main"]
+
+logger = logging.getLogger("mlmodelscope.agent")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The hub refuses these answers to a claim or report for good: the job is not (or no longer)
+# this agent's.
+_NOT_OURS = (403, 404, 409)
+
+
+@dataclass(frozen=True)
+class Timings:
+    heartbeat_seconds: float = 10.0
+    report_seconds: float = 2.0
+
+
+class Agent:
+    """One host's agent: registration, heartbeats, and the jobs (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: HubClient,
+        name: str,
+        *,
+        frameworks: Sequence[str] = FRAMEWORKS,
+        queues: Sequence[str] | None = None,
+        cache_dir: Path | None = None,
+        concurrency: int = 1,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.wanted = list(frameworks)
+        self.requested_queues = list(queues) if queues else None
+        self.cache_dir = cache_dir
+        self.concurrency = concurrency
+        self.host_id: int | None = None
+        self.timings = Timings()
+        self.stopping = threading.Event()
+        self._registration: dict[str, Any] | None = None
+
+    # -- the host --------------------------------------------------------------------------------
+
+    def registration(self) -> dict[str, Any]:
+        """What the agent registers: frameworks with their devices, hardware, software, queues."""
+        if self._registration is not None:
+            return self._registration
+        stack = introspection.stack(self.wanted)
+        frameworks = []
+        for name, version in stack["frameworks"].items():
+            if version is None:
+                continue
+            if not is_valid_version(version):
+                logger.warning("%s %s is not a semantic version; not offered", name, version)
+                continue
+            frameworks.append({"name": name, "version": version, "devices": _devices(name, stack)})
+        if not frameworks:
+            raise AgentError(
+                f"none of the frameworks {', '.join(self.wanted)} is installed on this host"
+            )
+        capabilities = [
+            capability_queue(entry["name"], device)
+            for entry in frameworks
+            for device in entry["devices"]
+        ]
+        self._registration = {
+            "name": self.name,
+            "frameworks": frameworks,
+            "devices": ["cpu"] + [f"gpu:{gpu['index']}" for gpu in stack["gpus"]],
+            "hardware": {
+                key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")
+            },
+            "software": {
+                key: stack[key] for key in ("os", "python", "numpy", "frameworks", "container")
+            }
+            | {"agent": {"concurrency": self.concurrency}},
+            "queues": [host_queue(self.name), *(self.requested_queues or capabilities)],
+        }
+        return self._registration
+
+    def register(self, wait_seconds: float = 60) -> int:
+        """Register the host, retrying while the hub does not answer; the host's id."""
+        payload = self.registration()
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                host = self.client.register_host(payload)
+                break
+            except HubUnreachable as exc:
+                if time.monotonic() > deadline:
+                    raise AgentError(str(exc)) from None
+                logger.info("waiting for the hub at %s", self.client.url)
+                self.stopping.wait(1)
+        self.host_id = int(host["id"])
+        logger.info(
+            "registered host %s (id %s): %s; queues %s",
+            self.name,
+            self.host_id,
+            ", ".join(
+                f"{f['name']} {f['version']} {'/'.join(f['devices'])}"
+                for f in payload["frameworks"]
+            ),
+            ", ".join(payload["queues"]),
+        )
+        return self.host_id
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self.registration()["queues"])
+
+    def configure(self, config: dict[str, Any]) -> None:
+        self.timings = Timings(
+            heartbeat_seconds=float(config.get("heartbeat_seconds", 10)),
+            report_seconds=float(config.get("report_seconds", 2)),
+        )
+
+    def heartbeat_forever(self) -> None:
+        while not self.stopping.wait(self.timings.heartbeat_seconds):
+            try:
+                assert self.host_id is not None
+                self.client.heartbeat(self.host_id)
+            except HubError as exc:
+                if exc.status == 404:  # the host was removed: register it again
+                    logger.warning("the hub forgot host %s; registering it again", self.name)
+                    try:
+                        self.register(wait_seconds=0)
+                    except (AgentError, HubError) as again:
+                        logger.warning("registration refused: %s", again)
+                else:
+                    logger.warning("heartbeat refused: %s", exc)
+            except HubUnreachable as exc:
+                logger.warning("heartbeat lost: %s", exc)
+
+    def start_heartbeat(self) -> threading.Thread:
+        thread = threading.Thread(target=self.heartbeat_forever, name="heartbeat", daemon=True)
+        thread.start()
+        return thread
+
+    # -- a job -----------------------------------------------------------------------------------
+
+    def run_job(self, evaluation_id: str, dispatch: int) -> str:
+        """Claim and run one evaluation; what became of it (for the log and the tests)."""
+        assert self.host_id is not None
+        try:
+            job = self.client.claim(evaluation_id, self.host_id, dispatch)
+        except HubError as exc:
+            if exc.status in _NOT_OURS:
+                logger.info("evaluation %s not claimed: %s", evaluation_id, exc)
+                return "not claimed"
+            raise
+        claim = job["claim"]
+        logger.info("evaluation %s claimed (attempt %s)", evaluation_id, job["attempt"])
+        reporter = _Reporter(self.client, evaluation_id, claim, self.timings.report_seconds)
+        reporter.start()
+        outcome: tuple[str, str] | None = None
+        evaluation: Evaluation | None = None
+        try:
+            evaluation = self._evaluate(job, reporter)
+        except EvaluationCancelled:
+            outcome = ("cancelled", "")
+        except USER_ERRORS as exc:
+            outcome = ("failed", " ".join(str(exc).split()))
+        except Exception as exc:
+            logger.exception("evaluation %s failed unexpectedly", evaluation_id)
+            outcome = ("failed", f"the agent hit an unexpected error: {type(exc).__name__}: {exc}")
+        finally:
+            reporter.stop()
+        if reporter.lost:
+            logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
+            return "lost"
+        try:
+            if outcome is not None:
+                self.client.report_status(evaluation_id, claim, *outcome)
+                logger.info("evaluation %s %s %s", evaluation_id, *outcome)
+                return outcome[0]
+            assert evaluation is not None
+            self.client.post_result(evaluation_id, claim, result_payload(job, evaluation))
+        except (HubError, HubUnreachable) as exc:
+            logger.error("could not report evaluation %s: %s", evaluation_id, exc)
+            return "unreported"
+        logger.info("evaluation %s succeeded", evaluation_id)
+        return "succeeded"
+
+    def _evaluate(self, job: dict[str, Any], reporter: _Reporter) -> Evaluation:
+        model = manifests.load(job["model"]["source"], kind="model")
+        dataset = manifests.load(job["dataset"]["source"], kind="dataset")
+        options = job["options"]
+        requested = options.get("trace_level") or "none"
+        data = DataManager(self.cache_dir, hub_url=self.client.url, token=self.client.token)
+        return evaluate(
+            model,
+            dataset,
+            EvaluationOptions(
+                batch_sizes=tuple(options["batch_sizes"]),
+                split=options["split"],
+                limit=options.get("limit"),
+                device="cpu" if job["device"] == "cpu" else "cuda",
+                warmup=int(options.get("warmup", 1)),  # 0 for a cold start (the hub sees to it)
+                repeat=int(options.get("repeat", 1)),
+                threads=options.get("threads"),
+                seed=int(options.get("seed", 0)),
+                # The loop records the levels it knows; the finer ones come with the tracer.
+                trace_level=requested if requested in TRACE_LEVELS else "model",
+            ),
+            data.fetch,
+            progress=reporter.progress,
+            cancelled=reporter.cancelled.is_set,
+        )
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def celery_app(self, broker_url: str, transport_options: dict[str, Any]) -> Any:
+        """A Celery app that consumes this agent's queues and runs jobs with `run_job`."""
+        from celery import Celery
+
+        # No fix-ups: Celery's Django fix-up would import Django when DJANGO_SETTINGS_MODULE
+        # happens to be set in the environment.
+        app = Celery("mlmodelscope-agent", broker=broker_url, fixups=[], set_as_current=False)
+        app.conf.update(
+            broker_transport_options=transport_options,
+            broker_connection_retry_on_startup=True,
+            task_acks_late=True,
+            task_reject_on_worker_lost=True,
+            worker_prefetch_multiplier=1,
+            task_serializer="json",
+            accept_content=["json"],
+            task_ignore_result=True,
+            worker_enable_remote_control=False,
+            worker_send_task_events=False,
+            worker_hijack_root_logger=False,
+        )
+        agent = self
+
+        @app.task(name=TASK_NAME, bind=True, max_retries=60)  # type: ignore[untyped-decorator]
+        def run_evaluation(task: Any, evaluation_id: str, dispatch: int) -> str:
+            try:
+                return agent.run_job(evaluation_id, dispatch)
+            except HubUnreachable as exc:  # the hub is down: try the claim again later
+                raise task.retry(exc=exc, countdown=5) from None
+
+        return app
+
+    def work(self, broker_url: str, transport_options: dict[str, Any]) -> None:
+        """Consume the queues until the worker is stopped (SIGTERM, Ctrl-C)."""
+        app = self.celery_app(broker_url, transport_options)
+        worker = app.Worker(
+            pool="threads",
+            concurrency=self.concurrency,
+            queues=self.queues,
+            hostname=f"{self.name}@mlmodelscope",
+            without_gossip=True,
+            without_mingle=True,
+            without_heartbeat=True,
+            loglevel="INFO",
+        )
+        try:
+            worker.start()
+        finally:
+            self.stopping.set()
+
+
+class AgentError(Exception):
+    """The agent cannot start (no framework, the hub refused it, …)."""
+
+
+class _Reporter(threading.Thread):
+    """Sends a job's progress every `interval` seconds, from when it is claimed until it ends.
+
+    The evaluation loop calls `progress` and `cancelled.is_set`, which only read and write
+    attributes, so that reporting costs the timed loop nothing.
+    """
+
+    def __init__(self, client: HubClient, evaluation_id: str, claim: str, interval: float):
+        super().__init__(name=f"report-{evaluation_id[:8]}", daemon=True)
+        self.client = client
+        self.evaluation_id = evaluation_id
+        self.claim = claim
+        self.interval = interval
+        self.done = 0
+        self.total = 0
+        self.cancelled = threading.Event()
+        self.lost = False
+        self._finished = threading.Event()
+
+    def progress(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+    def run(self) -> None:
+        while True:
+            self.report()
+            if self._finished.wait(self.interval):
+                return
+
+    def report(self) -> None:
+        try:
+            if self.client.report_progress(self.evaluation_id, self.claim, self.done, self.total):
+                self.cancelled.set()
+        except HubError as exc:
+            if exc.status in _NOT_OURS:
+                self.lost = True
+                self.cancelled.set()
+            else:
+                logger.warning("progress of %s refused: %s", self.evaluation_id, exc)
+        except HubUnreachable as exc:
+            logger.warning("progress of %s not sent: %s", self.evaluation_id, exc)
+
+    def stop(self) -> None:
+        """Stop reporting, after a last report of where the job ended."""
+        self._finished.set()
+        self.join()
+        if not self.lost:
+            self.report()
+
+
+def _devices(framework: str, stack: dict[str, Any]) -> list[str]:
+    devices = ["cpu"]
+    if stack["gpus"]:
+        try:
+            predictor_class(framework).check_device("cuda")
+        except PredictorError as exc:
+            logger.info("%s cannot use the GPU here: %s", framework, exc)
+        else:
+            devices.append("gpu")
+    return devices
+
+
+def result_payload(job: dict[str, Any], evaluation: Evaluation) -> dict[str, Any]:
+    """The body of `POST /api/v1/evaluations/<id>/result/` for a finished evaluation."""
+    report = evaluation.result
+    per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
+    top_k = max((len(row) for row in evaluation.predictions), default=1)
+    return {
+        "accuracy": report["accuracy"],
+        "latency": {size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
+        "throughput": {size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
+        "predictions": {
+            "top_k": top_k,
+            "labels": [int(label) for label in evaluation.labels],
+            "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
+            "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
+        },
+        "content_hash": report["model"]["content_hash"],
+        "stack": introspection.stack([report["framework"]["name"]]),
+        "details": report | {"trace_level_requested": job["options"].get("trace_level")},
+    }
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def _default_name() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:128].lstrip("._-")
+    return name or "agent"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlms agent", description="Run a hub's evaluations on this host."
+    )
+    parser.add_argument(
+        "--hub", required=True, metavar="URL", help="the hub, e.g. http://127.0.0.1:8000"
+    )
+    parser.add_argument("--token", metavar="T", help="an agent token (default: $MLMS_AGENT_TOKEN)")
+    parser.add_argument(
+        "--token-file", type=Path, metavar="PATH", help="read the token from a file"
+    )
+    parser.add_argument(
+        "--name", default=_default_name(), help="the host's name at the hub (default: host name)"
+    )
+    parser.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        metavar="F[,F...]",
+        help="frameworks to offer, if installed (default: all)",
+    )
+    parser.add_argument(
+        "--queues",
+        metavar="Q[,Q...]",
+        help="capability queues to consume instead of one per framework and device "
+        "(host.<name> is always consumed)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, metavar="N", help="jobs at once (default: 1)"
+    )
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="the Celery broker (default: $CELERY_BROKER_URL, else what the hub says)",
+    )
+    parser.add_argument("--cache", type=Path, metavar="DIR", help="the download cache folder")
+    parser.add_argument(
+        "--wait", type=float, default=60, metavar="S", help="seconds to wait for the hub (60)"
+    )
+    return parser
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token:
+        return str(args.token)
+    if args.token_file:
+        return str(args.token_file.read_text(encoding="utf-8").strip())
+    token = os.environ.get("MLMS_AGENT_TOKEN", "").strip()
+    if not token:
+        raise AgentError("no token: pass --token or --token-file, or set MLMS_AGENT_TOKEN")
+    return token
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not _NAME.match(args.name):
+        print(
+            f"mlms agent: error: --name {args.name!r} may only use A-Z a-z 0-9 . _ -",
+            file=sys.stderr,
+        )
+        return 2
+    if args.concurrency < 1:
+        print("mlms agent: error: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        client = HubClient(args.hub, _token(args))
+        agent = Agent(
+            client,
+            args.name,
+            frameworks=[f.strip() for f in args.frameworks.split(",") if f.strip()],
+            queues=[q.strip() for q in args.queues.split(",") if q.strip()]
+            if args.queues
+            else None,
+            cache_dir=args.cache,
+            concurrency=args.concurrency,
+        )
+        agent.register(wait_seconds=args.wait)
+        config = client.agent_config()
+        agent.configure(config)
+        broker = args.broker or os.environ.get("CELERY_BROKER_URL") or config["broker_url"]
+        options = (
+            config.get("broker_transport_options", {}) if broker == config["broker_url"] else {}
+        )
+    except (AgentError, HubError, HubUnreachable, OSError) as exc:
+        print(f"mlms agent: error: {exc}", file=sys.stderr)
+        return 1
+    agent.start_heartbeat()
+    agent.work(broker, options)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""Fixtures of the evaluations tests: users and their clients, a small catalog, hosts, and the
+hub's broker, from which a test reads what the hub sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.evaluations.factories import Broker, catalog_manifests, register_hosts
+
+
+@pytest.fixture(scope="session", autouse=True)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The hub's Celery broker. On the embedded default (a filesystem broker) it is moved to a
+    folder of the test session's own, so that no agent of a running hub sees the tests' jobs."""
+    from mlmodelscope.celery import app
+
+    if str(app.conf.broker_url).startswith("filesystem"):
+        folder = tmp_path_factory.mktemp("broker")
+        for sub in ("queue", "processed", "control"):
+            (folder / sub).mkdir()
+        app.conf.broker_transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+        }
+    yield Broker(app)
+
+
+@pytest.fixture(autouse=True)
+def _evaluation_settings(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No sweep loop in the test process (tests call the sweep themselves); an empty store."""
+    settings.EVALUATION_SWEEP_SECONDS = 0
+    settings.EVALUATION_MAX_ATTEMPTS = 2
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    settings.ARTIFACT_ROOT = root
+
+
+@pytest.fixture
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice")
+
+
+@pytest.fixture
+def bob(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("bob")
+
+
+@pytest.fixture
+def staff(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("root", is_staff=True)
+
+
+@pytest.fixture
+def alice_client(make_client, alice) -> APIClient:  # type: ignore[no-untyped-def]
+    return make_client(alice, scopes=["read", "evaluate"])  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def bob_client(make_client, bob) -> APIClient:  # type: ignore[no-untyped-def]
+    return make_client(bob, scopes=["read", "write", "evaluate"])  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def agent(make_client, django_user_model) -> APIClient:  # type: ignore[no-untyped-def]
+    """The agent token of the operator who runs the hosts."""
+    operator = django_user_model.objects.create_user("operator")
+    return make_client(operator, scopes=["agent"])  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def catalog(bob_client) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Public model `m` (1.0.0 and 1.1.0, onnxruntime), Bob's private model `secret`, public
+    dataset `d` and Bob's private dataset `hidden`."""
+    return catalog_manifests(bob_client)
+
+
+@pytest.fixture
+def hosts(agent, catalog) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Live hosts: cpu-1 and cpu-2 (onnxruntime 1.17 on cpu, 16 GiB, amd64, both consuming
+    onnxruntime.cpu) and gpu-1 (onnxruntime 1.18 on cpu and an A100 40 GB, arm64, consuming
+    onnxruntime.cpu and onnxruntime.cuda)."""
+    return register_hosts(agent)

@@ -1,0 +1,46 @@
+"""What an agent token may do: fetch the files of the jobs its hosts run (private ones included,
+while they run), and read its broker configuration; nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.evaluations.factories import claim, launch, launched_id, post_result, result_body
+from tests.hub.factories import model_yaml, upload
+
+pytestmark = pytest.mark.django_db
+
+FILE_URL = "/api/v1/artifacts/models/private-net/1.0.0/net.onnx"
+
+
+def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job(
+    bob_client, agent, make_client, django_user_model, hosts
+) -> None:
+    text = model_yaml("private-net", graph_file="net.onnx")
+    assert upload(bob_client, text, {"net.onnx": b"weights"}).status_code == 201
+    evaluation_id = launched_id(launch(bob_client, model="private-net"))
+    other_agent = make_client(django_user_model.objects.create_user("other"), scopes=["agent"])
+
+    assert agent.get(FILE_URL).status_code == 404  # dispatched, not claimed yet
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+
+    response = agent.get(FILE_URL)
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == b"weights"
+    assert other_agent.get(FILE_URL).status_code == 404
+
+    post_result(agent, evaluation_id, result_body(job["claim"]))
+    assert agent.get(FILE_URL).status_code == 404  # finished
+
+
+def test_the_agent_config_names_the_broker(agent, alice_client, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.HOST_LIVE_SECONDS = 30
+
+    response = agent.get("/api/v1/agent/config/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["broker_url"] == settings.AGENT_BROKER_URL
+    assert body["task_name"] == "mlmodelscope.evaluate"
+    assert body["heartbeat_seconds"] == 6 and body["report_seconds"] == 2
+    assert alice_client.get("/api/v1/agent/config/").status_code == 403

@@ -1,0 +1,437 @@
+"""End to end, in real processes: a hub served by daphne (with its own database and broker) and
+two agents (`python -m predictors.agent`) consuming the same capability queue, evaluating the
+zoo's digits-cnn on onnxruntime on the CPU.
+
+On the embedded default the hub and the agents share a filesystem broker (the agents learn its
+folder from the hub); with CELERY_BROKER_URL=redis://… they share Redis, and with
+DATABASE_URL=postgres://… the hub gets a fresh PostgreSQL database of its own. The tests run in
+file order: the last one kills an agent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from predictors.hub_client import HubError, evaluate_remote
+from tests.predictors.zoo_store import zoo_store
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENTS = ("e2e-a", "e2e-b")
+QUEUES = ("onnxruntime.cpu", *(f"host.{name}" for name in AGENTS))
+LIVE_SECONDS = 5
+
+pytestmark = pytest.mark.frameworks
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveHub:
+    """A hub and its agents, each a process of its own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "MLMS_AGENT_TOKEN")
+        }
+        self.env.update(
+            MLMS_VAR_DIR=str(folder / "var"),
+            ARTIFACT_ROOT=str(zoo_store(("digits", "digits-cnn"))),
+            HOST_LIVE_SECONDS=str(LIVE_SECONDS),
+            EVALUATION_SWEEP_SECONDS="1",
+            EVALUATION_MAX_ATTEMPTS="3",
+        )
+        if not os.environ.get("CELERY_BROKER_URL", "").startswith("redis"):
+            self.env.pop("CELERY_BROKER_URL", None)
+            self.env.pop("CHANNEL_LAYER_URL", None)
+        self.database = ""
+        if os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
+            self.database = f"mlms_e2e_{secrets.token_hex(4)}"
+            self._postgres(f"CREATE DATABASE {self.database}")
+            base = os.environ["DATABASE_URL"].rsplit("/", 1)[0]
+            self.env["DATABASE_URL"] = f"{base}/{self.database}"
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.token = ""
+        self.agent_token_file = Path()
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        log = (self.folder / f"{name}.log").open("wb")
+        self.processes[name] = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def start(self) -> None:
+        self.manage("migrate", "--noinput")
+        self.manage("load_manifests")
+        self.token = self.manage(
+            "create_token", "--user", "alice", "--create-user", "--scopes", "read,write,evaluate"
+        ).splitlines()[-1]
+        self.agent_token_file = Path(self.manage("agent_token"))
+        self._purge_queues()
+        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        self.spawn("hub", [*daphne, "mlmodelscope.asgi:application"], self.env)
+        self.wait(lambda: self.get("manifests/")[0] == 200, "the hub to answer", 30)
+        for name in AGENTS:
+            self.start_agent(name)
+        self.wait(
+            lambda: {h["name"] for h in self.get("hosts/?live=1")[1]["results"]} >= set(AGENTS),
+            "both agents to register",
+            60,
+        )
+
+    def start_agent(self, name: str) -> None:
+        env = {k: v for k, v in self.env.items() if k not in ("DATABASE_URL", "MLMS_VAR_DIR")}
+        command = [sys.executable, "-m", "predictors.agent", "--hub", self.url]
+        command += ["--token-file", str(self.agent_token_file), "--name", name]
+        command += ["--frameworks", "onnxruntime", "--cache", str(self.folder / f"cache-{name}")]
+        self.spawn(name, command, env)
+
+    def kill(self, name: str) -> None:
+        self.processes[name].send_signal(signal.SIGKILL)
+        self.processes[name].wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.database:
+            self._postgres(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name} ---\n" + path.read_text(errors="replace")[-3000:]
+            for path in sorted(self.folder.glob("*.log"))
+        )
+
+    def wait(self, condition: Callable[[], Any], what: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                value = condition()
+            except (requests.ConnectionError, KeyError):
+                value = None
+            if value:
+                return value
+            for name, process in self.processes.items():
+                assert process.poll() is None or name in self.killed, (
+                    f"{name} exited\n{self.logs()}"
+                )
+            assert time.monotonic() < deadline, f"waited {timeout} s for {what}\n{self.logs()}"
+            time.sleep(0.2)
+
+    @property
+    def killed(self) -> set[str]:
+        return {n for n, p in self.processes.items() if p.returncode == -signal.SIGKILL}
+
+    # -- API ---------------------------------------------------------------------------------
+
+    def get(self, path: str) -> tuple[int, Any]:
+        response = requests.get(f"{self.url}/api/v1/{path}", headers=self._auth(), timeout=10)
+        return response.status_code, response.json()
+
+    def launch(self, **fields: Any) -> str:
+        body = {"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", **fields}
+        response = requests.post(
+            f"{self.url}/api/v1/evaluations/", json=body, headers=self._auth(), timeout=30
+        )
+        assert response.status_code == 201, response.text
+        return str(response.json()["evaluations"][0]["id"])
+
+    def evaluation(self, evaluation_id: str) -> dict[str, Any]:
+        status, body = self.get(f"evaluations/{evaluation_id}/")
+        assert status == 200, body
+        return body  # type: ignore[no-any-return]
+
+    def finished(self, evaluation_id: str, timeout: float = 90) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            body = self.evaluation(evaluation_id)
+            return body if body["status"] in ("succeeded", "failed", "cancelled") else None
+
+        return self.wait(done, f"evaluation {evaluation_id} to finish", timeout)  # type: ignore[no-any-return]
+
+    def result_rows(self, evaluation_id: str) -> int:
+        """Result rows of the evaluation, counted in the hub's own database."""
+        query = "SELECT COUNT(*) FROM evaluations_result WHERE evaluation_id = "
+        if self.database:
+            import psycopg
+
+            with psycopg.connect(self.env["DATABASE_URL"]) as connection:
+                row = connection.execute(query + "%s", (evaluation_id,)).fetchone()
+        else:
+            with sqlite3.connect(self.folder / "var" / "db.sqlite3") as connection:
+                row = connection.execute(query + "?", (evaluation_id.replace("-", ""),)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def _postgres(self, statement: str) -> None:
+        import psycopg
+
+        server = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(server, autocommit=True) as connection:
+            connection.execute(statement)  # type: ignore[arg-type]
+
+    def _purge_queues(self) -> None:
+        broker = self.env.get("CELERY_BROKER_URL", "")
+        if broker.startswith("redis"):  # jobs of earlier runs that no hub knows any more
+            from kombu import Connection
+
+            with Connection(broker) as connection:
+                for queue in QUEUES:
+                    connection.default_channel.queue_purge(queue)
+
+
+class WebSocket:
+    """A minimal WebSocket client (RFC 6455, text frames) over a plain socket."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        key = base64.b64encode(secrets.token_bytes(16)).decode()
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        self.sock.sendall(
+            (
+                f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            assert chunk, "the server closed the connection"
+            data += chunk
+        return data
+
+    def receive(self) -> dict[str, Any]:
+        first, second = self._exactly(2)
+        length = second & 0x7F
+        if length == 126:
+            length = int.from_bytes(self._exactly(2), "big")
+        elif length == 127:
+            length = int.from_bytes(self._exactly(8), "big")
+        payload = self._exactly(length)
+        assert first & 0x0F == 1, f"expected a text frame, got opcode {first & 0x0F}"
+        return json.loads(payload)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
+    live = LiveHub(tmp_path_factory.mktemp("e2e"))
+    try:
+        live.start()
+        yield live
+    finally:
+        live.stop()
+
+
+def test_digits_cnn_runs_on_an_agent_to_succeeded_and_streams_live(hub: LiveHub) -> None:
+    stream = WebSocket(f"ws://127.0.0.1:{hub.port}/ws/evaluations/?token={hub.token}")
+    assert stream.receive()["type"] == "snapshot"
+
+    evaluation_id = hub.launch(batch_sizes=[1, 32])
+    body = hub.finished(evaluation_id)
+
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    assert [h["status"] for h in body["history"]] == [
+        "queued",
+        "dispatched",
+        "running",
+        "succeeded",
+    ]
+    assert body["host"] in AGENTS and body["framework_version"]
+    assert body["progress"]["done"] == body["progress"]["total"] > 0
+    result = body["result"]
+    assert result["accuracy"]["top1"] >= 0.95 and result["accuracy"]["count"] == 360
+    for size in ("1", "32"):
+        latency = result["latency"][size]
+        assert 0 < latency["min_ms"] <= latency["p50_ms"] <= latency["p90_ms"]
+        assert latency["p90_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+        assert latency["mean_ms"] > 0 and latency["std_ms"] >= 0
+        assert result["throughput"][size] > 0
+    _, manifests = hub.get("manifests/?name=digits-cnn&framework=onnxruntime")
+    assert result["content_hash"] == manifests["results"][0]["content_hash"]
+    assert result["stack"]["frameworks"]["onnxruntime"] == body["framework_version"]
+
+    seen = []
+    while not seen or seen[-1] != "succeeded":
+        event = stream.receive()
+        if event["type"] == "status" and event["id"] == evaluation_id:
+            seen.append(event["status"])
+    stream.close()
+    assert seen == ["queued", "dispatched", "running", "succeeded"]
+
+
+def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None:
+    ids = [hub.launch(batch_sizes=[1], repeat=3) for _ in range(10)]
+
+    bodies = [hub.finished(evaluation_id) for evaluation_id in ids]
+
+    assert [b["status"] for b in bodies] == ["succeeded"] * 10, hub.logs()
+    assert {b["host"] for b in bodies} == set(AGENTS)
+    assert all(b["queue"] == "onnxruntime.cpu" and b["attempts"] == 1 for b in bodies)
+
+
+def test_evaluate_remote_launches_and_waits_for_the_result(hub: LiveHub) -> None:
+    updates: list[str] = []
+
+    (body,) = evaluate_remote(
+        hub.url,
+        hub.token,
+        {"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", "limit": 50},
+        poll_seconds=0.2,
+        timeout=60,
+        on_update=lambda evaluation: updates.append(evaluation["status"]),
+    )
+
+    assert body["status"] == "succeeded" and body["result"]["accuracy"]["count"] == 50
+    assert updates[-1] == "succeeded"
+    with pytest.raises(HubError) as refused:
+        evaluate_remote(hub.url, hub.token, {"model": "digits-cnn", "framework": "onnxruntime"})
+    assert refused.value.status == 400 and "dataset" in str(refused.value)
+
+
+def test_a_model_file_that_cannot_be_fetched_fails_the_evaluation_saying_why(
+    hub: LiveHub,
+) -> None:
+    text = (ROOT / "manifests/models/digits-cnn/onnxruntime.yaml").read_text()
+    text = text.replace("name: digits-cnn", "name: digits-unreachable")
+    text = text.replace(
+        "graph_path: repo://models/digits-cnn/1.0.0/digits-cnn.onnx",
+        f"graph_path: https://127.0.0.1:9/digits.onnx\n  graph_sha256: {'ab' * 32}",
+    )
+    response = requests.post(
+        f"{hub.url}/api/v1/manifests/",
+        data=text.encode(),
+        headers={**hub._auth(), "Content-Type": "application/x-yaml"},
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+
+    body = hub.finished(hub.launch(model="digits-unreachable"))
+
+    assert body["status"] == "failed"
+    assert body["reason"].startswith(
+        f"failed on host {body['host']}: cannot fetch https://127.0.0.1:9/"
+    )
+    assert "connection refused" in body["reason"]
+
+
+def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
+    from celery import Celery
+
+    evaluation_id = hub.launch(batch_sizes=[1], repeat=40)
+    running = hub.wait(
+        lambda: (body := hub.evaluation(evaluation_id))["status"] == "running" and body,
+        "the job to start",
+        60,
+    )
+    # The same message again, on the queue both agents consume, from the broker the hub names.
+    agent_token = hub.agent_token_file.read_text().strip()
+    config = requests.get(
+        f"{hub.url}/api/v1/agent/config/",
+        headers={"Authorization": f"Bearer {agent_token}"},
+        timeout=10,
+    ).json()
+    sender = Celery("duplicate", broker=config["broker_url"], fixups=[], set_as_current=False)
+    sender.conf.broker_transport_options = config["broker_transport_options"]
+    sender.send_task(config["task_name"], args=[evaluation_id, 1], queue="onnxruntime.cpu")
+
+    body = hub.finished(evaluation_id)
+    hub.wait(
+        lambda: any(
+            f"evaluation {evaluation_id} not claimed" in path.read_text(errors="replace")
+            for path in hub.folder.glob("e2e-*.log")
+        ),
+        "an agent to refuse the duplicate",
+        30,
+    )
+
+    assert body["status"] == "succeeded" and body["attempts"] == 1
+    assert body["host"] == running["host"]
+    assert [h["status"] for h in body["history"]].count("running") == 1
+    assert hub.result_rows(evaluation_id) == 1
+
+
+def test_a_killed_agents_job_completes_on_the_other_with_exactly_one_result(hub: LiveHub) -> None:
+    evaluation_id = hub.launch(batch_sizes=[1], repeat=100)
+    running = hub.wait(
+        lambda: (body := hub.evaluation(evaluation_id))["progress"]["done"] > 0 and body,
+        "the job to make progress",
+        60,
+    )
+    victim = running["host"]
+    assert running["status"] == "running" and victim in AGENTS
+
+    hub.kill(victim)
+    body = hub.finished(evaluation_id, timeout=120)
+
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    (survivor,) = set(AGENTS) - {victim}
+    assert body["host"] == survivor and body["result"]["host"] == survivor
+    assert body["attempts"] == 2
+    history = [(h["status"], h["host"]) for h in body["history"]]
+    assert history == [
+        ("queued", None),
+        ("dispatched", None),
+        ("running", victim),
+        ("dispatched", None),
+        ("running", survivor),
+        ("succeeded", survivor),
+    ]
+    assert body["history"][3]["reason"].startswith(f"host {victim} stopped heartbeating")
+    assert hub.result_rows(evaluation_id) == 1

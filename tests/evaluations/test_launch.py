@@ -1,0 +1,241 @@
+"""`POST /api/v1/evaluations/`: a request is validated field by field, solved against the live
+hosts (model, framework and hardware constraints) and dispatched by task name to a queue."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from evaluations.models import Evaluation, StatusChange
+from hub.models import Host
+from predictors.hub_client import TASK_NAME
+from tests.evaluations.factories import EVALUATIONS_URL, error_paths, launch
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("model", "Not A Name"),
+        ("model_version", "^^1"),
+        ("framework", "caffe"),
+        ("framework_version", "1.2.3.4"),
+        ("dataset", ""),
+        ("dataset_version", "1.0.0 -"),
+        ("split", "../etc"),
+        ("limit", 0),
+        ("device", "tpu"),
+        ("gpu_model", "x" * 200),
+        ("min_memory_gb", -1),
+        ("arch", "AMD 64"),
+        ("hosts", "some"),
+        ("batch_sizes", []),
+        ("batch_sizes", [1, 0]),
+        ("batch_sizes", [8, 8]),
+        ("batch_sizes", "1,32"),
+        ("warmup", -1),
+        ("repeat", 0),
+        ("seed", "lucky"),
+        ("cold_start", "maybe"),
+        ("threads", 0),
+        ("trace_level", "everything"),
+        ("batch_size", 32),  # a typo of batch_sizes is refused, not ignored
+    ],
+)
+def test_an_invalid_field_is_refused_with_400_naming_it(alice_client, hosts, field, value) -> None:
+    response = launch(alice_client, **{field: value})
+
+    assert response.status_code == 400, response.content
+    assert error_paths(response)[0].split(".")[0] == field
+    assert Evaluation.objects.count() == 0
+
+
+def test_a_missing_required_field_is_named(alice_client, hosts) -> None:
+    response = alice_client.post(EVALUATIONS_URL, {"model": "m"}, format="json")
+
+    assert response.status_code == 400
+    assert set(error_paths(response)) == {"framework", "dataset"}
+
+
+def test_gpu_model_needs_device_gpu(alice_client, hosts) -> None:
+    response = launch(alice_client, gpu_model="A100")
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["gpu_model"]
+
+
+def test_a_cold_start_runs_no_warmup(alice_client, hosts) -> None:
+    assert error_paths(launch(alice_client, cold_start=True, warmup=3)) == ["warmup"]
+
+    response = launch(alice_client, cold_start=True)
+
+    assert response.status_code == 201
+    assert response.json()["evaluations"][0]["request"]["warmup"] == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"model_version": "^2"}, "model_version"),
+        ({"framework": "pytorch"}, "framework"),
+        ({"framework_version": ">=1.19"}, "framework_version"),
+        ({"device": "gpu", "framework_version": "~1.17"}, "device"),
+        ({"arch": "riscv64"}, "arch"),
+        ({"device": "gpu", "gpu_model": "H100"}, "gpu_model"),
+        ({"device": "gpu", "min_memory_gb": 80}, "min_memory_gb"),
+        ({"min_memory_gb": 128}, "min_memory_gb"),
+        ({"dataset_version": "^2"}, "dataset_version"),
+        ({"split": "test"}, "split"),
+    ],
+)
+def test_an_impossible_request_is_refused_with_400_naming_the_unmet_constraint(
+    alice_client, hosts, fields, path
+) -> None:
+    response = launch(alice_client, **fields)
+
+    assert response.status_code == 400, response.content
+    assert error_paths(response) == [path]
+    assert Evaluation.objects.count() == 0
+
+
+def test_without_a_live_host_the_request_is_refused_naming_hosts(alice_client, hosts) -> None:
+    Host.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
+
+    response = launch(alice_client)
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["hosts"]
+    assert "mlms agent" in response.json()["detail"]
+
+
+def test_a_model_of_another_task_than_the_dataset_is_refused(bob_client, alice_client, hosts):  # type: ignore[no-untyped-def]
+    from tests.hub.factories import dataset_manifest, to_yaml, upload
+
+    other = dataset_manifest("boxes", visibility="public")
+    other["task"] = "object_detection"
+    assert upload(bob_client, to_yaml(other)).status_code == 201
+
+    response = launch(alice_client, dataset="boxes")
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["dataset"]
+
+
+def test_anonymous_callers_get_401(client, hosts) -> None:  # type: ignore[no-untyped-def]
+    response = client.post(EVALUATIONS_URL, {"model": "m"}, content_type="application/json")
+
+    assert response.status_code == 401
+
+
+def test_a_token_without_the_evaluate_scope_gets_403(make_client, alice, hosts) -> None:  # type: ignore[no-untyped-def]
+    response = launch(make_client(alice, scopes=["read"]))
+
+    assert response.status_code == 403
+    assert "evaluate" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "path"),
+    [
+        ({"model": "secret"}, "model"),
+        ({"dataset": "hidden"}, "dataset"),
+        ({"model": "nothing"}, "model"),
+    ],
+)
+def test_another_users_private_model_or_dataset_is_404(alice_client, hosts, fields, path) -> None:  # type: ignore[no-untyped-def]
+    response = launch(alice_client, **fields)
+
+    assert response.status_code == 404
+    assert error_paths(response) == [path]
+
+
+def test_the_owner_of_a_private_model_can_evaluate_it(bob_client, hosts) -> None:  # type: ignore[no-untyped-def]
+    assert launch(bob_client, model="secret", dataset="hidden").status_code == 201
+
+
+def test_hosts_one_is_queued_dispatched_and_sent_to_the_capability_queue(
+    alice_client, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    broker.drain("onnxruntime.cpu")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = launch(alice_client, batch_sizes=[1, 32], repeat=2)
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["count"] == 1
+    (shown,) = body["evaluations"]
+    evaluation = Evaluation.objects.get()
+    assert shown["id"] == str(evaluation.pk)
+    assert shown["status"] == "dispatched"
+    assert shown["model"] == {
+        "id": evaluation.model_id,
+        "name": "m",
+        "version": "1.1.0",
+        "framework": "onnxruntime",
+    }
+    assert [h["status"] for h in shown["history"]] == ["queued", "dispatched"]
+    assert evaluation.queue == "onnxruntime.cpu" and evaluation.target_host is None
+    assert evaluation.request["batch_sizes"] == [1, 32] and evaluation.request["repeat"] == 2
+    assert len(evaluation.trace_id) == 32 and int(evaluation.trace_id, 16)
+    assert list(StatusChange.objects.values_list("status", flat=True)) == ["queued", "dispatched"]
+    assert broker.take("onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 1])]
+
+
+def test_a_request_only_some_consumers_of_the_queue_meet_is_pinned_to_one_host(
+    alice_client, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    broker.drain("host.gpu-1")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = launch(alice_client, framework_version="^1.18")
+
+    assert response.status_code == 201
+    evaluation = Evaluation.objects.get()
+    assert evaluation.queue == "host.gpu-1"
+    assert evaluation.target_host == hosts["gpu-1"]
+    assert broker.take("host.gpu-1") == [(TASK_NAME, [str(evaluation.pk), 1])]
+
+
+def test_a_gpu_request_goes_to_the_cuda_queue(alice_client, hosts) -> None:
+    response = launch(alice_client, device="gpu", gpu_model="a100", min_memory_gb=40)
+
+    assert response.status_code == 201, response.content
+    assert Evaluation.objects.get().queue == "onnxruntime.cuda"
+
+
+def test_hosts_all_fans_out_one_evaluation_per_matching_host(
+    alice_client, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    broker.drain("host.cpu-1", "host.cpu-2", "host.gpu-1")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = launch(alice_client, hosts="all")
+
+    assert response.status_code == 201
+    body = response.json()
+    assert body["count"] == 3
+    evaluations = Evaluation.objects.filter(group=body["group"])
+    assert sorted(e.target_host.name for e in evaluations) == ["cpu-1", "cpu-2", "gpu-1"]
+    for evaluation in evaluations:
+        queue = f"host.{evaluation.target_host.name}"
+        assert evaluation.queue == queue
+        assert broker.take(queue) == [(TASK_NAME, [str(evaluation.pk), 1])]
+
+
+def test_an_unreachable_broker_fails_the_evaluation_saying_so(
+    alice_client, hosts, broker, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    from evaluations import tasks
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ConnectionRefusedError("connection refused")
+
+    monkeypatch.setattr(tasks.app, "send_task", refuse)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = launch(alice_client)
+
+    assert response.status_code == 201
+    evaluation = Evaluation.objects.get()
+    assert evaluation.status == "failed"
+    assert "broker" in evaluation.history.last().reason

@@ -1,0 +1,101 @@
+"""`GET /api/v1/evaluations/` and `GET /api/v1/evaluations/<id>/`: you see your own evaluations,
+staff see everyone's; filters by model, framework, dataset, host, status, user and group."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.evaluations.factories import (
+    EVALUATIONS_URL,
+    claim,
+    error_paths,
+    launch,
+    launched_id,
+    url,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def launched(alice_client, bob_client, agent, hosts) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    ids = {
+        "alice-running": launched_id(launch(alice_client)),
+        "alice-gpu": launched_id(launch(alice_client, device="gpu")),
+        "bob": launched_id(launch(bob_client, model="secret", dataset="hidden")),
+    }
+    claim(agent, ids["alice-running"], hosts["cpu-1"])
+    return ids
+
+
+def _ids(response) -> set[str]:  # type: ignore[no-untyped-def]
+    assert response.status_code == 200, response.content
+    return {e["id"] for e in response.json()["results"]}
+
+
+def test_a_user_lists_only_their_own_evaluations(alice_client, launched) -> None:
+    assert _ids(alice_client.get(EVALUATIONS_URL)) == {
+        launched["alice-running"],
+        launched["alice-gpu"],
+    }
+
+
+def test_staff_list_everyones_and_filter_by_user(make_client, staff, launched) -> None:
+    client = make_client(staff, scopes=["read"])
+
+    assert _ids(client.get(EVALUATIONS_URL)) == set(launched.values())
+    assert _ids(client.get(EVALUATIONS_URL, {"user": "bob"})) == {launched["bob"]}
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"status": "running"}, {"alice-running"}),
+        ({"status": "dispatched"}, {"alice-gpu"}),
+        ({"host": "cpu-1"}, {"alice-running"}),
+        ({"model": "m"}, {"alice-running", "alice-gpu"}),
+        ({"model": "other"}, set()),
+        ({"framework": "onnxruntime", "dataset": "d"}, {"alice-running", "alice-gpu"}),
+        ({"user": "bob"}, set()),  # not staff: only their own
+    ],
+)
+def test_the_list_filters(alice_client, launched, params, expected) -> None:
+    assert _ids(alice_client.get(EVALUATIONS_URL, params)) == {launched[key] for key in expected}
+
+
+def test_an_unknown_status_filter_is_400(alice_client, launched) -> None:
+    response = alice_client.get(EVALUATIONS_URL, {"status": "done"})
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["status"]
+
+
+def test_the_group_filter_lists_one_launch(alice_client, hosts) -> None:
+    group = launch(alice_client, hosts="all").json()["group"]
+    launch(alice_client)
+
+    assert len(_ids(alice_client.get(EVALUATIONS_URL, {"group": group}))) == 3
+    assert error_paths(alice_client.get(EVALUATIONS_URL, {"group": "nope"})) == ["group"]
+
+
+def test_the_detail_shows_request_history_and_progress(alice_client, launched) -> None:
+    body = alice_client.get(url(launched["alice-running"])).json()
+
+    assert body["status"] == "running" and body["host"] == "cpu-1"
+    assert body["request"]["batch_sizes"] == [1] and body["request"]["hosts"] == "one"
+    assert [h["status"] for h in body["history"]] == ["queued", "dispatched", "running"]
+    assert body["progress"] == {"done": 0, "total": 0}
+    assert body["result"] is None and body["attempts"] == 1
+
+
+def test_another_users_evaluation_is_404(alice_client, launched) -> None:
+    assert alice_client.get(url(launched["bob"])).status_code == 404
+
+
+def test_anonymous_callers_get_401(client, launched) -> None:  # type: ignore[no-untyped-def]
+    assert client.get(EVALUATIONS_URL).status_code == 401
+    assert client.get(url(launched["bob"])).status_code == 401
+
+
+def test_an_agent_token_cannot_read_evaluations(agent, launched) -> None:
+    assert agent.get(EVALUATIONS_URL).status_code == 403

@@ -1,0 +1,171 @@
+"""`actions.requeue_lost`, the sweep the hub runs every few seconds: a job whose agent went
+silent is dispatched again (a new attempt) or failed after EVALUATION_MAX_ATTEMPTS, never left
+running; a job waiting for a host that died is sent elsewhere or failed saying why."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from evaluations import actions
+from evaluations.models import Evaluation, Result
+from hub.models import Host
+from predictors.hub_client import TASK_NAME
+from tests.evaluations.factories import (
+    claim,
+    launch,
+    launched_id,
+    post_result,
+    progress,
+    result_body,
+)
+
+pytestmark = pytest.mark.django_db
+
+LONG_AGO = timedelta(minutes=5)
+
+
+def _silence(evaluation_id: str, *hosts: Host) -> None:
+    """The claimant (and `hosts`) stopped reporting and heartbeating a while ago."""
+    before = timezone.now() - LONG_AGO
+    Evaluation.objects.filter(pk=evaluation_id).update(last_report_at=before, updated_at=before)
+    Host.objects.filter(pk__in=[h.pk for h in hosts]).update(last_heartbeat=before)
+
+
+def test_a_job_whose_agent_went_silent_is_dispatched_again(
+    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    old = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+    _silence(evaluation_id, hosts["cpu-1"])
+    broker.drain("onnxruntime.cpu")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [e.pk for e in actions.requeue_lost()] == [uuid.UUID(evaluation_id)]
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert evaluation.host is None
+    assert evaluation.history.last().reason == (
+        "host cpu-1 stopped heartbeating; sent to queue onnxruntime.cpu, shared by the hosts "
+        "that can run it"
+    )
+    assert broker.take("onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
+    # The lost claimant is told to stop; the new message is claimed by another host.
+    assert progress(agent, evaluation_id, old["claim"], 5, 10).status_code == 409
+    new = claim(agent, evaluation_id, hosts["cpu-2"], dispatch=2).json()
+    assert new["attempt"] == 2
+    assert post_result(agent, evaluation_id, result_body(old["claim"])).status_code == 409
+    assert post_result(agent, evaluation_id, result_body(new["claim"])).status_code == 201
+    assert Result.objects.get(evaluation_id=evaluation_id).host == hosts["cpu-2"]
+    statuses = list(evaluation.history.values_list("status", flat=True))
+    assert statuses == ["queued", "dispatched", "running", "dispatched", "running", "succeeded"]
+
+
+def test_a_job_lost_on_every_attempt_fails_saying_why(alice_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_client))  # EVALUATION_MAX_ATTEMPTS is 2 here
+    for attempt, host in ((1, hosts["cpu-1"]), (2, hosts["cpu-2"])):
+        claim(agent, evaluation_id, host, dispatch=attempt)
+        _silence(evaluation_id, host)
+        actions.requeue_lost()
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "failed"
+    assert evaluation.history.last().reason == (
+        "host cpu-2 stopped heartbeating; gave up after 2 attempts on lost hosts"
+    )
+
+
+def test_a_restarted_agent_that_forgot_its_job_loses_it(alice_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    claim(agent, evaluation_id, hosts["cpu-1"])
+    _silence(evaluation_id)  # the host heartbeats, but nobody reports on the job
+
+    actions.requeue_lost()
+
+    reason = Evaluation.objects.get(pk=evaluation_id).history.last().reason
+    assert reason.startswith("the agent on host cpu-1 stopped reporting on it")
+
+
+def test_a_reporting_agent_keeps_its_job(alice_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+    progress(agent, evaluation_id, job["claim"], 1, 2)
+
+    assert actions.requeue_lost() == []
+    assert Evaluation.objects.get(pk=evaluation_id).status == "running"
+
+
+def test_a_redelivered_message_takes_over_from_a_silent_claimant(
+    alice_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    claim(agent, evaluation_id, hosts["cpu-1"])
+    _silence(evaluation_id, hosts["cpu-1"])
+
+    response = claim(agent, evaluation_id, hosts["cpu-2"])
+
+    assert response.status_code == 200 and response.json()["attempt"] == 2
+    reason = Evaluation.objects.get(pk=evaluation_id).history.last().reason
+    assert reason == "host cpu-1 stopped heartbeating; claimed by host cpu-2 (attempt 2)"
+
+
+def test_a_lost_job_that_was_being_cancelled_is_cancelled(alice_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    claim(agent, evaluation_id, hosts["cpu-1"])
+    alice_client.post(f"/api/v1/evaluations/{evaluation_id}/cancel/")
+    _silence(evaluation_id, hosts["cpu-1"])
+
+    actions.requeue_lost()
+
+    assert Evaluation.objects.get(pk=evaluation_id).status == "cancelled"
+
+
+def test_a_job_waiting_for_a_dead_host_of_hosts_all_fails_naming_it(alice_client, hosts) -> None:
+    launch(alice_client, hosts="all")
+    gpu_job = Evaluation.objects.get(target_host=hosts["gpu-1"])
+    _silence(str(gpu_job.pk), hosts["gpu-1"])
+
+    changed = actions.requeue_lost()
+
+    assert [e.pk for e in changed] == [gpu_job.pk]
+    gpu_job.refresh_from_db()
+    assert gpu_job.status == "failed"
+    assert gpu_job.history.last().reason.startswith(
+        "host gpu-1 stopped heartbeating before the job started, and no other host can run it"
+    )
+    assert Evaluation.objects.filter(status="dispatched").count() == 2
+
+
+def test_a_job_whose_queue_lost_all_its_hosts_is_failed(alice_client, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    _silence(evaluation_id, *hosts.values())
+
+    actions.requeue_lost()
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "failed"
+    assert "no live host consumes queue onnxruntime.cpu" in evaluation.history.last().reason
+
+
+def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
+    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    # Launched while gpu-1 was away: only cpu-1 and cpu-2 consumed onnxruntime.cpu then.
+    Host.objects.filter(pk=hosts["gpu-1"].pk).update(last_heartbeat=timezone.now() - LONG_AGO)
+    evaluation_id = launched_id(launch(alice_client, framework_version="~1.17"))
+    assert Evaluation.objects.get(pk=evaluation_id).queue == "onnxruntime.cpu"
+    broker.drain("host.cpu-1", "host.cpu-2")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = claim(agent, evaluation_id, hosts["gpu-1"])  # back, with onnxruntime 1.18
+
+    assert response.status_code == 409
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert evaluation.target_host.name in ("cpu-1", "cpu-2")
+    queue = f"host.{evaluation.target_host.name}"
+    assert broker.take(queue) == [(TASK_NAME, [evaluation_id, 2])]

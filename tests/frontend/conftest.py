@@ -1,0 +1,162 @@
+"""Fixtures of the browser pages' tests: Debian's Chromium driven by Playwright, signed in or not.
+
+A test marked `browser` runs when /usr/bin/chromium exists and is skipped otherwise, except in
+CI (CI=true), where a missing Chromium fails it. Playwright never downloads a browser here: it
+launches the system's Chromium by path. Every test can save full-page screenshots with `shoot`
+under tests/artifacts/screenshots/ (ignored by git) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.test import Client
+
+from tests.evaluations.factories import Broker
+from tests.frontend.hub_process import HubProcess, running_hub
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+IN_CI = os.environ.get("CI") == "true"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("browser") and not CHROMIUM.exists():
+        if IN_CI:
+            pytest.fail(f"CI requires it: needs Chromium at {CHROMIUM}")
+        pytest.skip(f"needs Chromium at {CHROMIUM} (apt-get install chromium)")
+
+
+@pytest.fixture(autouse=True)
+def artifact_root(tmp_path: Path, settings: Any) -> Path:
+    """Every test gets its own empty artifact store, and no sweep loop runs in the test
+    process (the in-process live server is not the ASGI application anyway)."""
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    settings.ARTIFACT_ROOT = root
+    settings.EVALUATION_SWEEP_SECONDS = 0
+    return root
+
+
+@pytest.fixture
+def builtin_manifests(transactional_db: None) -> None:
+    """The built-in manifests of manifests/, as `make run` loads them (public, no owner)."""
+    call_command("load_manifests", stdout=open(os.devnull, "w"))  # noqa: SIM115
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium per test module (Debian's, never a downloaded one).
+
+    Playwright's sync API keeps an event loop running in the test's thread while it is
+    started, which Django takes for an async context and refuses ORM calls in. The tests call
+    the ORM only between browser steps, never concurrently with them, so Django's check is
+    turned off for as long as this browser lives, and Playwright is stopped after the module.
+    """
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+            yield chromium
+            chromium.close()
+    finally:
+        if before is None:
+            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
+
+
+def _tab(browser: Any, base_url: str) -> Iterator[Any]:
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    yield tab
+    tab.goto("about:blank")  # stop a page's polling before the database is flushed
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    """A fresh browser tab (own cookies) whose relative URLs go to the live server (Django's
+    threaded WSGI server on the test database: HTTP only, no WebSockets)."""
+    yield from _tab(browser, live_server.url)
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[HubProcess]:
+    """A hub served by daphne in its own process, WebSockets included (see hub_process)."""
+    with running_hub(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def hub_page(browser: Any, hub: HubProcess) -> Iterator[Any]:
+    """A fresh browser tab whose relative URLs go to `hub`."""
+    yield from _tab(browser, hub.url)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The Celery broker that launches send to. On the embedded default (a filesystem broker)
+    it is moved to a folder of this test session's own, so that no agent of a running hub sees
+    the tests' jobs (as tests/evaluations/conftest.py does)."""
+    from mlmodelscope.celery import app
+
+    if str(app.conf.broker_url).startswith("filesystem"):
+        folder = tmp_path_factory.mktemp("broker")
+        for sub in ("queue", "processed", "control"):
+            (folder / sub).mkdir()
+        app.conf.broker_transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+        }
+    yield Broker(app)
+
+
+@pytest.fixture
+def sign_in(live_server: Any) -> Callable[[Any, Any], None]:
+    """Sign `user` in on `page` with a real session cookie of the live server."""
+
+    def sign(page: Any, user: Any) -> None:
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+        page.context.add_cookies(
+            [{"name": cookie.key, "value": cookie.value, "url": live_server.url}]
+        )
+
+    return sign
+
+
+@pytest.fixture
+def shoot() -> Callable[[Any, str], Path]:
+    """Save a full-page screenshot as tests/artifacts/screenshots/<name>.png."""
+
+    def save(page: Any, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save

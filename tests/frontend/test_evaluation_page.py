@@ -1,0 +1,203 @@
+"""The evaluation page (`/evaluations/<id>/`): status, progress and results, kept current without
+a reload: from the WebSocket, or by polling the REST endpoint once the socket is gone."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from playwright.sync_api import expect
+
+from evaluations.models import Evaluation
+from tests.evaluations.factories import (
+    catalog_manifests,
+    claim,
+    launch,
+    launched_id,
+    post_result,
+    progress,
+    register_hosts,
+    result_body,
+)
+from tests.hub.factories import dataset_yaml, model_yaml
+
+pytestmark = pytest.mark.browser
+
+# Set once the page has loaded: still there after the page changed, it shows no reload happened.
+MARK = "window.__notReloaded = true"
+NOT_RELOADED = "() => window.__notReloaded === true"
+
+
+@pytest.fixture
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice")
+
+
+@pytest.fixture
+def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
+    operator = django_user_model.objects.create_user("operator")
+    return make_client(operator, scopes=["agent"])
+
+
+@pytest.fixture
+def hosts(make_client, django_user_model, agent):  # type: ignore[no-untyped-def]
+    bob = django_user_model.objects.create_user("bob")
+    catalog_manifests(make_client(bob, scopes=["read", "write"]))
+    return register_hosts(agent)
+
+
+@pytest.fixture
+def launched(make_client, alice, hosts, broker) -> str:  # type: ignore[no-untyped-def]
+    """Alice's evaluation of m on d at batch sizes 1 and 8, dispatched to onnxruntime.cpu."""
+    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1, 8], limit=2))
+    broker.drain("onnxruntime.cpu")
+    return evaluation_id
+
+
+def test_the_page_polls_the_api_when_there_is_no_socket_and_shows_the_result(
+    page, sign_in, alice, agent, hosts, launched, shoot
+) -> None:
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{launched}/")
+    page.evaluate(MARK)
+    expect(page.locator("#status")).to_have_text("dispatched")
+    # The in-process test server speaks no WebSocket: the page falls back to polling.
+    expect(page.locator("#live")).to_have_class("live polling")
+
+    claimed = claim(agent, launched, hosts["cpu-1"])
+    assert claimed.status_code == 200, claimed.content
+    claim_id = claimed.json()["claim"]
+    expect(page.locator("#status")).to_have_text("running")
+    expect(page.locator("#fact-host")).to_have_text("cpu-1")
+
+    assert progress(agent, launched, claim_id, 1, 2).status_code == 200
+    expect(page.locator("#progress-text")).to_have_text("1 of 2 predictions (50 %)")
+    expect(page.locator("#progress")).to_have_attribute("aria-valuenow", "1")
+
+    assert post_result(agent, launched, result_body(claim_id, (1, 8))).status_code == 201
+    expect(page.locator("#status")).to_have_text("succeeded")
+    expect(page.locator("#results")).to_be_visible()
+    expect(page.locator("#accuracy")).to_contain_text("50.00 %")
+    expect(page.locator("#latency tbody tr")).to_have_count(2)
+    expect(page.locator('#latency tr[data-batch-size="8"]')).to_contain_text("4800.0")
+    expect(page.locator("#cancel-form")).to_be_hidden()
+    expect(page.locator("#live")).to_have_class("live done")
+    assert page.evaluate(NOT_RELOADED)
+    shoot(page, "evaluation-succeeded-polling")
+
+
+def test_cancelling_a_dispatched_evaluation(page, sign_in, alice, launched) -> None:
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{launched}/")
+
+    page.get_by_role("button", name="Cancel").click()
+
+    expect(page.locator(".message.success")).to_have_text("Cancellation requested.")
+    expect(page.locator("#status")).to_have_text("cancelled")
+    expect(page.locator("#status-reason")).to_contain_text("cancelled by alice before it started")
+    assert Evaluation.objects.get(pk=launched).status == Evaluation.CANCELLED
+
+
+def test_another_users_evaluation_is_not_found(launched, django_user_model) -> None:
+    mallory = django_user_model.objects.create_user("mallory")
+    client = Client()
+    client.force_login(mallory)
+
+    assert client.get(f"/evaluations/{launched}/").status_code == 404
+    assert client.post(f"/evaluations/{launched}/cancel/").status_code == 404
+    assert Evaluation.objects.get(pk=launched).status == Evaluation.DISPATCHED
+
+
+def test_the_evaluations_list_shows_the_users_evaluations(
+    page, sign_in, alice, launched, shoot
+) -> None:
+    sign_in(page, alice)
+    page.goto("/evaluations/")
+
+    row = page.locator(f'#evaluations tr[data-evaluation="{launched}"]')
+    expect(row).to_contain_text("dispatched")
+    shoot(page, "evaluations-list")
+    row.get_by_role("link", name=launched[:8]).click()
+    expect(page).to_have_url(f"/evaluations/{launched}/")
+
+
+def _upload(hub: Any, text: str) -> None:
+    status, body = hub.request(
+        "POST", "/api/v1/manifests/", text.encode(), content_type="application/x-yaml"
+    )
+    assert status == 201, body
+
+
+def test_the_page_follows_an_evaluation_live_over_the_websocket(hub, hub_page, shoot) -> None:
+    page = hub_page
+    _upload(hub, model_yaml("m", visibility="public"))
+    _upload(hub, dataset_yaml("d", visibility="public"))
+    status, host = hub.request(
+        "POST",
+        "/api/v1/hosts/",
+        {
+            "name": "cpu-1",
+            "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
+            "queues": ["host.cpu-1", "onnxruntime.cpu"],
+        },
+        token=hub.agent_token,
+    )
+    assert status == 201, host
+    api_reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            api_reads.append(request.url) if "/api/v1/evaluations/" in request.url else None
+        ),
+    )
+
+    page.goto("/accounts/login/?next=/evaluate/%3Fmodel%3Dm")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill("correct-horse-battery-staple")
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_label("Batch sizes").fill("1, 8")
+    page.get_by_role("button", name="Launch").click()
+
+    expect(page).to_have_url(re.compile(r"/evaluations/[0-9a-f-]{36}/$"))
+    evaluation_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    page.evaluate(MARK)
+    expect(page.locator("#live")).to_have_class("live connected")
+    expect(page.locator("#status")).to_have_text("dispatched")
+
+    status, claimed = hub.request(
+        "POST",
+        f"/api/v1/evaluations/{evaluation_id}/claim/",
+        {"host": host["id"], "dispatch": 1},
+        token=hub.agent_token,
+    )
+    assert status == 200, claimed
+    claim_id = claimed["claim"]
+    expect(page.locator("#status")).to_have_text("running")
+    for done in (1, 2):
+        hub.request(
+            "POST",
+            f"/api/v1/evaluations/{evaluation_id}/progress/",
+            {"claim": claim_id, "done": done, "total": 2},
+            token=hub.agent_token,
+        )
+        expect(page.locator("#progress-text")).to_contain_text(f"{done} of 2 predictions")
+    shoot(page, "evaluation-running-websocket")
+    status, _ = hub.request(
+        "POST",
+        f"/api/v1/evaluations/{evaluation_id}/result/",
+        result_body(claim_id, (1, 8)),
+        token=hub.agent_token,
+    )
+    assert status == 201
+
+    expect(page.locator("#status")).to_have_text("succeeded")
+    expect(page.locator("#latency tbody tr")).to_have_count(2)
+    expect(page.locator("#history tbody tr")).to_have_count(
+        4
+    )  # queued, dispatched, running, succeeded
+    assert page.evaluate(NOT_RELOADED)
+    # Every change came over the socket; the REST endpoint was read once, for the result.
+    assert len(api_reads) == 1, api_reads
+    shoot(page, "evaluation-succeeded-websocket")

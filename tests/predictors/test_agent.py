@@ -1,0 +1,187 @@
+"""The agent on its own: what it registers, its reporter against a real HTTP server, the result
+it posts, its command-line errors, and that it runs without Django. (The agent running real
+jobs for a real hub is in tests/evaluations/test_end_to_end.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from predictors import introspection, manifests
+from predictors.agent import Agent, _Reporter, main, result_payload
+from predictors.catalog import Catalog
+from predictors.data import DataManager
+from predictors.evaluation import EvaluationOptions, evaluate
+from predictors.hub_client import HubClient
+from tests.predictors.zoo_store import REPO_ROOT, zoo_store
+
+
+class _Hub(BaseHTTPRequestHandler):
+    """Answers every POST with the server's next (status, body); records what it was sent."""
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's name)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.server.received.append((self.path, json.loads(self.rfile.read(length) or b"{}")))  # type: ignore[attr-defined]
+        status, body = self.server.answer  # type: ignore[attr-defined]
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hub() -> Iterator[Any]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    server.received = []  # type: ignore[attr-defined]
+    server.answer = (200, {"status": "running", "cancel_requested": False})  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _client(server: Any) -> HubClient:
+    return HubClient(f"http://127.0.0.1:{server.server_address[1]}", "mlms_test", retries=0)
+
+
+def test_the_registration_describes_this_host_and_its_queues() -> None:
+    agent = Agent(HubClient("http://hub.invalid", "t"), "box-1", frameworks=["onnxruntime"])
+
+    registration = agent.registration()
+
+    (onnx,) = registration["frameworks"]
+    assert onnx["name"] == "onnxruntime"
+    assert onnx["version"] == introspection.framework_versions(["onnxruntime"])["onnxruntime"]
+    assert onnx["devices"][0] == "cpu"
+    assert registration["hardware"]["architecture"] == introspection.architecture()
+    assert registration["hardware"]["memory_bytes"] > 0
+    assert registration["queues"][:2] == ["host.box-1", "onnxruntime.cpu"]
+    assert registration["software"]["frameworks"]["onnxruntime"] == onnx["version"]
+
+
+def test_queues_given_replace_the_capability_queues_but_never_the_hosts_own() -> None:
+    agent = Agent(HubClient("http://hub.invalid", "t"), "box-1", queues=["special"])
+
+    assert agent.queues == ["host.box-1", "special"]
+
+
+def test_the_reporter_learns_of_a_cancel_from_the_hubs_answer(hub: Any) -> None:
+    reporter = _Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
+    reporter.progress(3, 10)
+    reporter.report()
+    assert not reporter.cancelled.is_set()
+
+    hub.answer = (200, {"status": "running", "cancel_requested": True})
+    reporter.report()
+
+    assert reporter.cancelled.is_set() and not reporter.lost
+    assert hub.received[-1] == (
+        "/api/v1/evaluations/e1/progress/",
+        {"claim": "c" * 32, "done": 3, "total": 10},
+    )
+
+
+def test_a_reporter_whose_claim_was_superseded_stops_the_job(hub: Any) -> None:
+    hub.answer = (409, {"detail": "no longer yours", "errors": [{"path": "", "message": "x"}]})
+    reporter = _Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
+
+    reporter.start()
+    reporter.stop()
+
+    assert reporter.lost and reporter.cancelled.is_set()
+
+
+def test_a_job_another_agent_claimed_is_dropped(hub: Any) -> None:
+    hub.answer = (409, {"detail": "running on b", "errors": [{"path": "", "message": "x"}]})
+    agent = Agent(_client(hub), "box-1")
+    agent.host_id = 7
+
+    assert agent.run_job("e1", 1) == "not claimed"
+    assert hub.received == [("/api/v1/evaluations/e1/claim/", {"host": 7, "dispatch": 1})]
+
+
+@pytest.mark.frameworks
+def test_the_result_payload_carries_accuracy_latency_and_predictions() -> None:
+    store = zoo_store(("digits-cnn",))
+    catalog = Catalog(REPO_ROOT / "manifests")
+    model = catalog.find_model("digits-cnn", "*", "onnxruntime")
+    dataset = catalog.find_dataset("digits", "*")
+    options = EvaluationOptions(batch_sizes=(1, 4), limit=20)
+    evaluation = evaluate(model, dataset, options, DataManager(store_dir=store).fetch)
+    job = {"options": {"trace_level": "full"}}
+
+    payload = result_payload(job, evaluation)
+
+    assert payload["accuracy"]["count"] == 20
+    assert set(payload["latency"]) == set(payload["throughput"]) == {"1", "4"}
+    assert {"mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms"} <= set(
+        payload["latency"]["4"]
+    )
+    predictions = payload["predictions"]
+    assert len(predictions["labels"]) == len(predictions["classes"]) == 20
+    assert predictions["top_k"] == len(predictions["classes"][0]) == 5
+    assert payload["content_hash"] == manifests.load(model.source).content_hash()
+    assert payload["details"]["trace_level_requested"] == "full"
+    json.dumps(payload)  # plain JSON, as it travels
+
+
+def test_the_command_line_refuses_a_bad_name_and_a_missing_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MLMS_AGENT_TOKEN", raising=False)
+
+    assert main(["--hub", "http://127.0.0.1:9", "--name", "no spaces"]) == 2
+    assert "--name" in capsys.readouterr().err
+    assert main(["--hub", "http://127.0.0.1:9", "--name", "ok"]) == 1
+    assert "no token" in capsys.readouterr().err
+
+
+def test_an_unreachable_hub_is_one_line_and_status_1(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("mlms_x\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9"]
+        + ["--token-file", str(token), "--wait", "0", "--frameworks", "onnxruntime"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("mlms agent: error: the hub at")
+
+
+def test_the_agent_runs_where_django_is_not_installed() -> None:
+    # As in a slim predictor container: any import of Django fails.
+    code = (
+        "import sys\n"
+        "sys.modules['django'] = None\n"
+        "from predictors.agent import Agent\n"
+        "from predictors.hub_client import HubClient\n"
+        "app = Agent(HubClient('http://hub.invalid', 't'), 'x').celery_app('memory://', {})\n"
+        "app.finalize()\n"
+        "assert 'mlmodelscope.evaluate' in app.tasks\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mlmodelscope.settings"}
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+
+    assert done.returncode == 0, done.stderr
