@@ -1,7 +1,7 @@
 """Overhead of the evaluation loop against a bare framework loop, on the same model, batch size,
 inputs and thread settings. A measurement, not a test; see benchmarks/README.md.
 
-    .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds 7] [--json]
+    .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds N] [--json]
 
 For each model, framework and batch size, in one process:
 
@@ -13,8 +13,9 @@ For each model, framework and batch size, in one process:
 - *ours*: `predictors.evaluation.evaluate` at trace level `model` (a span per batch) with a
   progress callback feeding a tqdm bar, as `mlms evaluate` runs it.
 
-Both see the same preprocessed batches, the same warm-up and the same number of timed batches,
-with Python's garbage collector paused while they time (as `timeit` does). They alternate in
+Both load the model afresh every round and see the same preprocessed batches, the same warm-up
+and the same number of timed batches, with Python's garbage collector paused while they time
+(as `timeit` does). They alternate in
 rounds (bare then ours, ours then bare, …), and each round gives three ratios, ours / bare:
 
 - p50 ratio: of the median batch latency;
@@ -63,11 +64,12 @@ class Case:
     dataset: str
     limit: int | None
     repeat: int  # timed passes over the inputs per loop
+    rounds: int  # pairs of loops; more where a round is short
 
 
 CASES = (
-    Case("digits-cnn", "digits", None, 3),
-    Case("resnet-18", "shapes-color", 96, 1),
+    Case("digits-cnn", "digits", None, 3, rounds=15),
+    Case("resnet-18", "shapes-color", 96, 1, rounds=7),
 )
 BATCH_SIZES = (1, 32)
 WARMUP = 3
@@ -215,7 +217,7 @@ def measure(
     dataset = catalog.find_dataset(case.dataset)
     batches = staged_batches(model, dataset, fetch, size, case.limit) * case.repeat
     sizes = [len(b) for b in batches]
-    bare = gc_paused(BARE[framework](fetch(model.data["model"]["graph_path"]), threads))
+    graph = fetch(model.data["model"]["graph_path"])
     options = EvaluationOptions(
         batch_sizes=(size,),
         limit=case.limit,
@@ -239,6 +241,10 @@ def measure(
         return Sample(latency["p50_ms"], latency["mean_ms"], entry["timed_wall_ms"] / sum(sizes))
 
     def baseline() -> Sample:
+        # A fresh load every round, as `evaluate` does: where a model's weights land in memory
+        # moves its latency by a few percent, and one lucky or unlucky load must not bias
+        # every round's ratio the same way.
+        bare = gc_paused(BARE[framework](graph, threads))
         durations, wall = bare(batches, WARMUP)
         return full_batch_sample(durations, sizes, size, wall)
 
@@ -258,6 +264,7 @@ def measure(
         "framework": framework,
         "batch_size": size,
         "timed_batches": len(batches),
+        "rounds": rounds,
         "bare_p50_ms": statistics.median(b.p50_ms for b, _ in pairs),
         "ours_p50_ms": statistics.median(o.p50_ms for _, o in pairs),
         "p50_ratio": statistics.median(ratios("p50_ms")),
@@ -271,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", type=Path, default=default_store())
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, help="rounds of every case (default: per case)")
     parser.add_argument("--models", default=",".join(c.model for c in CASES))
     parser.add_argument("--frameworks", default="pytorch,tensorflow,onnxruntime")
     parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)))
@@ -289,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             if framework not in args.frameworks.split(","):
                 continue
             for size in map(int, args.batch_sizes.split(",")):
-                row = measure(case, framework, size, args.threads, args.rounds, catalog, fetch)
+                rounds = args.rounds or case.rounds
+                row = measure(case, framework, size, args.threads, rounds, catalog, fetch)
                 rows.append(row)
                 print(
                     f"{case.model} {framework} batch {size}: p50 x{row['p50_ratio']:.3f}, "
@@ -303,19 +311,20 @@ def main(argv: list[str] | None = None) -> int:
     cpu = stack["cpu"]
     print(
         f"{cpu['model']}, {cpu['usable_cores']} usable cores, {args.threads} intra-op thread(s), "
-        f"trace level model, {args.rounds} rounds, {WARMUP} warm-up batches; "
+        f"trace level model, {WARMUP} warm-up batches; "
         + ", ".join(f"{k} {v}" for k, v in stack["frameworks"].items())
     )
     print()
     print(
-        "| model | framework | batch | timed batches | bare p50 ms | ours p50 ms "
+        "| model | framework | batch | timed batches | rounds | bare p50 ms | ours p50 ms "
         "| p50 ratio (range) | mean ratio | loop ratio |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         low, high = r["p50_ratio_range"]
         print(
             f"| {r['model']} | {r['framework']} | {r['batch_size']} | {r['timed_batches']} "
+            f"| {r['rounds']} "
             f"| {r['bare_p50_ms']:.3f} | {r['ours_p50_ms']:.3f} "
             f"| {r['p50_ratio']:.3f} ({low:.2f}–{high:.2f}) | {r['mean_ratio']:.3f} "
             f"| {r['loop_ratio']:.3f} |"

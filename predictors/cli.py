@@ -35,6 +35,7 @@ from predictors.evaluation import (
     evaluate,
     split_entry,
 )
+from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides
 from predictors.predictor import predictor_class, registered
 
@@ -66,7 +67,11 @@ def default_store() -> Path:
 
 
 def _parser() -> _Parser:
-    parser = _Parser(prog=PROG, description="MLModelScope on this host, without a hub.")
+    parser = _Parser(
+        prog=PROG,
+        description="Evaluate models here (from the manifests under manifests/) or on a hub "
+        "(--hub), and serve a hub's evaluations on this host (mlms agent).",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = commands.add_parser(
         "evaluate",
@@ -156,6 +161,28 @@ def _parser() -> _Parser:
         help=f"artifact store folder (default: $ARTIFACT_ROOT or {default_store()})",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument(
+        "--hub",
+        metavar="URL",
+        help="submit to this hub and follow the run live, instead of running here",
+    )
+    run.add_argument(
+        "--token",
+        metavar="T",
+        default=os.environ.get("MLMS_TOKEN"),
+        help="API token with the 'evaluate' scope, for --hub (default: $MLMS_TOKEN)",
+    )
+    run.add_argument(
+        "--hosts",
+        choices=("one", "all"),
+        default="one",
+        help="with --hub: run on one matching host, or on every one (default: one)",
+    )
+    commands.add_parser(
+        "agent",
+        help="serve evaluations for a hub on this host (see `mlms agent --help`)",
+        add_help=False,
+    )
     return parser
 
 
@@ -420,22 +447,125 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def remote_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The `POST /api/v1/evaluations/` body for `mlms evaluate … --hub`."""
+    if not args.token:
+        raise UsageError("--hub needs --token (or $MLMS_TOKEN), a token with the 'evaluate' scope")
+    if args.overrides:
+        raise UsageError(
+            "--set works only locally: publish the changed manifest to the hub instead"
+        )
+    frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+    if len(frameworks) != 1:
+        raise UsageError("--framework: with --hub, name exactly one framework per evaluation")
+    dataset, split = _dataset(args.dataset)
+    request: dict[str, Any] = {
+        "model": args.model,
+        "model_version": args.version,
+        "framework": frameworks[0],
+        "dataset": dataset,
+        "dataset_version": args.dataset_version,
+        "split": split,
+        "device": "gpu" if args.device.startswith("cuda") else "cpu",
+        "hosts": args.hosts,
+        "batch_sizes": list(_batch_sizes(args.batch_sizes)),
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "seed": args.seed,
+        "trace_level": args.trace_level,
+    }
+    if args.limit is not None:
+        request["limit"] = args.limit
+    if args.threads is not None:
+        request["threads"] = args.threads
+    return request
+
+
+def run_remote(args: argparse.Namespace) -> dict[str, Any]:
+    """Submit to the hub, show each status change and the progress, return the evaluations."""
+    from predictors.hub_client import evaluate_remote
+
+    request = remote_request(args)
+    bars: dict[str, Any] = {}
+
+    def on_update(evaluation: dict[str, Any]) -> None:
+        key, progress = evaluation["id"], evaluation["progress"]
+        if args.no_progress:
+            print(
+                f"{key[:8]} {evaluation['status']} {progress['done']}/{progress['total']}",
+                file=sys.stderr,
+            )
+            return
+        from tqdm import tqdm
+
+        bar = bars.get(key)
+        if bar is None:
+            bar = bars[key] = tqdm(total=progress["total"] or None, unit="pred", file=sys.stderr)
+        if progress["total"]:
+            bar.total = progress["total"]
+        bar.n = progress["done"]
+        bar.set_description(
+            f"{key[:8]} {evaluation.get('host') or ''} {evaluation['status']}".strip()
+        )
+        bar.refresh()
+
     try:
-        args = _parser().parse_args(argv)
-        report = run_evaluate(args)
+        finished = evaluate_remote(args.hub, args.token, request, on_update=on_update)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    failed = [e for e in finished if e["status"] != "succeeded"]
+    if failed:
+        reasons = "; ".join(f"{e['id'][:8]} {e['status']}: {e.get('reason') or ''}" for e in failed)
+        raise CommandError(reasons)
+    return {"hub": args.hub, "evaluations": finished}
+
+
+def format_remote(report: dict[str, Any]) -> str:
+    lines = []
+    for evaluation in report["evaluations"]:
+        result = evaluation.get("result") or {}
+        accuracy = result.get("accuracy") or {}
+        lines.append(
+            f"{evaluation['id']}  {evaluation['model']['name']} {evaluation['model']['version']} on "
+            f"{evaluation['framework']} {evaluation.get('framework_version') or ''}, host {evaluation.get('host')}: "
+            f"top-1 {accuracy.get('top1', float('nan')):.4f}, top-5 {accuracy.get('top5', float('nan')):.4f}"
+        )
+        lines.append(
+            f"  {'batch':>5} {'mean ms':>9} {'p50':>9} {'p90':>9} {'p99':>9} {'inputs/s':>10}"
+        )
+        for size, stats in sorted((result.get("latency") or {}).items(), key=lambda kv: int(kv[0])):
+            throughput = (result.get("throughput") or {}).get(size, float("nan"))
+            lines.append(
+                f"  {size:>5} {stats['mean_ms']:>9.3f} {stats['p50_ms']:>9.3f} {stats['p90_ms']:>9.3f} "
+                f"{stats['p99_ms']:>9.3f} {throughput:>10.1f}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["agent"]:
+        from predictors.agent import main as agent_main
+
+        return agent_main(arguments[1:])
+    try:
+        args = _parser().parse_args(arguments)
+        report = run_remote(args) if args.hub else run_evaluate(args)
     except UsageError as exc:
         return _fail(str(exc), 2)
     except (CommandError, CatalogError) as exc:
         return _fail(str(exc), 1)
     except USER_ERRORS as exc:
         return _fail(str(exc), 1)
+    except (HubError, HubUnreachable, TimeoutError) as exc:
+        return _fail(str(exc), 1)
     except (KeyboardInterrupt, EvaluationCancelled):
         return _fail("interrupted", 130)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     else:
-        print(format_table(report))
+        print(format_remote(report) if args.hub else format_table(report))
     return 0
 
 

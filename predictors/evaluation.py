@@ -317,6 +317,69 @@ def latency_summary(durations_ns: Sequence[int] | np.ndarray) -> dict[str, float
     }
 
 
+def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
+    """The manifest entry of a dataset split (`path`, `sha256`, `count`), checked."""
+    if dataset.kind != "dataset":
+        raise EvaluationError(f"{dataset.name} is a {dataset.kind} manifest, not a dataset")
+    if dataset.data.get("format") != "parquet":
+        raise EvaluationError(
+            f"dataset {dataset.name} is in {dataset.data.get('format')!r} format; the loop "
+            "reads parquet"
+        )
+    splits = dataset.data["splits"]
+    if split not in splits:
+        raise EvaluationError(
+            f"dataset {dataset.name} {dataset.version} has no split {split!r} "
+            f"(it has {', '.join(splits)})"
+        )
+    entry: dict[str, Any] = splits[split]
+    return entry
+
+
+def chrome_trace(spans: Sequence[Span]) -> dict[str, Any]:
+    """Spans as a Chrome trace / Perfetto JSON document: one process per framework, one thread
+    per batch size, complete events in microseconds."""
+    events: list[dict[str, Any]] = []
+    processes: dict[str, int] = {}
+    threads: set[tuple[int, int]] = set()
+    for span in spans:
+        framework = str(span.attributes.get("framework", ""))
+        if framework not in processes:
+            processes[framework] = len(processes) + 1
+            events.append(
+                {
+                    "name": "process_name",
+                    "ph": "M",
+                    "pid": processes[framework],
+                    "args": {"name": framework},
+                }
+            )
+        pid, tid = processes[framework], int(span.attributes.get("batch_size", 0))
+        if (pid, tid) not in threads:
+            threads.add((pid, tid))
+            events.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"name": f"batch size {tid}"},
+                }
+            )
+        events.append(
+            {
+                "name": span.name,
+                "ph": "X",
+                "ts": span.start_ns / 1e3,
+                "dur": (span.end_ns - span.start_ns) / 1e3,
+                "pid": pid,
+                "tid": tid,
+                "args": span.attributes,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
 # -- the loop ----------------------------------------------------------------------------------
 
 
@@ -659,25 +722,6 @@ def _model_spec(model: Manifest) -> _ModelSpec:
     )
 
 
-def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
-    """The manifest entry of a dataset split (`path`, `sha256`, `count`), checked."""
-    if dataset.kind != "dataset":
-        raise EvaluationError(f"{dataset.name} is a {dataset.kind} manifest, not a dataset")
-    if dataset.data.get("format") != "parquet":
-        raise EvaluationError(
-            f"dataset {dataset.name} is in {dataset.data.get('format')!r} format; the loop "
-            "reads parquet"
-        )
-    splits = dataset.data["splits"]
-    if split not in splits:
-        raise EvaluationError(
-            f"dataset {dataset.name} {dataset.version} has no split {split!r} "
-            f"(it has {', '.join(splits)})"
-        )
-    entry: dict[str, Any] = splits[split]
-    return entry
-
-
 def _check_version(model: Manifest, version: str) -> None:
     if not versioning.satisfies(version, model.framework_range):
         raise PredictorError(
@@ -720,21 +764,3 @@ def _notes(model: Manifest, dataset: Manifest, labels: list[str], classes: int) 
     if classes != len(labels):
         notes.append(f"the model gives {classes} outputs per input for {len(labels)} labels")
     return notes
-
-
-def chrome_trace(spans: Sequence[Span]) -> dict[str, Any]:
-    """Spans as a Chrome trace / Perfetto JSON document (complete events, microseconds)."""
-    events = []
-    for span in spans:
-        events.append(
-            {
-                "name": span.name,
-                "ph": "X",
-                "ts": span.start_ns / 1e3,
-                "dur": (span.end_ns - span.start_ns) / 1e3,
-                "pid": str(span.attributes.get("framework", "")),
-                "tid": f"batch size {span.attributes.get('batch_size', '')}",
-                "args": span.attributes,
-            }
-        )
-    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -3,34 +3,13 @@ hub's broker, from which a test reads what the hub sent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from tests.evaluations.factories import Broker, catalog_manifests, register_hosts
-
-
-@pytest.fixture(scope="session", autouse=True)
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """The hub's Celery broker. On the embedded default (a filesystem broker) it is moved to a
-    folder of the test session's own, so that no agent of a running hub sees the tests' jobs."""
-    from mlmodelscope.celery import app
-
-    if str(app.conf.broker_url).startswith("filesystem"):
-        folder = tmp_path_factory.mktemp("broker")
-        for sub in ("queue", "processed", "control"):
-            (folder / sub).mkdir()
-        app.conf.broker_transport_options = {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "processed_folder": str(folder / "processed"),
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-        }
-    yield Broker(app)
+from tests.evaluations.factories import catalog_manifests, register_hosts
 
 
 @pytest.fixture(autouse=True)

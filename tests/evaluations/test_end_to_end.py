@@ -345,6 +345,68 @@ def test_evaluate_remote_launches_and_waits_for_the_result(hub: LiveHub) -> None
     assert refused.value.status == 400 and "dataset" in str(refused.value)
 
 
+def test_the_mlms_cli_submits_to_the_hub_and_follows_the_run(hub: LiveHub) -> None:
+    command = [sys.executable, "-m", "predictors.cli", "evaluate", "digits-cnn"]
+    command += ["--framework", "onnxruntime", "--dataset", "digits:validation"]
+    command += ["--batch-sizes", "1,32", "--hub", hub.url, "--format", "json", "--no-progress"]
+    env = {k: v for k, v in hub.env.items() if k != "DATABASE_URL"} | {"MLMS_TOKEN": hub.token}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+
+    assert done.returncode == 0, done.stderr
+    (evaluation,) = json.loads(done.stdout)["evaluations"]
+    assert evaluation["status"] == "succeeded"
+    assert evaluation["result"]["accuracy"]["top1"] >= 0.95
+    assert set(evaluation["result"]["latency"]) == {"1", "32"}
+    assert {"p50_ms", "p90_ms", "p99_ms"} <= set(evaluation["result"]["latency"]["32"])
+    assert "running" in done.stderr and "succeeded" in done.stderr
+
+    refused = subprocess.run(
+        [*command[:-4], "--hub", hub.url, "--token", "mlms_not-a-token"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("mlms: error:") and len(refused.stderr.splitlines()) == 1
+
+
+def test_curl_launches_an_evaluation_with_a_bearer_token(hub: LiveHub) -> None:
+    body = json.dumps(
+        {
+            "model": "digits-cnn",
+            "framework": "onnxruntime",
+            "dataset": "digits",
+            "device": "cpu",
+            "batch_sizes": [1, 32],
+        }
+    )
+    done = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-X",
+            "POST",
+            f"{hub.url}/api/v1/evaluations/",
+            "-H",
+            f"Authorization: Bearer {hub.token}",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    (launched,) = json.loads(done.stdout)["evaluations"]
+    finished = hub.finished(launched["id"])
+    assert finished["status"] == "succeeded"
+    assert finished["result"]["accuracy"]["top1"] >= 0.95
+
+
 def test_a_model_file_that_cannot_be_fetched_fails_the_evaluation_saying_why(
     hub: LiveHub,
 ) -> None:

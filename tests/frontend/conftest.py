@@ -18,7 +18,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from tests.evaluations.factories import Broker
 from tests.frontend.hub_process import HubProcess, running_hub
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -111,27 +110,6 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 def hub_page(browser: Any, hub: HubProcess) -> Iterator[Any]:
     """A fresh browser tab whose relative URLs go to `hub`."""
     yield from _tab(browser, hub.url)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """The Celery broker that launches send to. On the embedded default (a filesystem broker)
-    it is moved to a folder of this test session's own, so that no agent of a running hub sees
-    the tests' jobs (as tests/evaluations/conftest.py does)."""
-    from mlmodelscope.celery import app
-
-    if str(app.conf.broker_url).startswith("filesystem"):
-        folder = tmp_path_factory.mktemp("broker")
-        for sub in ("queue", "processed", "control"):
-            (folder / sub).mkdir()
-        app.conf.broker_transport_options = {
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "processed_folder": str(folder / "processed"),
-            "control_folder": str(folder / "control"),
-            "store_processed": False,
-        }
-    yield Broker(app)
 
 
 @pytest.fixture

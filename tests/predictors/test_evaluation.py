@@ -216,9 +216,16 @@ def test_every_timed_batch_is_a_span_at_trace_level_model(
     assert [s.attributes["repetition"] for s in spans[:30]] == [0] * 10 + [1] * 10 + [2] * 10
     assert all(s.name == "predict" and s.end_ns >= s.start_ns for s in spans)
     assert all(a.end_ns <= b.start_ns for a, b in zip(spans, spans[1:], strict=False))
-    trace = chrome_trace(spans)
-    assert len(trace["traceEvents"]) == 39
-    assert trace["traceEvents"][0]["ph"] == "X"
+    events = chrome_trace(spans)["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == 39
+    assert complete[0]["dur"] == (spans[0].end_ns - spans[0].start_ns) / 1e3
+    names = {(e["name"], e["args"]["name"]) for e in events if e["ph"] == "M"}
+    assert names == {
+        ("process_name", "fake"),
+        ("thread_name", "batch size 1"),
+        ("thread_name", "batch size 4"),
+    }
 
 
 def test_trace_level_none_records_no_spans(fake: type[FakePredictor], store: Path) -> None:
