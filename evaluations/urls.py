@@ -2,7 +2,16 @@
 
 from django.urls import path
 
-from evaluations.api import agent_config, cancel, claim, evaluations, progress, result, status
+from evaluations.api import (
+    agent_config,
+    cancel,
+    claim,
+    evaluations,
+    progress,
+    result,
+    status,
+    traces,
+)
 
 urlpatterns = [
     path("evaluations/", evaluations.EvaluationList.as_view(), name="api-evaluation-list"),
@@ -36,4 +45,17 @@ urlpatterns = [
         name="api-evaluation-result",
     ),
     path("agent/config/", agent_config.AgentConfig.as_view(), name="api-agent-config"),
+    # Traces.
+    path(
+        "evaluations/<uuid:pk>/trace",
+        traces.EvaluationTrace.as_view(),
+        name="api-evaluation-trace",
+    ),
+    path("traces/<str:trace_id>", traces.TraceExport.as_view(), name="api-trace"),
+    path(
+        "traces/<str:trace_id>/timeline",
+        traces.TraceTimeline.as_view(),
+        name="api-trace-timeline",
+    ),
+    path("traces/<str:trace_id>/layers", traces.TraceLayers.as_view(), name="api-trace-layers"),
 ]

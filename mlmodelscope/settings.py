@@ -160,6 +160,8 @@ ARTIFACT_ROOT.mkdir(parents=True, exist_ok=True)
 MANIFEST_MAX_BYTES = envint("MANIFEST_MAX_BYTES", 256 * 1024, minimum=1024)
 # Model files travel in multipart uploads and are streamed to disk, never held in memory.
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
+# One OTLP/HTTP trace export (POST /v1/traces), after any gzip is undone.
+TRACE_MAX_BYTES = envint("TRACE_MAX_BYTES", 16 * 1024**2, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MANIFEST_MAX_BYTES + 64 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 FILE_UPLOAD_TEMP_DIR = str(VAR_DIR / "uploads")

@@ -25,6 +25,7 @@ from predictors import introspection
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.data import DataManager
 from predictors.evaluation import (
+    GRAPH_OPTIMIZATIONS,
     TRACE_LEVELS,
     USER_ERRORS,
     Evaluation,
@@ -132,7 +133,14 @@ def _parser() -> _Parser:
         "--trace-level",
         choices=TRACE_LEVELS,
         default="model",
-        help="none, or model: one span per timed batch (default: model)",
+        help="none; model: one span per timed batch (default); framework: also one span per "
+        "layer per timed batch, nested in its batch span",
+    )
+    run.add_argument(
+        "--graph-optimization",
+        choices=GRAPH_OPTIMIZATIONS,
+        help="ONNX Runtime's graph optimization level (none: no fusion, one layer span per "
+        "graph node); default: ONNX Runtime's own (all)",
     )
     run.add_argument(
         "--trace-file", type=Path, metavar="PATH", help="write the spans as a Chrome trace"
@@ -289,6 +297,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         threads=args.threads,
         seed=args.seed,
         trace_level=args.trace_level,
+        graph_optimization=args.graph_optimization,
     )
     store = (args.store or default_store()).resolve()
     _check_store(store, [*models, dataset], split)

@@ -37,7 +37,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from predictors.processing import (
     postprocess,
     preprocessor_for,
 )
+from predictors.tracing import Layer, Span, at_least
 
 __all__ = [
     "TRACE_LEVELS",
@@ -69,6 +70,7 @@ __all__ = [
     "EvaluationError",
     "EvaluationOptions",
     "Fetch",
+    "GRAPH_OPTIMIZATIONS",
     "Span",
     "chrome_trace",
     "compare",
@@ -77,8 +79,13 @@ __all__ = [
     "split_entry",
 ]
 
-# The trace levels this loop records (the finer levels come with the tracer).
-TRACE_LEVELS = ("none", "model")
+# The trace levels this loop records (`predictors.tracing.LEVELS` names the finer ones to come):
+# `model` one span per timed batch, `framework` also one span per layer per timed batch, nested
+# in its batch span.
+TRACE_LEVELS = ("none", "model", "framework")
+
+# ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
+GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
 
 CLOCK_HOST = "perf_counter (host wall clock)"
 CLOCK_CUDA = "perf_counter after cuda synchronize"
@@ -127,6 +134,7 @@ class EvaluationOptions:
     seed: int = 0
     trace_level: str = "model"
     stage_bytes: int = 256 * 1024 * 1024
+    graph_optimization: str | None = None
 
     def __post_init__(self) -> None:
         def positive(name: str, value: Any, minimum: int) -> None:
@@ -151,19 +159,13 @@ class EvaluationOptions:
             raise EvaluationError(
                 f"trace level must be one of {', '.join(TRACE_LEVELS)}; got {self.trace_level!r}"
             )
+        if self.graph_optimization not in (None, *GRAPH_OPTIMIZATIONS):
+            raise EvaluationError(
+                f"graph optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}; "
+                f"got {self.graph_optimization!r}"
+            )
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise EvaluationError(f"device must be cpu, cuda or cuda:N; got {self.device!r}")
-
-
-@dataclass(frozen=True)
-class Span:
-    """One timed step. Times are nanoseconds since the Unix epoch, read from the loop's clock
-    (perf_counter, anchored to the wall clock once per evaluation)."""
-
-    name: str
-    start_ns: int
-    end_ns: int
-    attributes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,6 +224,8 @@ def evaluate(
             device=options.device,
             threads=options.threads,
             seed=options.seed,
+            trace_level=options.trace_level,
+            graph_optimization=options.graph_optimization,
         ),
     )
     load_ns = time.perf_counter_ns() - load_start
@@ -229,6 +233,8 @@ def evaluate(
         loop = _Loop(model, predictor, options, spec, labels, total, progress, cancelled)
         per_batch_size = [loop.run(reader, preprocessor) for reader in readers]
         settings = predictor.settings()
+        if loop.layers:
+            loop.add_layer_spans(predictor.take_layers())
     finally:
         predictor.close()
 
@@ -264,7 +270,11 @@ def evaluate(
         "load_ms": load_ns / 1e6,
         "accuracy": per_batch_size[0]["accuracy"],
         "batch_sizes": per_batch_size,
-        "trace": {"level": options.trace_level, "spans": len(loop.spans)},
+        "trace": {
+            "level": options.trace_level,
+            "spans": len(loop.spans),
+            **({"layer_spans": loop.layer_spans} if loop.layers else {}),
+        },
         "notes": _notes(model, dataset, labels, first.outputs.shape[1]),
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
@@ -435,6 +445,11 @@ class _Loop:
         self.checked = False
         self.first: _FirstPass | None = None
         self.spans: list[Span] = []
+        # At trace level framework: the batch span id of every predict call, in call order (0
+        # for a warm-up call), to nest the predictor's layers in their batch span.
+        self.layers = at_least(options.trace_level, "framework")
+        self.calls: list[int] = []
+        self.layer_spans = 0
         # perf_counter has no epoch; spans are anchored to the wall clock once.
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
 
@@ -588,6 +603,8 @@ class _Loop:
         for index in range(count):
             self._stop_if_cancelled()
             self._predict(batches[index % len(batches)])
+            if self.layers:
+                self.calls.append(0)
             if self.options.device != "cpu":
                 self.predictor.synchronize()
             self.done += 1
@@ -653,9 +670,56 @@ class _Loop:
                     "inputs": len(batches[index]),
                     "repetition": repetition,
                     "batch_index": base + index,
+                    "mlms.level": "model",
                 }
-                self.spans.append(Span("predict", start + offset, end + offset, attributes))
+                span_id = len(self.spans) + 1
+                self.spans.append(
+                    Span("predict", start + offset, end + offset, attributes, span_id=span_id)
+                )
+                if self.layers:
+                    self.calls.append(span_id)
         return outputs, wall
+
+    def add_layer_spans(self, calls: list[list[Layer]] | None) -> None:
+        """Nest the layers of each timed predict call in its batch span (`calls`: the layers
+        of every predict call, warm-up included, in call order; None where the predictor does
+        not trace layers). A layer's end is clipped to its batch span's end."""
+        if not calls:
+            return
+        if len(calls) != len(self.calls):
+            raise EvaluationError(
+                f"the predictor traced {len(calls)} predict calls; the loop made {len(self.calls)}"
+            )
+        batches = {span.span_id: span for span in self.spans}
+        device = self.options.device
+        for batch_id, layers in zip(self.calls, calls, strict=True):
+            if not batch_id:
+                continue
+            batch = batches[batch_id]
+            for index, layer in enumerate(layers):
+                start = batch.start_ns + layer.offset_ns
+                attributes = {
+                    "framework": batch.attributes["framework"],
+                    "batch_size": batch.attributes["batch_size"],
+                    "batch_index": batch.attributes["batch_index"],
+                    "mlms.level": "framework",
+                    "mlms.layer_index": index,
+                    "mlms.layer_name": layer.name,
+                    "mlms.op_type": layer.op_type,
+                    "mlms.device": device,
+                    **layer.attributes,
+                }
+                self.spans.append(
+                    Span(
+                        layer.name,
+                        min(start, batch.end_ns),
+                        min(start + layer.duration_ns, batch.end_ns),
+                        attributes,
+                        span_id=len(self.spans) + 1,
+                        parent_id=batch_id,
+                    )
+                )
+                self.layer_spans += 1
 
     def _report(self, done_here: int) -> None:
         """Report progress (`done_here` predictions into the current loop); stop if cancelled."""

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from predictors.manifests import Manifest
+from predictors.tracing import Layer
 
 __all__ = [
     "DEVICES",
@@ -57,7 +58,11 @@ class PredictorOptions:
     `graph_file` and `weights_file` are local files (the manifest's `model.graph_path` and
     `model.weights_path`, fetched). `threads`, when set, is the number of intra-op threads (and
     inter-op threads are set to 1); None leaves the framework's defaults. `seed` seeds the
-    framework's random generators.
+    framework's random generators. `trace_level` is the evaluation's (`predictors.tracing`):
+    at `framework` or finer a predictor that can traces each layer of every `predict` call
+    (`Predictor.take_layers`); below it, it installs nothing. `graph_optimization` (none, basic,
+    extended, all) is ONNX Runtime's graph optimization level (e.g. `none` for no fusion, so
+    that the layers are the graph's nodes); None leaves the framework's default.
     """
 
     graph_file: Path
@@ -65,6 +70,8 @@ class PredictorOptions:
     device: str = "cpu"
     threads: int | None = None
     seed: int | None = None
+    trace_level: str = "none"
+    graph_optimization: str | None = None
 
 
 class Predictor(ABC):
@@ -109,6 +116,12 @@ class Predictor(ABC):
 
     def synchronize(self) -> None:  # noqa: B027 - an optional hook, empty on the host
         """Wait until the device has finished all work queued so far (a no-op on the CPU)."""
+
+    def take_layers(self) -> list[list[Layer]] | None:
+        """At trace level `framework` or finer: the layers of every `predict` call since the
+        last `take_layers` (or `load`), one list per call in call order. None where the
+        predictor does not trace layers (the default)."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """The settings the loaded model runs with (threads, providers, …), as applied."""

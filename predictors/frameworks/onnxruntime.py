@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,6 +15,14 @@ import onnxruntime as ort
 from predictors.frameworks import cuda_index
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
+from predictors.tracing import CLOCK_ORT_PROFILER, Layer, at_least
+
+_OPTIMIZATION_LEVELS = {
+    "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
 # ONNX tensor element types, as onnxruntime names them, and their NumPy types.
 _ELEMENT_TYPES = {
@@ -30,6 +43,8 @@ class OnnxRuntimePredictor(Predictor):
         self._session: ort.InferenceSession | None = None
         self._input = ""
         self._output = ""
+        self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._optimization: str | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -58,6 +73,16 @@ class OnnxRuntimePredictor(Predictor):
             session_options.intra_op_num_threads = options.threads
             session_options.inter_op_num_threads = 1
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if options.graph_optimization is not None:
+            session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[
+                options.graph_optimization
+            ]
+        self._optimization = options.graph_optimization
+        if at_least(options.trace_level, "framework"):
+            # ONNX Runtime's profiler times every node of every run; `take_layers` reads it.
+            self._profile_dir = tempfile.TemporaryDirectory(prefix="mlms-ort-profile-")
+            session_options.enable_profiling = True
+            session_options.profile_file_prefix = os.path.join(self._profile_dir.name, "ort")
         if options.seed is not None:
             ort.set_seed(options.seed)
         providers: list[Any] = ["CPUExecutionProvider"]
@@ -94,9 +119,22 @@ class OnnxRuntimePredictor(Predictor):
         assert self._session is not None, "load() first"
         return self._session.run([self._output], {self._input: batch})[0]
 
+    def take_layers(self) -> list[list[Layer]] | None:
+        """The profiler's node events of every run, by run. Profiling ends here: runs after
+        the first `take_layers` are not traced."""
+        if self._profile_dir is None or self._session is None:
+            return None
+        path = Path(self._session.end_profiling())
+        try:
+            events = json.loads(path.read_text(encoding="utf-8"))
+        finally:
+            path.unlink(missing_ok=True)
+        return _runs(events)
+
     def settings(self) -> dict[str, Any]:
         assert self._session is not None, "load() first"
         return {
+            "graph_optimization": self._optimization or "default (all)",
             "providers": self._session.get_providers(),
             # 0 is ONNX Runtime's default: one thread per physical core.
             "intra_op_threads": self._threads if self._threads is not None else 0,
@@ -106,3 +144,44 @@ class OnnxRuntimePredictor(Predictor):
 
     def close(self) -> None:
         self._session = None
+        if self._profile_dir is not None:
+            self._profile_dir.cleanup()
+            self._profile_dir = None
+
+
+def _runs(events: list[dict[str, Any]]) -> list[list[Layer]]:
+    """ONNX Runtime profile events (Chrome trace JSON, microseconds) as the layers of each run:
+    the `Node` events (`<node>_kernel_time`) within each `model_run` event, in run order."""
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: e["ts"],
+    )
+    starts = [int(e["ts"]) for e in runs]
+    layers: list[list[Layer]] = [[] for _ in runs]
+    suffix = "_kernel_time"
+    nodes = sorted(
+        (e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith(suffix)),
+        key=lambda e: e["ts"],
+    )
+    for event in nodes:
+        index = bisect.bisect_right(starts, int(event["ts"])) - 1
+        if index < 0:
+            continue
+        args = event.get("args") or {}
+        shapes = [list(s.values())[0] for s in args.get("output_type_shape") or [] if s]
+        attributes: dict[str, Any] = {
+            "mlms.clock": CLOCK_ORT_PROFILER,
+            "mlms.provider": args.get("provider", ""),
+        }
+        if shapes:
+            attributes["mlms.output_shape"] = shapes[0] if len(shapes) == 1 else shapes
+        layers[index].append(
+            Layer(
+                event["name"][: -len(suffix)],
+                str(args.get("op_name", "")),
+                (int(event["ts"]) - starts[index]) * 1000,
+                int(event["dur"]) * 1000,
+                attributes,
+            )
+        )
+    return layers

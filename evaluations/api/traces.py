@@ -1,0 +1,234 @@
+"""Traces: the OTLP/HTTP receiver (`POST /v1/traces`) and the trace API under /api/v1/.
+
+- `POST /v1/traces`: an OTLP ExportTraceServiceRequest (application/x-protobuf or
+  application/json, optionally gzip), `Authorization: Bearer <token>` of scope `write`,
+  `evaluate` or `agent`; answers an ExportTraceServiceResponse in the request's encoding.
+- `GET /api/v1/traces/<trace_id>?format=chrome|otlp` and `GET /api/v1/evaluations/<id>/trace`:
+  every span of the trace.
+- `GET /api/v1/traces/<trace_id>/timeline?start=&end=&max_spans=`: the longest spans of a window.
+- `GET /api/v1/traces/<trace_id>/layers`: the per-level, per-name aggregates.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from rest_framework import exceptions
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evaluations import traces
+from evaluations.models import Evaluation
+from hub.api.errors import ApiError
+from hub.authentication import authenticate_token
+
+READ_SCOPES = ("read", "evaluate")
+MAX_TIMELINE_SPANS = 10_000
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JsonResponse:
+    body = {"detail": message, "errors": [{"path": "", "line": None, "message": message}]}
+    return JsonResponse(body, status=status, headers=headers)
+
+
+def _body(request: HttpRequest, limit: int) -> bytes:
+    """The request's body, gzip undone, refused (413) past `limit` bytes either way."""
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > limit:
+        raise traces.TraceError(413, f"A trace export may be at most {limit} bytes.")
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
+        raise traces.TraceError(413, f"A trace export may be at most {limit} bytes.")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    if encoding != "gzip":
+        raise traces.TraceError(415, f"Unsupported Content-Encoding {encoding!r}; use gzip.")
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        body = inflater.decompress(raw, limit + 1)
+    except zlib.error:
+        raise traces.TraceError(400, "The body is not valid gzip.") from None
+    if len(body) > limit:
+        raise traces.TraceError(413, f"A trace export may be at most {limit} bytes.")
+    return body
+
+
+@csrf_exempt
+@require_POST
+def otlp_receiver(request: HttpRequest) -> HttpResponse:
+    """OTLP/HTTP traces: decode, authorize, store; nothing is stored on any error."""
+    header = request.headers.get("Authorization", "").split()
+    if len(header) != 2 or header[0].lower() != "bearer":
+        return _error(
+            401,
+            "Send 'Authorization: Bearer <token>'.",
+            {"WWW-Authenticate": 'Bearer realm="mlmodelscope"'},
+        )
+    try:
+        token = authenticate_token(header[1])
+    except exceptions.AuthenticationFailed as error:
+        return _error(401, str(error.detail), {"WWW-Authenticate": 'Bearer realm="mlmodelscope"'})
+    if not set(token.scopes) & traces.WRITE_SCOPES:
+        return _error(403, "This token lacks the 'write', 'evaluate' or 'agent' scope.")
+    content_type = (request.content_type or "").lower()
+    if content_type not in ("application/x-protobuf", "application/json"):
+        return _error(415, "Send OTLP as application/x-protobuf or application/json.")
+    try:
+        message = traces.decode(_body(request, settings.TRACE_MAX_BYTES), content_type)
+        traces.ingest(token, message)
+    except traces.TraceError as error:
+        return _error(error.status, error.message)
+    answer = trace_service_pb2.ExportTraceServiceResponse()
+    if content_type == "application/json":
+        return HttpResponse(b"{}", content_type="application/json")
+    return HttpResponse(answer.SerializeToString(), content_type="application/x-protobuf")
+
+
+def _readable(request: Request, trace_id: str) -> tuple[Any, Evaluation | None]:
+    found = traces.readable_trace(request.user, trace_id)
+    if found is None:
+        raise Http404("No such trace for you.")
+    return found
+
+
+def _export(trace_id: str, fmt: str) -> Response:
+    if fmt == "chrome":
+        return Response(traces.chrome(trace_id))
+    if fmt == "otlp":
+        return Response(traces.otlp(trace_id))
+    raise ApiError([{"path": "format", "message": "format must be 'chrome' or 'otlp'."}])
+
+
+class JsonOnly(BaseContentNegotiation):
+    """JSON answers, whatever `?format=` says (here it picks the trace format, not DRF's
+    renderer)."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class TraceView(APIView):
+    required_scopes = {"GET": READ_SCOPES}
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnly
+
+
+FORMAT = OpenApiParameter(
+    "format", OpenApiTypes.STR, enum=["chrome", "otlp"], description="default chrome"
+)
+
+
+class TraceExport(TraceView):
+    @extend_schema(
+        summary="Export a trace (Chrome trace JSON or OTLP JSON)",
+        parameters=[FORMAT],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, trace_id: str) -> Response:
+        _readable(request, trace_id)
+        return _export(trace_id, request.query_params.get("format", "chrome"))
+
+
+class EvaluationTrace(TraceView):
+    @extend_schema(
+        summary="Export an evaluation's trace (Chrome trace JSON or OTLP JSON)",
+        parameters=[FORMAT],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, pk: UUID) -> Response:
+        evaluation = get_object_or_404(Evaluation.objects.visible_to(request.user), pk=pk)
+        return _export(evaluation.trace_id, request.query_params.get("format", "chrome"))
+
+
+def _int_param(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError([{"path": name, "message": f"{name} must be an integer."}]) from None
+    if value < minimum:
+        raise ApiError([{"path": name, "message": f"{name} must be at least {minimum}."}])
+    return value
+
+
+class TraceTimeline(TraceView):
+    @extend_schema(
+        summary="The longest spans of a trace overlapping a time window",
+        parameters=[
+            OpenApiParameter("start", OpenApiTypes.INT, description="Unix ns"),
+            OpenApiParameter("end", OpenApiTypes.INT, description="Unix ns"),
+            OpenApiParameter("max_spans", OpenApiTypes.INT, description="default 1000"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, trace_id: str) -> Response:
+        trace, _evaluation = _readable(request, trace_id)
+        start = _int_param(request, "start", None)
+        end = _int_param(request, "end", None)
+        max_spans = _int_param(request, "max_spans", 1000, minimum=1)
+        assert max_spans is not None
+        total, spans = traces.timeline(trace_id, start, end, min(max_spans, MAX_TIMELINE_SPANS))
+        return Response(
+            {
+                "trace_id": trace_id,
+                "start": start,
+                "end": end,
+                "trace_start": trace.start_ns if trace else None,
+                "trace_end": trace.end_ns if trace else None,
+                "total": total,
+                "spans": spans,
+            }
+        )
+
+
+class TraceLayers(TraceView):
+    @extend_schema(
+        summary="Per-level, per-name span aggregates of a trace",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, trace_id: str) -> Response:
+        trace, _evaluation = _readable(request, trace_id)
+        rows = traces.aggregates(trace) if trace is not None else []
+        return Response(
+            {
+                "trace_id": trace_id,
+                "span_count": trace.span_count if trace else 0,
+                "aggregates": [
+                    {
+                        "level": row.level,
+                        "name": row.name,
+                        "op_type": row.op_type,
+                        "layer_index": row.layer_index,
+                        "count": row.count,
+                        "total_ns": row.total_ns,
+                        "mean_ns": row.mean_ns,
+                        "p50_ns": row.p50_ns,
+                        "p99_ns": row.p99_ns,
+                        "min_ns": row.min_ns,
+                        "max_ns": row.max_ns,
+                    }
+                    for row in rows
+                ],
+            }
+        )

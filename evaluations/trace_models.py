@@ -1,0 +1,67 @@
+"""Traces: the database's summary of the spans stored in the artifact store.
+
+The spans themselves live in Parquet chunks under `traces/<trace_id>/` (see
+`evaluations.traces`); the database keeps one `Trace` row per trace id (who owns it, which
+evaluation it belongs to, how many spans and chunks) and its per-level, per-name aggregates.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Trace(models.Model):
+    trace_id = models.CharField(max_length=32, unique=True)
+    # The evaluation's user for an evaluation's trace; otherwise the user whose token first
+    # wrote spans into it.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="traces"
+    )
+    evaluation = models.ForeignKey(
+        "evaluations.Evaluation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="traces",
+    )
+    span_count = models.PositiveBigIntegerField(default=0)
+    chunk_count = models.PositiveIntegerField(default=0)
+    # The earliest span start and the latest span end, in Unix nanoseconds.
+    start_ns = models.BigIntegerField(null=True, blank=True)
+    end_ns = models.BigIntegerField(null=True, blank=True)
+    # The chunk count the stored aggregates were computed from (they are recomputed lazily).
+    aggregated_chunks = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        app_label = "evaluations"
+        ordering = ["-created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"trace {self.trace_id} ({self.span_count} spans)"
+
+
+class SpanAggregate(models.Model):
+    """The durations of the spans of one trace with the same level, name and op type."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="aggregates")
+    level = models.CharField(max_length=32, blank=True, default="")
+    name = models.CharField(max_length=255)
+    op_type = models.CharField(max_length=128, blank=True, default="")
+    layer_index = models.BigIntegerField(null=True, blank=True)
+    count = models.PositiveBigIntegerField()
+    total_ns = models.BigIntegerField()
+    mean_ns = models.FloatField()
+    p50_ns = models.BigIntegerField()
+    p99_ns = models.BigIntegerField()
+    min_ns = models.BigIntegerField()
+    max_ns = models.BigIntegerField()
+
+    class Meta:
+        app_label = "evaluations"
+        ordering = ["trace", "-total_ns", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.level}/{self.name} × {self.count}"

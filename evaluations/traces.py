@@ -1,0 +1,505 @@
+"""Spans: OTLP decoding, who may write and read a trace, columnar storage, exports.
+
+Each accepted export writes, per trace id it carries, one Parquet chunk (zstd) at
+`traces/<trace_id>/<chunk>.parquet` in the artifact store, atomically, and updates the trace's
+`Trace` row. Per-level, per-name aggregates (`SpanAggregate`) are recomputed lazily, when read
+after new chunks arrived, so an export costs one file write and one row update.
+
+Authorization: a trace id that belongs to an evaluation is written by the evaluation's user
+(token scope `write` or `evaluate`) or by an agent token whose host claimed that evaluation; a
+trace id of no evaluation belongs to the user whose token first wrote into it. Reads follow the
+evaluation's visibility, or the owner (and staff) for a free-standing trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from evaluations.models import Evaluation
+from evaluations.trace_models import SpanAggregate, Trace
+from hub import storage
+from hub.models import ApiToken
+
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+USER_SCOPES = frozenset({"write", "evaluate"})
+WRITE_SCOPES = USER_SCOPES | {"agent"}
+# The trace levels, outermost first (DESIGN.md, "Tracing"); each gets its own Chrome thread.
+LEVELS = (
+    "application",
+    "model",
+    "framework",
+    "ml_library",
+    "system_library",
+    "hardware",
+)
+SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("name", pa.string()),
+        ("kind", pa.int32()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("attributes", pa.string()),
+        ("resource", pa.string()),
+        ("scope", pa.string()),
+        ("status", pa.int32()),
+        ("status_message", pa.string()),
+        ("level", pa.string()),
+        ("layer_index", pa.int64()),
+        ("layer_name", pa.string()),
+        ("op_type", pa.string()),
+    ]
+)
+
+
+class TraceError(Exception):
+    """A refused export: `status` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# --- Decoding ---------------------------------------------------------------------------------
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    """OTLP JSON writes trace and span ids in hex; protobuf's JSON mapping expects base64."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
+                try:
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+                except ValueError:
+                    raise TraceError(400, f"{key} {value!r} is not hexadecimal.") from None
+            else:
+                _hex_ids_to_base64(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+
+
+def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServiceRequest:
+    """An ExportTraceServiceRequest from an OTLP/HTTP body (protobuf or JSON)."""
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    if content_type == "application/x-protobuf":
+        try:
+            message.ParseFromString(body)
+        except (DecodeError, RuntimeError) as error:
+            raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+    elif content_type == "application/json":
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise TraceError(400, f"The body is not JSON: {error}") from None
+        _hex_ids_to_base64(data)
+        try:
+            json_format.ParseDict(data, message)
+        except json_format.ParseError as error:
+            raise TraceError(400, f"The body is not an OTLP JSON export: {error}") from None
+    else:
+        raise TraceError(
+            415, "Send OTLP as application/x-protobuf or application/json."
+        )  # pragma: no cover - the view checks first
+    for resource_spans in message.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if len(span.trace_id) != 16 or not any(span.trace_id):
+                    raise TraceError(400, "A span's trace id must be 16 bytes, not all zero.")
+                if len(span.span_id) != 8 or not any(span.span_id):
+                    raise TraceError(400, "A span's span id must be 8 bytes, not all zero.")
+                if span.parent_span_id and len(span.parent_span_id) != 8:
+                    raise TraceError(400, "A span's parent span id must be 8 bytes.")
+    return message
+
+
+def _value(value: common_pb2.AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return getattr(value, kind)
+
+
+def _attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+def _any_value(value: Any) -> common_pb2.AnyValue:
+    out = common_pb2.AnyValue()
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, list):
+        out.array_value.values.extend(_any_value(item) for item in value)
+    elif isinstance(value, dict):
+        out.kvlist_value.values.extend(_key_values(value))
+    return out
+
+
+def _key_values(attributes: dict[str, Any]) -> list[common_pb2.KeyValue]:
+    return [common_pb2.KeyValue(key=key, value=_any_value(v)) for key, v in attributes.items()]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def rows_by_trace(
+    message: trace_service_pb2.ExportTraceServiceRequest,
+) -> dict[str, list[dict[str, Any]]]:
+    """The export's spans as table rows, grouped by trace id (hex)."""
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for resource_spans in message.resource_spans:
+        resource = json.dumps(_attributes(resource_spans.resource.attributes), sort_keys=True)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                attributes = _attributes(span.attributes)
+                trace_id = span.trace_id.hex()
+                grouped[trace_id].append(
+                    {
+                        "trace_id": trace_id,
+                        "span_id": span.span_id.hex(),
+                        "parent_span_id": span.parent_span_id.hex(),
+                        "name": span.name,
+                        "kind": int(span.kind),
+                        "start_ns": int(span.start_time_unix_nano),
+                        "end_ns": int(span.end_time_unix_nano),
+                        "attributes": json.dumps(attributes, sort_keys=True),
+                        "resource": resource,
+                        "scope": scope,
+                        "status": int(span.status.code),
+                        "status_message": span.status.message,
+                        "level": _text(attributes.get("mlms.level")),
+                        "layer_index": _int(attributes.get("mlms.layer_index")),
+                        "layer_name": _text(attributes.get("mlms.layer_name")),
+                        "op_type": _text(attributes.get("mlms.op_type")),
+                    }
+                )
+    return grouped
+
+
+# --- Who may write and read -------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    trace_id: str
+    evaluation: Evaluation | None
+    trace: Trace | None
+
+
+def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
+    if trace is not None and trace.evaluation_id is not None:
+        return trace.evaluation
+    return Evaluation.objects.select_related("host").filter(trace_id=trace_id).first()
+
+
+def authorize_write(token: ApiToken, trace_ids: Iterable[str]) -> list[Target]:
+    """The traces `token` may write into, or TraceError(403) naming the first it may not."""
+    scopes = set(token.scopes)
+    targets = []
+    for trace_id in sorted(trace_ids):
+        trace = Trace.objects.select_related("evaluation__host").filter(trace_id=trace_id).first()
+        evaluation = _evaluation_of(trace_id, trace)
+        if evaluation is not None:
+            allowed = (scopes & USER_SCOPES and evaluation.user_id == token.user_id) or (
+                "agent" in scopes
+                and evaluation.host is not None
+                and evaluation.host.token_id == token.pk
+            )
+        elif trace is not None:
+            allowed = bool(scopes & USER_SCOPES) and trace.owner_id == token.user_id
+        else:
+            allowed = bool(scopes & USER_SCOPES)
+        if not allowed:
+            raise TraceError(403, f"This token may not write spans into trace {trace_id}.")
+        targets.append(Target(trace_id, evaluation, trace))
+    return targets
+
+
+def readable_trace(
+    user: AbstractBaseUser | AnonymousUser, trace_id: str
+) -> tuple[Trace | None, Evaluation | None] | None:
+    """(the Trace row if any, its evaluation if any) when `user` may read the trace; else None."""
+    if not TRACE_ID.match(trace_id) or not user.is_authenticated:
+        return None
+    trace = Trace.objects.filter(trace_id=trace_id).first()
+    evaluation = _evaluation_of(trace_id, trace)
+    if evaluation is not None:
+        if not Evaluation.objects.visible_to(user).filter(pk=evaluation.pk).exists():
+            return None
+        return trace, evaluation
+    if trace is None:
+        return None
+    if trace.owner_id != user.pk and not user.is_staff:  # type: ignore[union-attr]
+        return None
+    return trace, None
+
+
+# --- Storage ----------------------------------------------------------------------------------
+
+
+def chunk_folder(trace_id: str) -> str:
+    return f"traces/{trace_id}"
+
+
+def _parquet(rows: list[dict[str, Any]]) -> bytes:
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def ingest(token: ApiToken, message: trace_service_pb2.ExportTraceServiceRequest) -> int:
+    """Store an export's spans (authorized first: on any refusal nothing is stored)."""
+    grouped = rows_by_trace(message)
+    targets = authorize_write(token, grouped)
+    written: list[str] = []
+    try:
+        with transaction.atomic():
+            for target in targets:
+                rows = grouped[target.trace_id]
+                path = f"{chunk_folder(target.trace_id)}/{secrets.token_hex(8)}.parquet"
+                storage.write(path, [_parquet(rows)])
+                written.append(path)
+                _account(token, target, rows)
+    except BaseException:
+        for path in written:
+            storage.remove(path)
+        raise
+    return sum(len(rows) for rows in grouped.values())
+
+
+def _account(token: ApiToken, target: Target, rows: list[dict[str, Any]]) -> None:
+    owner_id = target.evaluation.user_id if target.evaluation is not None else token.user_id
+    trace, _created = Trace.objects.select_for_update().get_or_create(
+        trace_id=target.trace_id,
+        defaults={"owner_id": owner_id, "evaluation": target.evaluation},
+    )
+    if target.evaluation is None and trace.owner_id != token.user_id:
+        # Another user's token created it in the meantime.
+        raise TraceError(403, f"This token may not write spans into trace {target.trace_id}.")
+    start = min(row["start_ns"] for row in rows)
+    end = max(row["end_ns"] for row in rows)
+    trace.span_count += len(rows)
+    trace.chunk_count += 1
+    trace.start_ns = start if trace.start_ns is None else min(trace.start_ns, start)
+    trace.end_ns = end if trace.end_ns is None else max(trace.end_ns, end)
+    if target.evaluation is not None and trace.evaluation_id is None:
+        trace.evaluation = target.evaluation
+        trace.owner_id = target.evaluation.user_id
+    trace.save()
+
+
+def read_table(trace_id: str, columns: list[str] | None = None) -> pa.Table:
+    """Every stored span of a trace (all chunks), as one table."""
+    folder = storage.resolve(chunk_folder(trace_id)) if TRACE_ID.match(trace_id) else None
+    if folder is None or not folder.is_dir():
+        return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    tables = [
+        pq.read_table(chunk, columns=columns, schema=SCHEMA)
+        for chunk in sorted(folder.glob("*.parquet"))
+    ]
+    if not tables:
+        return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    return pa.concat_tables(tables)
+
+
+def span_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trace_id": row["trace_id"],
+        "span_id": row["span_id"],
+        "parent_span_id": row["parent_span_id"] or None,
+        "name": row["name"],
+        "kind": row["kind"],
+        "start_ns": row["start_ns"],
+        "end_ns": row["end_ns"],
+        "duration_ns": row["end_ns"] - row["start_ns"],
+        "level": row["level"],
+        "layer_index": row["layer_index"],
+        "layer_name": row["layer_name"],
+        "op_type": row["op_type"],
+        "status": row["status"],
+        "status_message": row["status_message"],
+        "attributes": json.loads(row["attributes"] or "{}"),
+        "resource": json.loads(row["resource"] or "{}"),
+    }
+
+
+# --- Exports ----------------------------------------------------------------------------------
+
+
+def _tid(level: str | None) -> int:
+    return LEVELS.index(level) + 1 if level in LEVELS else 0
+
+
+def chrome(trace_id: str) -> dict[str, Any]:
+    """Chrome trace JSON (opens in Perfetto and chrome://tracing): one thread per level."""
+    rows = read_table(trace_id).sort_by([("start_ns", "ascending")]).to_pylist()
+    events: list[dict[str, Any]] = []
+    used = sorted({_tid(row["level"]) for row in rows})
+    for tid in used:
+        name = LEVELS[tid - 1] if tid else "other"
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
+        )
+    for row in rows:
+        args = json.loads(row["attributes"] or "{}")
+        args.update(span_id=row["span_id"], parent_span_id=row["parent_span_id"] or None)
+        events.append(
+            {
+                "name": row["name"],
+                "cat": row["level"] or "other",
+                "ph": "X",
+                "ts": row["start_ns"] / 1000,
+                "dur": max(row["end_ns"] - row["start_ns"], 0) / 1000,
+                "pid": 1,
+                "tid": _tid(row["level"]),
+                "args": args,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"trace_id": trace_id}}
+
+
+def _hex_ids(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: (
+                base64.b64decode(value).hex()
+                if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str)
+                else _hex_ids(value)
+            )
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_hex_ids(item) for item in node]
+    return node
+
+
+def otlp(trace_id: str) -> dict[str, Any]:
+    """The trace as OTLP JSON (an ExportTraceServiceRequest, ids in hex)."""
+    rows = read_table(trace_id).sort_by([("start_ns", "ascending")]).to_pylist()
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    groups: dict[tuple[str, str], trace_pb2.ScopeSpans] = {}
+    resources: dict[str, trace_pb2.ResourceSpans] = {}
+    for row in rows:
+        resource = row["resource"] or "{}"
+        if resource not in resources:
+            resources[resource] = message.resource_spans.add()
+            resources[resource].resource.attributes.extend(_key_values(json.loads(resource)))
+        key = (resource, row["scope"] or "")
+        if key not in groups:
+            groups[key] = resources[resource].scope_spans.add()
+            groups[key].scope.name = row["scope"] or ""
+        span = groups[key].spans.add()
+        span.trace_id = bytes.fromhex(row["trace_id"])
+        span.span_id = bytes.fromhex(row["span_id"])
+        if row["parent_span_id"]:
+            span.parent_span_id = bytes.fromhex(row["parent_span_id"])
+        span.name = row["name"]
+        span.kind = row["kind"]  # type: ignore[assignment]
+        span.start_time_unix_nano = row["start_ns"]
+        span.end_time_unix_nano = row["end_ns"]
+        span.attributes.extend(_key_values(json.loads(row["attributes"] or "{}")))
+        span.status.code = row["status"]  # type: ignore[assignment]
+        span.status.message = row["status_message"] or ""
+    result: dict[str, Any] = _hex_ids(json_format.MessageToDict(message))
+    return result
+
+
+def timeline(
+    trace_id: str, start: int | None, end: int | None, max_spans: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(how many spans overlap [start, end], the `max_spans` longest of them, longest first)."""
+    rows = read_table(trace_id).to_pylist()
+    overlapping = [
+        row
+        for row in rows
+        if (start is None or row["end_ns"] >= start) and (end is None or row["start_ns"] <= end)
+    ]
+    overlapping.sort(key=lambda row: (-(row["end_ns"] - row["start_ns"]), row["start_ns"]))
+    return len(overlapping), [span_json(row) for row in overlapping[:max_spans]]
+
+
+def _percentile(ordered: list[int], fraction: float) -> int:
+    """Nearest-rank percentile of a sorted, non-empty list."""
+    return ordered[max(math.ceil(fraction * len(ordered)) - 1, 0)]
+
+
+def aggregates(trace: Trace) -> list[SpanAggregate]:
+    """The trace's aggregates, recomputed first if chunks arrived since they were."""
+    with transaction.atomic():
+        trace = Trace.objects.select_for_update().get(pk=trace.pk)
+        if trace.aggregated_chunks != trace.chunk_count:
+            columns = ["name", "start_ns", "end_ns", "level", "layer_index", "op_type"]
+            durations: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+            layer_index: dict[tuple[str, str, str], int | None] = {}
+            for row in read_table(trace.trace_id, columns).to_pylist():
+                key = (row["level"] or "", row["name"], row["op_type"] or "")
+                durations[key].append(max(row["end_ns"] - row["start_ns"], 0))
+                layer_index.setdefault(key, row["layer_index"])
+            SpanAggregate.objects.filter(trace=trace).delete()
+            made = []
+            for (level, name, op_type), values in durations.items():
+                values.sort()
+                made.append(
+                    SpanAggregate(
+                        trace=trace,
+                        level=level,
+                        name=name[:255],
+                        op_type=op_type[:128],
+                        layer_index=layer_index[(level, name, op_type)],
+                        count=len(values),
+                        total_ns=sum(values),
+                        mean_ns=sum(values) / len(values),
+                        p50_ns=_percentile(values, 0.50),
+                        p99_ns=_percentile(values, 0.99),
+                        min_ns=values[0],
+                        max_ns=values[-1],
+                    )
+                )
+            SpanAggregate.objects.bulk_create(made)
+            trace.aggregated_chunks = trace.chunk_count
+            trace.save(update_fields=["aggregated_chunks"])
+    return list(SpanAggregate.objects.filter(trace=trace).order_by("-total_ns", "level", "name"))

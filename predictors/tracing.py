@@ -1,0 +1,170 @@
+"""Trace levels, spans, and their export as OpenTelemetry spans.
+
+Trace levels, each including the ones before it: `none`, `application`, `model`, `framework`,
+`ml_library`, `system_library`, `hardware`, `full` (`LEVELS`). Nothing beyond the requested
+level is recorded, and a level that is not requested costs nothing: the evaluation loop records
+batch spans from the times it reads anyway, and a predictor installs its layer tracing only when
+it is loaded at trace level `framework` or finer (`PredictorOptions.trace_level`).
+
+The loop records spans as plain `Span` values (cheap to make in a timed loop); `Tracer` turns a
+finished evaluation's spans into OpenTelemetry spans, nested as recorded (layer spans in their
+batch span, batch spans in one `evaluation` span), kept in memory and, when a hub is given,
+exported asynchronously and in batches over OTLP/HTTP (protobuf) to `{hub}/v1/traces` with a
+bearer token. A `Tracer` is a context object: it holds its own `TracerProvider`, and nothing is
+registered globally.
+
+Our attributes: `mlms.level` (the level that records the span), `mlms.clock` (what the times
+were read from), `mlms.layer_index`, `mlms.layer_name`, `mlms.op_type`, `mlms.output_shape`,
+`mlms.device`, plus the loop's own (`framework`, `model`, `batch_size`, …).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CLOCK_ORT_PROFILER",
+    "CLOCK_TORCH_LAYERS",
+    "LEVELS",
+    "Layer",
+    "Span",
+    "Tracer",
+    "at_least",
+]
+
+LEVELS = (
+    "none",
+    "application",
+    "model",
+    "framework",
+    "ml_library",
+    "system_library",
+    "hardware",
+    "full",
+)
+
+CLOCK_TORCH_LAYERS = (
+    "perf_counter around each layer (host wall clock): synchronous on the CPU; on CUDA a layer "
+    "span covers its kernel launches only, the device is not synchronised per layer"
+)
+CLOCK_ORT_PROFILER = (
+    "onnxruntime profiler: node start offsets and durations within the run, placed at the "
+    "start of their batch span"
+)
+
+
+def at_least(level: str, threshold: str) -> bool:
+    """Whether trace level `level` records what level `threshold` records."""
+    return LEVELS.index(level) >= LEVELS.index(threshold)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One timed step. Times are nanoseconds since the Unix epoch, read from the loop's clock
+    (perf_counter, anchored to the wall clock once per evaluation). `span_id` is unique within
+    an evaluation's spans (0: none given); `parent_id` is the id of the enclosing span (0: a
+    top-level span)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    span_id: int = 0
+    parent_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer's run inside one `predict` call: its start as an offset from the call's start
+    and its duration, in nanoseconds."""
+
+    name: str
+    op_type: str
+    offset_ns: int
+    duration_ns: int
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _attribute(value: Any) -> Any:
+    """A value OpenTelemetry accepts as an attribute (primitives or flat lists of them)."""
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str | bool | int | float) for v in value
+    ):
+        return list(value)
+    return json.dumps(value, default=str)
+
+
+class Tracer:
+    """OpenTelemetry spans of evaluations: kept in memory (`finished()`), and exported to a hub
+    (OTLP/HTTP, batched, in a background thread) when `hub` is given. `shutdown()` flushes."""
+
+    def __init__(
+        self,
+        *,
+        hub: str | None = None,
+        token: str | None = None,
+        service: str = "mlms-predictor",
+        resource: Mapping[str, Any] | None = None,
+    ) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        attributes = {"service.name": service, **(resource or {})}
+        self._provider = TracerProvider(resource=Resource.create(attributes))
+        self._memory = InMemorySpanExporter()
+        self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
+        if hub is not None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            exporter = OTLPSpanExporter(endpoint=f"{hub.rstrip('/')}/v1/traces", headers=headers)
+            self._provider.add_span_processor(BatchSpanProcessor(exporter))
+        self._tracer = self._provider.get_tracer("mlms.predictors")
+
+    def record(
+        self, spans: Sequence[Span], *, name: str = "evaluation", attributes: Mapping[str, Any]
+    ) -> None:
+        """Turn one evaluation's spans into OpenTelemetry spans, in one trace under a root span
+        `name` that covers them all. A span's parent must come before it in `spans`."""
+        from opentelemetry import trace
+
+        if not spans:
+            return
+        root = self._tracer.start_span(
+            name,
+            start_time=min(s.start_ns for s in spans),
+            attributes={k: _attribute(v) for k, v in attributes.items() if v is not None},
+        )
+        root_context = trace.set_span_in_context(root)
+        contexts: dict[int, Any] = {}
+        for span in spans:
+            parent = contexts.get(span.parent_id, root_context) if span.parent_id else root_context
+            otel = self._tracer.start_span(
+                span.name,
+                context=parent,
+                start_time=span.start_ns,
+                attributes={k: _attribute(v) for k, v in span.attributes.items() if v is not None},
+            )
+            otel.end(end_time=span.end_ns)
+            if span.span_id:
+                contexts[span.span_id] = trace.set_span_in_context(otel)
+        root.end(end_time=max(s.end_ns for s in spans))
+
+    def finished(self) -> Iterable[Any]:
+        """The OpenTelemetry spans recorded so far (`ReadableSpan`s), in the order they ended."""
+        return self._memory.get_finished_spans()
+
+    def flush(self, timeout_ms: int = 30_000) -> bool:
+        return self._provider.force_flush(timeout_ms)
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()

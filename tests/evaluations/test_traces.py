@@ -1,0 +1,355 @@
+"""Traces: the OTLP/HTTP receiver, who may write and read a trace, the stored chunks, and the
+Chrome, OTLP, timeline and aggregate views."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+
+from evaluations.models import Evaluation, SpanAggregate, Trace
+from tests.evaluations.factories import claim, launch, launched_id
+
+pytestmark = pytest.mark.django_db
+
+OTLP = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+BASE = 1_700_000_000_000_000_000
+
+
+def _value(value: Any) -> common_pb2.AnyValue:
+    if isinstance(value, int):
+        return common_pb2.AnyValue(int_value=value)
+    return common_pb2.AnyValue(string_value=str(value))
+
+
+def export(trace_id: str, *spans: tuple[str, int, int, dict[str, Any]]) -> bytes:
+    """An ExportTraceServiceRequest of spans (name, start offset ns, duration ns, attributes)."""
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    resource = message.resource_spans.add()
+    resource.resource.attributes.add(key="service.name", value=_value("test"))
+    scope = resource.scope_spans.add()
+    scope.scope.name = "tests"
+    for name, offset, duration, attributes in spans:
+        span = scope.spans.add()
+        span.trace_id = bytes.fromhex(trace_id)
+        span.span_id = secrets.token_bytes(8)
+        span.name = name
+        span.kind = 1  # type: ignore[assignment]
+        span.start_time_unix_nano = BASE + offset
+        span.end_time_unix_nano = BASE + offset + duration
+        for key, value in attributes.items():
+            span.attributes.add(key=key, value=_value(value))
+    return message.SerializeToString()
+
+
+def post(client: Any, body: bytes, content_type: str = PROTOBUF, **extra: Any) -> Any:
+    return client.generic("POST", OTLP, body, content_type=content_type, **extra)
+
+
+def chunks(settings: Any, trace_id: str) -> list[Path]:
+    return sorted((Path(settings.ARTIFACT_ROOT) / "traces" / trace_id).glob("*"))
+
+
+def new_id() -> str:
+    return secrets.token_hex(16)
+
+
+def test_the_opentelemetry_sdk_exports_a_span_that_the_api_returns(
+    live_server, make_client, django_user_model
+) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    user = django_user_model.objects.create_user("carol")
+    client = make_client(user, scopes=["read", "write"])
+    exporter = OTLPSpanExporter(
+        endpoint=live_server.url + OTLP,
+        headers={"Authorization": f"Bearer {client.raw_token}"},
+        timeout=10,
+    )
+    provider = TracerProvider(resource=Resource.create({"service.name": "my-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+    with tracer.start_as_current_span("preprocess", attributes={"mlms.level": "application"}):
+        pass
+    provider.shutdown()
+    spans = list(Trace.objects.all())
+    assert len(spans) == 1, "the export did not arrive"
+    trace = spans[0]
+    assert trace.owner == user and trace.span_count == 1 and trace.evaluation is None
+
+    response = client.get(f"/api/v1/traces/{trace.trace_id}")
+
+    assert response.status_code == 200
+    events = [e for e in response.json()["traceEvents"] if e["ph"] == "X"]
+    assert [e["name"] for e in events] == ["preprocess"]
+    assert events[0]["tid"] == 1 and events[0]["args"]["mlms.level"] == "application"
+    otlp = client.get(f"/api/v1/traces/{trace.trace_id}?format=otlp").json()
+    span = otlp["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert span["traceId"] == trace.trace_id and span["name"] == "preprocess"
+    service = otlp["resourceSpans"][0]["resource"]["attributes"]
+    assert {"key": "service.name", "value": {"stringValue": "my-app"}} in service
+
+
+def test_json_otlp_is_accepted_and_answered_in_json(bob, bob_client, settings) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": []},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "json"},
+                        "spans": [
+                            {
+                                "traceId": trace_id,
+                                "spanId": "0102030405060708",
+                                "name": "decode",
+                                "kind": 1,
+                                "startTimeUnixNano": str(BASE),
+                                "endTimeUnixNano": str(BASE + 2000),
+                                "attributes": [
+                                    {"key": "mlms.level", "value": {"stringValue": "model"}},
+                                    {"key": "mlms.layer_index", "value": {"intValue": "3"}},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+
+    response = post(bob_client, json.dumps(body).encode(), "application/json")
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json" and response.json() == {}
+    assert Trace.objects.get(trace_id=trace_id).owner == bob
+    assert len(chunks(settings, trace_id)) == 1
+    spans = bob_client.get(f"/api/v1/traces/{trace_id}/timeline").json()["spans"]
+    assert spans[0]["span_id"] == "0102030405060708"
+    assert spans[0]["level"] == "model" and spans[0]["layer_index"] == 3
+    assert spans[0]["duration_ns"] == 2000
+
+
+def test_a_protobuf_export_is_answered_in_protobuf(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+
+    response = post(bob_client, export(trace_id, ("a", 0, 10, {})))
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == PROTOBUF
+    answer = trace_service_pb2.ExportTraceServiceResponse()
+    answer.ParseFromString(response.content)
+    assert not answer.HasField("partial_success")
+    path = chunks(settings, trace_id)[0]
+    assert path.suffix == ".parquet"
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    assert metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_a_gzip_export_is_accepted(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = gzip.compress(export(trace_id, ("a", 0, 10, {})))
+
+    response = post(bob_client, body, HTTP_CONTENT_ENCODING="gzip")
+
+    assert response.status_code == 200
+    assert Trace.objects.get(trace_id=trace_id).span_count == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        (b"\xff\xff\xff garbage", PROTOBUF, 400),
+        (b"{not json", "application/json", 400),
+        (b'{"resourceSpans": [{"bogus": 1}]}', "application/json", 400),
+        (b"{}", "text/plain", 415),
+    ],
+)
+def test_bad_exports_are_refused_and_nothing_is_stored(
+    bob_client, settings, body, content_type, status
+) -> None:  # type: ignore[no-untyped-def]
+    response = post(bob_client, body, content_type)
+
+    assert response.status_code == status, response.content
+    assert response.json()["errors"][0]["message"]
+    assert not Trace.objects.exists()
+    assert not (Path(settings.ARTIFACT_ROOT) / "traces").exists()
+
+
+def test_a_span_with_a_bad_trace_id_is_refused(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
+    body = export("00" * 16, ("a", 0, 10, {}))
+
+    assert post(bob_client, body).status_code == 400
+    assert not Trace.objects.exists()
+
+
+def test_an_oversized_export_is_refused(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TRACE_MAX_BYTES = 1024
+    trace_id = new_id()
+    body = export(trace_id, *[(f"span-{i}", i, 10, {"pad": "x" * 50}) for i in range(40)])
+    assert len(body) > 1024
+
+    assert post(bob_client, body).status_code == 413
+    assert post(bob_client, gzip.compress(body), HTTP_CONTENT_ENCODING="gzip").status_code == 413
+    assert not Trace.objects.exists() and not chunks(settings, trace_id)
+
+
+def test_authentication_and_scopes(make_client, bob) -> None:  # type: ignore[no-untyped-def]
+    body = export(new_id(), ("a", 0, 10, {}))
+    anonymous = make_client()
+    assert post(anonymous, body).status_code == 401
+    anonymous.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
+    assert post(anonymous, body).status_code == 401
+    assert post(make_client(bob, scopes=["read"]), body).status_code == 403
+    assert not Trace.objects.exists()
+
+
+def test_another_users_trace_is_refused_on_write_and_hidden_on_read(
+    bob_client, alice_client, settings
+) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    assert post(bob_client, export(trace_id, ("mine", 0, 10, {}))).status_code == 200
+
+    response = post(alice_client, export(trace_id, ("theirs", 0, 10, {})))
+
+    assert response.status_code == 403
+    assert Trace.objects.get(trace_id=trace_id).span_count == 1
+    assert len(chunks(settings, trace_id)) == 1
+    for path in ("", "/timeline", "/layers"):
+        assert alice_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 404
+        assert bob_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 200
+    assert alice_client.get(f"/api/v1/traces/{new_id()}").status_code == 404
+    assert alice_client.get("/api/v1/traces/not-a-trace").status_code == 404
+
+
+def test_an_export_with_one_forbidden_trace_stores_nothing(bob_client, alice_client) -> None:  # type: ignore[no-untyped-def]
+    bobs = new_id()
+    assert post(bob_client, export(bobs, ("mine", 0, 10, {}))).status_code == 200
+    fresh = new_id()
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    message.ParseFromString(export(fresh, ("a", 0, 10, {})))
+    message.MergeFromString(export(bobs, ("b", 0, 10, {})))
+
+    assert post(alice_client, message.SerializeToString()).status_code == 403
+    assert not Trace.objects.filter(trace_id=fresh).exists()
+
+
+def test_an_agent_writes_its_own_jobs_trace_only(
+    bob_client, alice_client, agent, make_client, django_user_model, hosts, settings
+) -> None:  # type: ignore[no-untyped-def]
+    mine = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
+    other = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
+    assert claim(agent, mine.pk, hosts["cpu-1"]).status_code == 200
+    other_agent = make_client(django_user_model.objects.create_user("other"), scopes=["agent"])
+
+    body = export(mine.trace_id, ("predict", 0, 100, {"mlms.level": "model"}))
+    assert post(agent, body).status_code == 200
+    assert post(other_agent, body).status_code == 403
+    assert post(agent, export(other.trace_id, ("x", 0, 1, {}))).status_code == 403
+    assert post(agent, export(new_id(), ("x", 0, 1, {}))).status_code == 403  # agents: jobs only
+    assert post(alice_client, body).status_code == 403  # not Alice's evaluation
+    assert post(bob_client, export(mine.trace_id, ("app", 0, 500, {}))).status_code == 200
+
+    trace = Trace.objects.get(trace_id=mine.trace_id)
+    assert trace.evaluation == mine and trace.owner.username == "bob" and trace.span_count == 2
+    assert not Trace.objects.filter(trace_id=other.trace_id).exists()
+    events = bob_client.get(f"/api/v1/evaluations/{mine.pk}/trace").json()["traceEvents"]
+    assert sorted(e["name"] for e in events if e["ph"] == "X") == ["app", "predict"]
+    assert bob_client.get(f"/api/v1/traces/{mine.trace_id}").status_code == 200
+    assert alice_client.get(f"/api/v1/traces/{mine.trace_id}").status_code == 404
+    assert alice_client.get(f"/api/v1/evaluations/{mine.pk}/trace").status_code == 404
+    empty = bob_client.get(f"/api/v1/evaluations/{other.pk}/trace?format=otlp").json()
+    assert empty == {}
+
+
+def test_chrome_export_is_valid_json_with_one_thread_per_level(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = export(
+        trace_id,
+        ("predict", 0, 10_000, {"mlms.level": "model"}),
+        ("conv1", 1_000, 3_000, {"mlms.level": "framework", "mlms.layer_index": 0}),
+        ("relu", 4_000, 1_000, {"mlms.level": "framework", "mlms.layer_index": 1}),
+        ("mine", 0, 20_000, {}),
+    )
+    assert post(bob_client, body).status_code == 200
+
+    response = bob_client.get(f"/api/v1/traces/{trace_id}?format=chrome")
+
+    document = json.loads(response.content)
+    spans = {e["name"]: e for e in document["traceEvents"] if e["ph"] == "X"}
+    assert set(spans) == {"predict", "conv1", "relu", "mine"}
+    assert spans["conv1"]["ts"] == (BASE + 1_000) / 1000 and spans["conv1"]["dur"] == 3.0
+    assert spans["conv1"]["tid"] == spans["relu"]["tid"] != spans["predict"]["tid"]
+    assert spans["mine"]["tid"] == 0
+    names = {e["tid"]: e["args"]["name"] for e in document["traceEvents"] if e["ph"] == "M"}
+    assert names == {0: "other", 2: "model", 3: "framework"}
+    assert bob_client.get(f"/api/v1/traces/{trace_id}?format=svg").status_code == 400
+
+
+def test_the_timeline_serves_the_longest_spans_of_a_window(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    spans: list[tuple[str, int, int, dict[str, Any]]] = [
+        (f"s{i}", i * 100, (i + 1) * 10, {}) for i in range(10)
+    ]  # s_i: [100 i, 100 i + 10(i+1)]
+    assert post(bob_client, export(trace_id, *spans[:5])).status_code == 200
+    assert post(bob_client, export(trace_id, *spans[5:])).status_code == 200
+    url = f"/api/v1/traces/{trace_id}/timeline"
+
+    everything = bob_client.get(url).json()
+    window = bob_client.get(url, {"start": BASE + 250, "end": BASE + 600, "max_spans": 2}).json()
+
+    assert everything["total"] == 10 and everything["spans"][0]["name"] == "s9"
+    assert everything["trace_start"] == BASE and everything["trace_end"] == BASE + 900 + 100
+    assert window["total"] == 4  # s2 (200–230) ends before 250: s3, s4, s5, s6 overlap
+    assert [s["name"] for s in window["spans"]] == ["s6", "s5"]
+    assert bob_client.get(url, {"max_spans": 0}).status_code == 400
+    assert bob_client.get(url, {"start": "soon"}).status_code == 400
+
+
+def test_layer_aggregates(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    conv = {"mlms.level": "framework", "mlms.op_type": "Conv", "mlms.layer_index": 0}
+    relu = {"mlms.level": "framework", "mlms.op_type": "Relu", "mlms.layer_index": 1}
+    durations = [10, 20, 30, 40, 100]
+    body = export(
+        trace_id,
+        *[("conv1", i * 1000, d, conv) for i, d in enumerate(durations)],
+        ("relu1", 9000, 7, relu),
+    )
+    assert post(bob_client, body).status_code == 200
+    url = f"/api/v1/traces/{trace_id}/layers"
+
+    rows = {row["name"]: row for row in bob_client.get(url).json()["aggregates"]}
+
+    assert rows["conv1"] == {
+        "level": "framework",
+        "name": "conv1",
+        "op_type": "Conv",
+        "layer_index": 0,
+        "count": 5,
+        "total_ns": 200,
+        "mean_ns": 40.0,
+        "p50_ns": 30,
+        "p99_ns": 100,
+        "min_ns": 10,
+        "max_ns": 100,
+    }
+    assert rows["relu1"]["count"] == 1 and rows["relu1"]["p99_ns"] == 7
+    # A later export is folded in when the aggregates are next read.
+    assert post(bob_client, export(trace_id, ("relu1", 10_000, 9, relu))).status_code == 200
+    rows = {row["name"]: row for row in bob_client.get(url).json()["aggregates"]}
+    assert rows["relu1"]["count"] == 2 and rows["relu1"]["total_ns"] == 16
+    assert SpanAggregate.objects.filter(trace__trace_id=trace_id).count() == 2

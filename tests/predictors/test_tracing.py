@@ -1,0 +1,209 @@
+"""Trace levels on the zoo's real models, and the OpenTelemetry export of the spans."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from predictors.catalog import Catalog
+from predictors.data import DataManager
+from predictors.evaluation import Evaluation, EvaluationOptions, chrome_trace, evaluate
+from predictors.tracing import Span, Tracer, at_least
+from tests.predictors.zoo_store import zoo_store
+
+pytestmark = pytest.mark.frameworks
+
+CATALOG = Catalog()
+# digits-cnn's TorchScript module: Conv2d ReLU Conv2d ReLU MaxPool2d Flatten Dropout Linear ReLU
+# Dropout Linear.
+TORCH_LAYERS = 11
+
+
+@pytest.fixture(scope="module")
+def store() -> Path:
+    return zoo_store(("digits-cnn",))
+
+
+def run(store: Path, framework: str, **options: Any) -> Evaluation:
+    return evaluate(
+        CATALOG.find_model("digits-cnn", "*", framework),
+        CATALOG.find_dataset("digits"),
+        EvaluationOptions(threads=1, **options),
+        DataManager(store_dir=store).fetch,
+    )
+
+
+def batches_and_layers(evaluation: Evaluation) -> tuple[list[Span], dict[int, list[Span]]]:
+    batches = [s for s in evaluation.spans if s.attributes["mlms.level"] == "model"]
+    layers: dict[int, list[Span]] = {b.span_id: [] for b in batches}
+    for span in evaluation.spans:
+        if span.attributes["mlms.level"] == "framework":
+            layers[span.parent_id].append(span)
+    return batches, layers
+
+
+def test_levels_are_ordered() -> None:
+    assert at_least("framework", "model") and at_least("model", "model")
+    assert not at_least("model", "framework") and not at_least("none", "application")
+
+
+def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
+    store: Path,
+) -> None:
+    evaluation = run(store, "pytorch", trace_level="framework", batch_sizes=(8,), limit=32)
+
+    batches, layers = batches_and_layers(evaluation)
+    assert len(batches) == 4
+    assert evaluation.result["trace"] == {
+        "level": "framework",
+        "spans": 4 + 4 * TORCH_LAYERS,
+        "layer_spans": 4 * TORCH_LAYERS,
+    }
+    for batch in batches:
+        children = layers[batch.span_id]
+        assert [s.attributes["mlms.layer_index"] for s in children] == list(range(TORCH_LAYERS))
+        assert [s.attributes["mlms.op_type"] for s in children][:3] == [
+            "Conv2d",
+            "ReLU",
+            "Conv2d",
+        ]
+        assert children[-1].attributes["mlms.output_shape"] == [8, 10]
+        assert all(batch.start_ns <= s.start_ns <= s.end_ns <= batch.end_ns for s in children)
+        assert all(a.end_ns <= b.start_ns for a, b in zip(children, children[1:], strict=False))
+        assert "host wall clock" in children[0].attributes["mlms.clock"]
+    # Running layer by layer gives the model's outputs.
+    untraced = run(store, "pytorch", trace_level="none", batch_sizes=(8,), limit=32)
+    np.testing.assert_allclose(evaluation.outputs, untraced.outputs, atol=1e-5)
+    # The Chrome trace holds the layer spans, nested in time in their batch's thread.
+    events = [e for e in chrome_trace(evaluation.spans)["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == 4 + 4 * TORCH_LAYERS
+    assert {e["tid"] for e in events} == {8}
+
+
+@pytest.mark.parametrize("optimization", ["none", "all"])
+def test_onnxruntime_framework_level_spans_the_profiled_nodes(
+    store: Path, optimization: str
+) -> None:
+    evaluation = run(
+        store,
+        "onnxruntime",
+        trace_level="framework",
+        batch_sizes=(8,),
+        limit=32,
+        graph_optimization=optimization,
+    )
+
+    batches, layers = batches_and_layers(evaluation)
+    assert len(batches) == 4
+    ops = [[s.attributes["mlms.op_type"] for s in layers[b.span_id]] for b in batches]
+    assert all(o == ops[0] for o in ops) and ops[0]
+    if optimization == "none":  # the graph's own nodes: Conv Relu Conv Relu MaxPool … Gemm
+        assert ops[0][:2] == ["Conv", "Relu"] and ops[0][-1] == "Gemm"
+    else:  # fused: Conv+Relu is one node, Gemm+Relu another
+        assert "FusedGemm" in ops[0] and "Relu" not in ops[0]
+    for batch in batches:
+        for span in layers[batch.span_id]:
+            assert batch.start_ns <= span.start_ns <= span.end_ns <= batch.end_ns
+            assert span.attributes["mlms.layer_name"] == span.name
+            assert span.attributes["mlms.provider"] == "CPUExecutionProvider"
+    assert evaluation.result["settings"]["graph_optimization"] == optimization
+
+
+def test_model_level_has_only_batch_spans_and_none_records_nothing(store: Path) -> None:
+    for framework in ("pytorch", "onnxruntime"):
+        model = run(store, framework, trace_level="model", batch_sizes=(8,), limit=32)
+        assert [s.attributes["mlms.level"] for s in model.spans] == ["model"] * 4
+        assert all(s.name == "predict" and s.parent_id == 0 for s in model.spans)
+        assert "layer_spans" not in model.result["trace"]
+        none = run(store, framework, trace_level="none", batch_sizes=(8,), limit=32)
+        assert none.spans == [] and none.result["trace"]["spans"] == 0
+
+
+class _Collector(BaseHTTPRequestHandler):
+    requests: list[tuple[str, dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        self.requests.append((self.path, headers, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, list[tuple[str, dict[str, str], bytes]]]]:
+    requests: list[tuple[str, dict[str, str], bytes]] = []
+    handler = type("Handler", (_Collector,), {"requests": requests})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_spans_are_exported_over_otlp_http_with_our_attributes(
+    store: Path, collector: tuple[str, list[tuple[str, dict[str, str], bytes]]]
+) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    hub, requests = collector
+    evaluation = run(store, "pytorch", trace_level="framework", batch_sizes=(8,), limit=16)
+    tracer = Tracer(hub=hub, token="secret-token")
+    tracer.record(evaluation.spans, attributes={"model": "digits-cnn", "framework": "pytorch"})
+    tracer.shutdown()  # flushes the batch processor
+
+    assert requests and all(path == "/v1/traces" for path, _, _ in requests)
+    assert requests[0][1]["authorization"] == "Bearer secret-token"
+    spans = []
+    for _, _, body in requests:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(body)
+        for resource in message.resource_spans:
+            for scope in resource.scope_spans:
+                spans.extend(scope.spans)
+    assert len(spans) == 1 + 2 + 2 * TORCH_LAYERS  # the evaluation, its batches, their layers
+
+    def attributes(span: Any) -> dict[str, Any]:
+        values = {}
+        for a in span.attributes:
+            kind = a.value.WhichOneof("value")
+            value = getattr(a.value, kind)
+            if kind == "array_value":
+                value = [getattr(v, v.WhichOneof("value")) for v in value.values]
+            values[a.key] = value
+        return values
+
+    by_id = {span.span_id: span for span in spans}
+    root = next(s for s in spans if s.name == "evaluation")
+    assert len({s.trace_id for s in spans}) == 1
+    layers = [s for s in spans if attributes(s).get("mlms.level") == "framework"]
+    assert len(layers) == 2 * TORCH_LAYERS
+    for layer in layers:
+        batch = by_id[layer.parent_span_id]
+        assert batch.name == "predict" and batch.parent_span_id == root.span_id
+        assert batch.start_time_unix_nano <= layer.start_time_unix_nano
+        assert layer.end_time_unix_nano <= batch.end_time_unix_nano
+    first = attributes(layers[0])
+    assert first["mlms.layer_name"] == "0"
+    assert first["mlms.op_type"] == "Conv2d"
+    assert first["mlms.layer_index"] == 0
+    assert first["mlms.device"] == "cpu"
+    assert "host wall clock" in first["mlms.clock"]
+    assert first["mlms.output_shape"] == [8, 32, 8, 8]
+    # Kept in memory too, for local runs.
+    assert len(list(tracer.finished())) == len(spans)
