@@ -40,6 +40,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _require(reachable("redis"), "Redis does not answer")
 
 
+# Alice and Bob, the users most tests need; without a password (tests sign in with
+# force_login or a token).
+@pytest.fixture
+def alice(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("alice")
+
+
+@pytest.fixture
+def bob(django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user("bob")
+
+
 @pytest.fixture
 def make_user(db) -> Callable[..., object]:  # type: ignore[no-untyped-def]
     from django.contrib.auth import get_user_model

@@ -152,6 +152,12 @@ def filter_manifests(queryset: QuerySet[Manifest], params: Any) -> QuerySet[Mani
     return queryset
 
 
+def visible_of_kind(request: Request, kind: str | None) -> QuerySet[Manifest]:
+    """The manifests `request`'s user may see, of one kind when `kind` is given."""
+    queryset = Manifest.objects.visible_to(request.user).select_related("owner")
+    return queryset.filter(kind=kind) if kind else queryset
+
+
 class _ManifestParsers:
     parser_classes = [YamlParser, ApplicationYamlParser, TextYamlParser, parsers.MultiPartParser]
 
@@ -173,9 +179,7 @@ class ManifestList(_ManifestParsers, generics.ListAPIView[Manifest]):
     kind: str | None = None
 
     def get_queryset(self) -> QuerySet[Manifest]:
-        queryset = Manifest.objects.visible_to(self.request.user).select_related("owner")
-        if self.kind:
-            queryset = queryset.filter(kind=self.kind)
+        queryset = visible_of_kind(self.request, self.kind)
         return filter_manifests(queryset, self.request.query_params).order_by(
             "kind", "name", "framework", "id"
         )
@@ -194,10 +198,7 @@ class ManifestDetail(generics.RetrieveDestroyAPIView[Manifest]):
     kind: str | None = None
 
     def get_queryset(self) -> QuerySet[Manifest]:
-        queryset = Manifest.objects.visible_to(self.request.user).select_related("owner")
-        if self.kind:
-            queryset = queryset.filter(kind=self.kind)
-        return queryset.prefetch_related("artifacts")
+        return visible_of_kind(self.request, self.kind).prefetch_related("artifacts")
 
     def perform_destroy(self, instance: Manifest) -> None:
         user = self.request.user

@@ -23,16 +23,6 @@ def _evaluation_settings(settings, tmp_path: Path) -> None:  # type: ignore[no-u
 
 
 @pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
-def bob(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("bob")
-
-
-@pytest.fixture
 def staff(django_user_model):  # type: ignore[no-untyped-def]
     return django_user_model.objects.create_user("root", is_staff=True)
 

@@ -17,17 +17,6 @@ def artifact_root(tmp_path: Path, settings) -> Path:  # type: ignore[no-untyped-
     return root
 
 
-# Users without a password (the tests sign in with force_login), as hashing one takes a while.
-@pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
-def bob(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("bob")
-
-
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()

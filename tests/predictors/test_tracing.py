@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -207,3 +208,38 @@ def test_spans_are_exported_over_otlp_http_with_our_attributes(
     assert first["mlms.output_shape"] == [8, 32, 8, 8]
     # Kept in memory too, for local runs.
     assert len(list(tracer.finished())) == len(spans)
+
+
+def test_mlms_evaluate_writes_the_layer_spans_to_the_trace_file(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from predictors.cli import main
+
+    trace_file = tmp_path / "trace.json"
+    status = main(
+        [
+            "evaluate", "digits-cnn",
+            "--framework", "pytorch,onnxruntime",
+            "--dataset", "digits:validation",
+            "--batch-sizes", "8",
+            "--limit", "32",
+            "--threads", "1",
+            "--trace-level", "framework",
+            "--graph-optimization", "none",
+            "--trace-file", str(trace_file),
+            "--store", str(store),
+            "--format", "json",
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 0
+    results = json.loads(out)["results"]
+    assert results[0]["trace"]["layer_spans"] == 4 * TORCH_LAYERS
+    events = [e for e in json.loads(trace_file.read_text())["traceEvents"] if e["ph"] == "X"]
+    layers = [e for e in events if e["args"]["mlms.level"] == "framework"]
+    assert {e["args"]["framework"] for e in layers} == {"pytorch", "onnxruntime"}
+    assert sum(e["args"]["framework"] == "pytorch" for e in layers) == 4 * TORCH_LAYERS
+    assert results[1]["trace"]["layer_spans"] == sum(
+        e["args"]["framework"] == "onnxruntime" for e in layers
+    )
