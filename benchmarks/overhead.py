@@ -2,6 +2,7 @@
 inputs and thread settings. A measurement, not a test; see benchmarks/README.md.
 
     .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds N] [--json]
+        [--trace-level model|framework]
 
 For each model, framework and batch size, in one process:
 
@@ -10,8 +11,9 @@ For each model, framework and batch size, in one process:
   batch, nothing else (PyTorch: `model(torch.from_numpy(x)).numpy()` inside one
   `torch.inference_mode()`; ONNX Runtime: `session.run`; TensorFlow: the Keras model traced into
   a `tf.function`, then `.numpy()`).
-- *ours*: `predictors.evaluation.evaluate` at trace level `model` (a span per batch) with a
-  progress callback feeding a tqdm bar, as `mlms evaluate` runs it.
+- *ours*: `predictors.evaluation.evaluate` at trace level `model` (a span per batch; or the
+  level `--trace-level` names: `framework` adds a span per layer per batch) with a progress
+  callback feeding a tqdm bar, as `mlms evaluate` runs it.
 
 Both load the model afresh every round and see the same preprocessed batches, the same warm-up
 and the same number of timed batches, with Python's garbage collector paused while they time
@@ -210,6 +212,7 @@ def measure(
     rounds: int,
     catalog: Catalog,
     fetch: Callable[..., Path],
+    trace_level: str = "model",
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
@@ -224,7 +227,7 @@ def measure(
         warmup=WARMUP,
         repeat=case.repeat,
         threads=threads,
-        trace_level="model",
+        trace_level=trace_level,
     )
 
     def ours() -> Sample:
@@ -236,7 +239,8 @@ def measure(
 
             evaluation = evaluate(model, dataset, options, fetch, progress=progress)
         entry = evaluation.result["batch_sizes"][0]
-        assert entry["timed_inputs"] == sum(sizes) and len(evaluation.spans) == len(batches)
+        batch_spans = [s for s in evaluation.spans if s.attributes["mlms.level"] == "model"]
+        assert entry["timed_inputs"] == sum(sizes) and len(batch_spans) == len(batches)
         latency = entry["latency"]
         return Sample(latency["p50_ms"], latency["mean_ms"], entry["timed_wall_ms"] / sum(sizes))
 
@@ -283,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frameworks", default="pytorch,tensorflow,onnxruntime")
     parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--trace-level", choices=("model", "framework"), default="model")
     args = parser.parse_args(argv)
 
     catalog = Catalog()
@@ -297,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for size in map(int, args.batch_sizes.split(",")):
                 rounds = args.rounds or case.rounds
-                row = measure(case, framework, size, args.threads, rounds, catalog, fetch)
+                row = measure(
+                    case, framework, size, args.threads, rounds, catalog, fetch, args.trace_level
+                )
                 rows.append(row)
                 print(
                     f"{case.model} {framework} batch {size}: p50 x{row['p50_ratio']:.3f}, "
@@ -306,12 +313,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
     stack = introspection.stack(sorted({str(r["framework"]) for r in rows}))
     if args.json:
-        print(json.dumps({"threads": args.threads, "rows": rows, "stack": stack}, indent=2))
+        document = {"threads": args.threads, "trace_level": args.trace_level, "rows": rows}
+        print(json.dumps(document | {"stack": stack}, indent=2))
         return 0
     cpu = stack["cpu"]
     print(
         f"{cpu['model']}, {cpu['usable_cores']} usable cores, {args.threads} intra-op thread(s), "
-        f"trace level model, {WARMUP} warm-up batches; "
+        f"trace level {args.trace_level}, {WARMUP} warm-up batches; "
         + ", ".join(f"{k} {v}" for k, v in stack["frameworks"].items())
     )
     print()

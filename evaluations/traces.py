@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
@@ -452,14 +453,16 @@ def timeline(
     trace_id: str, start: int | None, end: int | None, max_spans: int
 ) -> tuple[int, list[dict[str, Any]]]:
     """(how many spans overlap [start, end], the `max_spans` longest of them, longest first)."""
-    rows = read_table(trace_id).to_pylist()
-    overlapping = [
-        row
-        for row in rows
-        if (start is None or row["end_ns"] >= start) and (end is None or row["start_ns"] <= end)
-    ]
-    overlapping.sort(key=lambda row: (-(row["end_ns"] - row["start_ns"]), row["start_ns"]))
-    return len(overlapping), [span_json(row) for row in overlapping[:max_spans]]
+    table = read_table(trace_id)
+    if start is not None:
+        table = table.filter(pc.greater_equal(table["end_ns"], start))
+    if end is not None:
+        table = table.filter(pc.less_equal(table["start_ns"], end))
+    duration = pc.subtract(table["end_ns"], table["start_ns"])
+    table = table.append_column("duration", duration)
+    longest = table.sort_by([("duration", "descending"), ("start_ns", "ascending")])
+    rows = longest.slice(0, max_spans).drop_columns(["duration"]).to_pylist()
+    return table.num_rows, [span_json(row) for row in rows]
 
 
 def _percentile(ordered: list[int], fraction: float) -> int:

@@ -13,7 +13,9 @@ repetitions and the result mean the same thing in all of them. For each batch si
 3. *time*: for each staged batch, `time.perf_counter_ns()` before and after `predictor.predict`;
    on a CUDA device `predictor.synchronize()` runs before the second reading, so the time covers
    the device's work (the result's `clock` says which). At trace level `model` each timed batch
-   is also recorded as a span. The timed predictions run inside the predictor's
+   is also recorded as a span; at `framework` the predictor also traces each layer of every
+   call (`Predictor.take_layers`), and the layers of each timed batch become spans nested in
+   its batch span, after the last batch size (`predictors.tracing`). The timed predictions run inside the predictor's
    `inference_context()` and with Python's garbage collector paused, as `timeit` does.
 4. *postprocess* (first pass only): softmax and top-k of the outputs (`processing.postprocess`),
    timed apart; top-1/top-5 accuracy against the dataset's labels.

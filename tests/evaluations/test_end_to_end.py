@@ -361,7 +361,7 @@ def test_the_mlms_cli_submits_to_the_hub_and_follows_the_run(hub: LiveHub) -> No
     assert "succeeded" in done.stderr  # the progress it followed, on stderr
 
     refused = subprocess.run(
-        [*command[:-4], "--hub", hub.url, "--token", "mlms_not-a-token"],
+        [*command[:-5], "--hub", hub.url, "--token", "mlms_not-a-token"],
         cwd=ROOT,
         env=env,
         capture_output=True,
