@@ -31,6 +31,8 @@ from rest_framework.exceptions import PermissionDenied
 
 from evaluations import events, placement, tasks
 from evaluations.models import Evaluation, Result, StatusChange
+from evaluations.trace_models import Trace
+from evaluations.traceparent import TraceParent
 from hub import actions as hub_actions
 from hub import solver
 from hub.api.errors import ApiError, Conflict
@@ -97,8 +99,14 @@ def _get_locked(evaluation_id: Any) -> Evaluation:
 # -- launch ----------------------------------------------------------------------------------
 
 
-def launch_evaluation(user: AbstractBaseUser, request: Mapping[str, Any]) -> list[Evaluation]:
+def launch_evaluation(
+    user: AbstractBaseUser, request: Mapping[str, Any], *, trace_parent: TraceParent | None = None
+) -> list[Evaluation]:
     """Create and dispatch the evaluations of a validated request (one, or one per host).
+
+    With `trace_parent` (the caller's W3C `traceparent`) every evaluation launched gets the
+    caller's trace id as its `trace_id`, and its root span will be the child of the caller's
+    span (the agent learns the span id from the job).
 
     404 when the model or dataset does not exist for the user; 400 naming the constraint when
     no live host can run it.
@@ -120,6 +128,11 @@ def launch_evaluation(user: AbstractBaseUser, request: Mapping[str, Any]) -> lis
 
     group = uuid.uuid4()
     launched = []
+    traced: dict[str, Any] = {}
+    if trace_parent is not None:
+        _check_trace_parent(user, trace_parent)
+        traced["trace_id"] = trace_parent.trace_id
+        traced["trace_parent_span_id"] = trace_parent.span_id
     with transaction.atomic():
         for where in placements:
             evaluation = Evaluation.objects.create(
@@ -135,6 +148,7 @@ def launch_evaluation(user: AbstractBaseUser, request: Mapping[str, Any]) -> lis
                 device=request["device"],
                 request=dict(request),
                 group=group,
+                **traced,
             )
             change = StatusChange.objects.create(
                 evaluation=evaluation, status=QUEUED, reason=f"launched by {user.get_username()}"
@@ -143,6 +157,19 @@ def launch_evaluation(user: AbstractBaseUser, request: Mapping[str, Any]) -> lis
             _dispatch(evaluation, where, "")
             launched.append(evaluation)
     return launched
+
+
+def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:
+    """Joining a trace that another user's evaluation or spans use would let this user write
+    into it and read it through their own evaluation: 400 naming `traceparent`."""
+    taken = (
+        Evaluation.objects.filter(trace_id=parent.trace_id).exclude(user_id=user.pk).exists()
+        or Trace.objects.filter(trace_id=parent.trace_id).exclude(owner_id=user.pk).exists()
+    )
+    if taken:
+        raise ApiError(
+            [{"path": "traceparent", "message": "this trace id belongs to another user's trace"}]
+        )
 
 
 def _check_dataset(model: Manifest, dataset: Manifest, split: str) -> None:

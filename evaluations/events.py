@@ -7,6 +7,7 @@ its user's group and to the staff group (`/ws/evaluations/`). Shapes (see docs/a
     {"type": "status", "id", "status", "reason", "at", "attempt", "host", "evaluation": {…}}
     {"type": "progress", "id", "status", "done", "total"}
     {"type": "cancel_requested", "id", "evaluation": {…}}
+    {"type": "spans", "id", "count", "levels": {level: count}}
 
 `evaluation` is the evaluation as `GET /api/v1/evaluations/` lists it.
 """
@@ -84,6 +85,19 @@ def cancel_requested(evaluation: Evaluation) -> None:
             "type": "cancel_requested",
             "id": str(evaluation.pk),
             "evaluation": EvaluationSerializer(evaluation).data,
+        },
+    )
+
+
+def spans_received(evaluation: Evaluation, levels: dict[str, int]) -> None:
+    """Spans of the evaluation's trace arrived (a summary: how many, per level)."""
+    _send(
+        evaluation,
+        {
+            "type": "spans",
+            "id": str(evaluation.pk),
+            "count": sum(levels.values()),
+            "levels": levels,
         },
     )
 

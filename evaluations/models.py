@@ -96,6 +96,9 @@ class Evaluation(models.Model):
     last_report_at = models.DateTimeField(null=True, blank=True)
 
     trace_id = models.CharField(max_length=32, default=new_trace_id, editable=False)
+    # The caller's span (16 hex digits) when the launch carried a W3C `traceparent`: the parent
+    # of the evaluation's root span. `hosts: all` gives every evaluation launched the same one.
+    trace_parent_span_id = models.CharField(max_length=16, blank=True, default="", editable=False)
     # The evaluations launched by one request (`hosts: all` launches one per host).
     group = models.UUIDField(default=uuid.uuid4, db_index=True)
 

@@ -8,6 +8,7 @@ hub over HTTP when it claims the job.
 from __future__ import annotations
 
 from mlmodelscope.celery import app
+from predictors.broker import prepare_exchanges
 from predictors.hub_client import TASK_NAME
 
 # A broker that does not answer fails the send within a few seconds instead of hanging a request.
@@ -15,6 +16,7 @@ _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "i
 
 
 def send_evaluation(evaluation_id: str, dispatch: int, queue: str) -> None:
+    prepare_exchanges(app.conf.broker_url, app.conf.broker_transport_options or {}, [queue])
     app.send_task(
         TASK_NAME,
         args=[evaluation_id, dispatch],

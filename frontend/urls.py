@@ -10,6 +10,7 @@ urlpatterns = [
     path("evaluate/", evaluations.launch, name="launch"),
     path("evaluations/", evaluations.evaluations, name="evaluations"),
     path("evaluations/<uuid:pk>/", evaluations.evaluation, name="evaluation"),
+    path("evaluations/<uuid:pk>/timeline/", evaluations.timeline, name="evaluation-timeline"),
     path("evaluations/<uuid:pk>/cancel/", evaluations.cancel, name="evaluation-cancel"),
     path("tokens/", tokens.tokens, name="tokens"),
 ]

@@ -24,6 +24,8 @@ dataset files fetched from the hub (`DataManager`, `/api/v1/artifacts/`). A repo
 sends the progress every few seconds, which also tells the hub the job is alive, and learns from
 the answer when the user cancelled: the evaluation then stops between two predictions and the
 agent reports `cancelled`. A failure is reported with its message; success with the result.
+Before it posts a result, the agent exports the evaluation's spans to the hub's OTLP receiver
+under the job's `trace_id` (and the caller's `parent_span_id`, if any); see `_export_trace`.
 
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
 """
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors import introspection, manifests
+from predictors.broker import prepare_exchanges
 from predictors.data import DataManager
 from predictors.evaluation import (
     TRACE_LEVELS,
@@ -62,6 +65,7 @@ from predictors.hub_client import (
     host_queue,
 )
 from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.tracing import Tracer
 from predictors.versioning import is_valid_version
 
 __all__ = ["Agent", "main"]
@@ -72,6 +76,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # The hub refuses these answers to a claim or report for good: the job is not (or no longer)
 # this agent's.
 _NOT_OURS = (403, 404, 409)
+# How long the agent waits for its spans to reach the hub before it posts the result.
+TRACE_FLUSH_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -219,8 +225,10 @@ class Agent:
         reporter.start()
         outcome: tuple[str, str] | None = None
         evaluation: Evaluation | None = None
+        trace_note: str | None = None
         try:
             evaluation = self._evaluate(job, reporter)
+            trace_note = self._export_trace(job, evaluation)
         except EvaluationCancelled:
             outcome = ("cancelled", "")
         except USER_ERRORS as exc:
@@ -239,12 +247,53 @@ class Agent:
                 logger.info("evaluation %s %s %s", evaluation_id, *outcome)
                 return outcome[0]
             assert evaluation is not None
-            self.client.post_result(evaluation_id, claim, result_payload(job, evaluation))
+            payload = result_payload(job, evaluation)
+            if trace_note is not None:
+                payload["details"]["trace_export"] = trace_note
+            self.client.post_result(evaluation_id, claim, payload)
         except (HubError, HubUnreachable) as exc:
             logger.error("could not report evaluation %s: %s", evaluation_id, exc)
             return "unreported"
         logger.info("evaluation %s succeeded", evaluation_id)
         return "succeeded"
+
+    def _export_trace(self, job: dict[str, Any], evaluation: Evaluation) -> str | None:
+        """Send the evaluation's spans to the hub (OTLP/HTTP, in the background, then flushed
+        within `TRACE_FLUSH_MS`) under the job's `trace_id`, its root span the child of the
+        job's `parent_span_id` when the launch carried a `traceparent`. A failure is logged and
+        returned as a note for the result's details; it never fails the evaluation."""
+        if not evaluation.spans or not job.get("trace_id"):
+            return None
+        try:
+            tracer = Tracer(hub=self.client.url, token=self.client.token, service="mlms-agent")
+            try:
+                tracer.record(
+                    evaluation.spans,
+                    attributes={
+                        "mlms.evaluation": job["id"],
+                        "mlms.attempt": job.get("attempt"),
+                        "mlms.host": self.name,
+                        "model": job["model"]["name"],
+                        "framework": job["model"]["framework"],
+                        "dataset": job["dataset"]["name"],
+                    },
+                    trace_id=job["trace_id"],
+                    parent_span_id=job.get("parent_span_id") or None,
+                )
+                flushed = tracer.flush(TRACE_FLUSH_MS)
+            finally:
+                tracer.shutdown()
+        except Exception as exc:
+            note = f"spans not exported: {type(exc).__name__}: {exc}"
+        else:
+            if not flushed:
+                note = f"spans not exported within {TRACE_FLUSH_MS / 1000:g} s"
+            elif tracer.export_failures:
+                note = f"spans not exported: {tracer.export_failures} export(s) failed"
+            else:
+                return None
+        logger.warning("evaluation %s: %s", job["id"], note)
+        return note
 
     def _evaluate(self, job: dict[str, Any], reporter: _Reporter) -> Evaluation:
         model = manifests.load(job["model"]["source"], kind="model")
@@ -308,6 +357,7 @@ class Agent:
     def work(self, broker_url: str, transport_options: dict[str, Any]) -> None:
         """Consume the queues until the worker is stopped (SIGTERM, Ctrl-C)."""
         app = self.celery_app(broker_url, transport_options)
+        prepare_exchanges(broker_url, transport_options, self.queues)
         worker = app.Worker(
             pool="threads",
             concurrency=self.concurrency,

@@ -119,7 +119,11 @@ class Tracer:
         )
 
         attributes = {"service.name": service, **(resource or {})}
-        self._provider = TracerProvider(resource=Resource.create(attributes))
+        self._ids = _PinnedIds()
+        self._provider = TracerProvider(
+            resource=Resource.create(attributes), id_generator=self._ids
+        )
+        self.export_failures = 0
         self._memory = InMemorySpanExporter()
         self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
         if hub is not None:
@@ -127,23 +131,47 @@ class Tracer:
 
             headers = {"Authorization": f"Bearer {token}"} if token else None
             exporter = OTLPSpanExporter(endpoint=f"{hub.rstrip('/')}/v1/traces", headers=headers)
-            self._provider.add_span_processor(BatchSpanProcessor(exporter))
+            self._provider.add_span_processor(BatchSpanProcessor(_Counting(exporter, self)))
         self._tracer = self._provider.get_tracer("mlms.predictors")
 
     def record(
-        self, spans: Sequence[Span], *, name: str = "evaluation", attributes: Mapping[str, Any]
+        self,
+        spans: Sequence[Span],
+        *,
+        name: str = "evaluation",
+        attributes: Mapping[str, Any],
+        trace_id: str | None = None,
+        parent_span_id: str | None = None,
     ) -> None:
         """Turn one evaluation's spans into OpenTelemetry spans, in one trace under a root span
-        `name` that covers them all. A span's parent must come before it in `spans`."""
+        `name` that covers them all. A span's parent must come before it in `spans`.
+
+        `trace_id` (32 hex digits) pins the trace's id (else a random one); `parent_span_id`
+        (16 hex digits, with `trace_id`) makes a remote span the root span's parent (W3C trace
+        context: the caller's span)."""
         from opentelemetry import trace
 
         if not spans:
             return
-        root = self._tracer.start_span(
-            name,
-            start_time=min(s.start_ns for s in spans),
-            attributes={k: _attribute(v) for k, v in attributes.items() if v is not None},
-        )
+        context = None
+        if trace_id and parent_span_id:
+            remote = trace.SpanContext(
+                trace_id=int(trace_id, 16),
+                span_id=int(parent_span_id, 16),
+                is_remote=True,
+                trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+            )
+            context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+        self._ids.trace_id = int(trace_id, 16) if trace_id else None
+        try:
+            root = self._tracer.start_span(
+                name,
+                context=context,
+                start_time=min(s.start_ns for s in spans),
+                attributes={k: _attribute(v) for k, v in attributes.items() if v is not None},
+            )
+        finally:
+            self._ids.trace_id = None
         root_context = trace.set_span_in_context(root)
         contexts: dict[int, Any] = {}
         for span in spans:
@@ -168,3 +196,50 @@ class Tracer:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+
+
+def _id_generator_base() -> Any:
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    return RandomIdGenerator
+
+
+class _PinnedIds(_id_generator_base()):  # type: ignore[misc]
+    """Random ids, except the trace id while `trace_id` is set."""
+
+    trace_id: int | None = None
+
+    def generate_trace_id(self) -> int:
+        pinned = self.trace_id
+        return pinned if pinned is not None else int(super().generate_trace_id())
+
+
+def _span_exporter_base() -> Any:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    return SpanExporter
+
+
+class _Counting(_span_exporter_base()):  # type: ignore[misc]
+    """A span exporter that counts its failed exports on the tracer (`export_failures`)."""
+
+    def __init__(self, inner: Any, tracer: Tracer) -> None:
+        self._inner = inner
+        self._tracer = tracer
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        try:
+            result = self._inner.export(spans)
+        except Exception:
+            result = SpanExportResult.FAILURE
+        if result != SpanExportResult.SUCCESS:
+            self._tracer.export_failures += 1
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self._inner.force_flush(timeout_millis))

@@ -63,6 +63,7 @@ def job(evaluation: Evaluation) -> dict[str, Any]:
         "claim": evaluation.claim,
         "attempt": evaluation.attempts,
         "trace_id": evaluation.trace_id,
+        "parent_span_id": evaluation.trace_parent_span_id or None,
         "device": evaluation.device,
         "model": _manifest(evaluation.model),
         "dataset": _manifest(evaluation.dataset),

@@ -23,6 +23,7 @@ from evaluations.api.serializers import (
     EvaluationSerializer,
 )
 from evaluations.models import Evaluation
+from evaluations.traceparent import TraceParentError, parse_traceparent
 from hub.api.errors import ApiError
 
 READ_SCOPES = ("read", "evaluate")
@@ -83,9 +84,20 @@ class EvaluationList(generics.ListAPIView[Evaluation]):
         responses={201: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request) -> Response:
+        parent = None
+        header = request.headers.get("traceparent")
+        if header is not None:
+            try:
+                parent = parse_traceparent(header)
+            except TraceParentError as error:
+                raise ApiError([{"path": "traceparent", "message": str(error)}]) from None
         serializer = EvaluationRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        launched = actions.launch_evaluation(request.user, serializer.validated_data)  # type: ignore[arg-type]
+        launched = actions.launch_evaluation(
+            request.user,  # type: ignore[arg-type]
+            serializer.validated_data,
+            trace_parent=parent,
+        )
         order = {e.pk: index for index, e in enumerate(launched)}
         evaluations = visible_evaluations(request).filter(pk__in=order)
         body = {

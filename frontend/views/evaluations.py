@@ -176,6 +176,26 @@ def evaluation(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """The evaluation's trace on a zoomable timeline, with per-layer aggregates; the script
+    reads `/api/v1/traces/<trace_id>/timeline` for each visible window and `/layers`."""
+    item = get_object_or_404(_visible(request), pk=pk)
+    return render(
+        request,
+        "frontend/timeline.html",
+        {
+            "evaluation": item,
+            "framework_name": display.framework_name(item.framework),
+            "timeline_url": reverse("api-trace-timeline", kwargs={"trace_id": item.trace_id}),
+            "layers_url": reverse("api-trace-layers", kwargs={"trace_id": item.trace_id}),
+            "api_url": reverse("api-evaluation-detail", kwargs={"pk": item.pk}),
+            "chrome_url": reverse("api-evaluation-trace", kwargs={"pk": item.pk})
+            + "?format=chrome",
+        },
+    )
+
+
+@login_required
 @require_POST
 def cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
     get_object_or_404(_visible(request), pk=pk)

@@ -433,6 +433,72 @@ def test_a_model_file_that_cannot_be_fetched_fails_the_evaluation_saying_why(
     assert "connection refused" in body["reason"]
 
 
+def _otlp_spans(hub: LiveHub, path: str) -> list[dict[str, Any]]:
+    status, body = hub.get(f"{path}?format=otlp")
+    assert status == 200, body
+    return [
+        span
+        for resource in body.get("resourceSpans", [])
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+
+
+def _attributes(span: dict[str, Any]) -> dict[str, Any]:
+    return {a["key"]: next(iter(a["value"].values())) for a in span.get("attributes", [])}
+
+
+def test_a_framework_level_evaluations_spans_reach_the_hub_under_its_trace(
+    hub: LiveHub,
+) -> None:
+    evaluation_id = hub.launch(batch_sizes=[1, 8], limit=16, trace_level="framework")
+    body = hub.finished(evaluation_id)
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+
+    # The agent flushes its spans before it posts the result: they are all there now.
+    spans = _otlp_spans(hub, f"evaluations/{evaluation_id}/trace")
+    assert {span["traceId"] for span in spans} == {body["trace_id"]}
+    (root,) = [span for span in spans if span["name"] == "evaluation"]
+    assert not root.get("parentSpanId")
+    assert _attributes(root)["mlms.evaluation"] == evaluation_id
+    levels = [_attributes(span).get("mlms.level") for span in spans]
+    assert levels.count("model") >= 2 + 16  # a batch span per batch, both batch sizes
+    layers = [span for span in spans if _attributes(span).get("mlms.level") == "framework"]
+    assert layers and all(_attributes(span).get("mlms.op_type") for span in layers)
+    batch_ids = {s["spanId"] for s in spans if _attributes(s).get("mlms.level") == "model"}
+    assert {span["parentSpanId"] for span in layers} <= batch_ids
+    assert "trace_export" not in json.dumps(body["result"])
+
+
+def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) -> None:
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    response = requests.post(
+        f"{hub.url}/api/v1/evaluations/",
+        json={"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", "limit": 8},
+        headers={**hub._auth(), "traceparent": f"00-{trace_id}-{span_id}-01"},
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+    evaluation_id = response.json()["evaluations"][0]["id"]
+    body = hub.finished(evaluation_id)
+    assert body["status"] == "succeeded" and body["trace_id"] == trace_id
+
+    spans = _otlp_spans(hub, f"traces/{trace_id}")
+    assert spans and {span["traceId"] for span in spans} == {trace_id}
+    (root,) = [span for span in spans if span["name"] == "evaluation"]
+    assert root["parentSpanId"] == span_id
+    assert spans == _otlp_spans(hub, f"evaluations/{evaluation_id}/trace")
+
+    malformed = requests.post(
+        f"{hub.url}/api/v1/evaluations/",
+        json={"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits"},
+        headers={**hub._auth(), "traceparent": f"00-{trace_id}-{span_id}"},
+        timeout=30,
+    )
+    assert malformed.status_code == 400
+    assert [e["path"] for e in malformed.json()["errors"]] == ["traceparent"]
+
+
 def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
     from celery import Celery
 

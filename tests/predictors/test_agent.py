@@ -185,3 +185,81 @@ def test_the_agent_runs_where_django_is_not_installed() -> None:
     )
 
     assert done.returncode == 0, done.stderr
+
+
+class _Otlp(BaseHTTPRequestHandler):
+    """Answers every OTLP export with the server's `status`; records (path, headers, body)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's name)
+        length = int(self.headers.get("Content-Length") or 0)
+        self.server.received.append((self.path, self.headers, self.rfile.read(length)))  # type: ignore[attr-defined]
+        self.send_response(self.server.status)  # type: ignore[attr-defined]
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def otlp_hub() -> Iterator[Any]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Otlp)
+    server.received = []  # type: ignore[attr-defined]
+    server.status = 200  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _traced_job() -> dict[str, Any]:
+    return {
+        "id": "e1",
+        "attempt": 1,
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "parent_span_id": "00f067aa0ba902b7",
+        "model": {"name": "digits-cnn", "framework": "onnxruntime"},
+        "dataset": {"name": "digits"},
+    }
+
+
+def _spans_only() -> Any:
+    from types import SimpleNamespace
+
+    from predictors.tracing import Span
+
+    return SimpleNamespace(
+        spans=[
+            Span("batch", 1_000, 2_000, {"mlms.level": "model"}, span_id=1),
+            Span("conv", 1_100, 1_500, {"mlms.level": "framework"}, span_id=2, parent_id=1),
+        ]
+    )
+
+
+def test_the_agent_exports_a_jobs_spans_under_its_trace_and_parent(otlp_hub: Any) -> None:
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    agent = Agent(_client(otlp_hub), "a1")
+    assert agent._export_trace(_traced_job(), _spans_only()) is None
+
+    ((path, headers, body),) = otlp_hub.received
+    assert path == "/v1/traces" and headers["Authorization"] == "Bearer mlms_test"
+    message = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+    spans = {s.name: s for r in message.resource_spans for g in r.scope_spans for s in g.spans}
+    assert set(spans) == {"evaluation", "batch", "conv"}
+    assert {s.trace_id.hex() for s in spans.values()} == {_traced_job()["trace_id"]}
+    assert spans["evaluation"].parent_span_id.hex() == "00f067aa0ba902b7"
+    assert spans["batch"].parent_span_id == spans["evaluation"].span_id
+    assert spans["conv"].parent_span_id == spans["batch"].span_id
+
+
+def test_a_refused_export_is_a_note_not_a_failure(otlp_hub: Any) -> None:
+    otlp_hub.status = 403
+    agent = Agent(_client(otlp_hub), "a1")
+
+    note = agent._export_trace(_traced_job(), _spans_only())
+
+    assert note == "spans not exported: 1 export(s) failed"
+    assert agent._export_trace(_traced_job() | {"trace_id": None}, _spans_only()) is None

@@ -1,0 +1,539 @@
+/* The evaluation's trace on a <canvas>: one track per level, spans as bars placed by their start
+   and end, coloured by op type. Every change of the visible window (wheel, drag, keys, buttons)
+   asks the hub for the spans of that window only — `/timeline?start=&end=&max_spans=` answers
+   the longest ones first — so a large trace is never shipped whole. Beside it, the per-layer
+   aggregates of `/layers` in a sortable table. While the evaluation runs, both are read again
+   every few seconds to pick up new spans. */
+(function () {
+  "use strict";
+  var script = document.getElementById("timeline-script");
+  var canvas = document.getElementById("timeline");
+  if (!script || !canvas) return;
+  var TIMELINE = script.dataset.timeline;
+  var LAYERS = script.dataset.layers;
+  var EVALUATION = script.dataset.evaluation;
+  var finished = script.dataset.finished === "true";
+
+  var LEVELS = ["application", "model", "framework", "ml_library", "system_library", "hardware"];
+  // Dark enough for white names on every bar.
+  var PALETTE = ["#1f6feb", "#d1495b", "#2a9d8f", "#8e5cc4", "#e07a1f", "#3d7d2e",
+    "#b5477e", "#4a5a8c", "#a0522d", "#0f7c99", "#7a6a00", "#c2410c"];
+  var STATUS = { 0: "unset", 1: "ok", 2: "error" };
+  var LABEL_W = 118, AXIS_H = 26, LANE_H = 20, TRACK_GAP = 8, MAX_LANES = 6;
+  var MIN_WINDOW = 1000; // ns
+  var ctx = canvas.getContext("2d");
+  var statusText = document.getElementById("timeline-status");
+  var search = document.getElementById("span-search");
+  var searchCount = document.getElementById("search-count");
+
+  var trace = { start: null, end: null };
+  var view = { start: 0, end: 0 };
+  var spans = [];      // the spans of the latest answer
+  var total = 0;
+  var rects = [];      // what was drawn, for hit-testing: {x, y, w, h, span}
+  var levelsSeen = {}; // levels of the layers table and of every answer: tracks stay put on zoom
+  var selected = null;
+  var requests = 0;
+  var fetchTimer = null;
+  var inFlight = null;
+
+  function hash(text) {
+    var h = 2166136261;
+    for (var i = 0; i < text.length; i++) {
+      h ^= text.charCodeAt(i);
+      h = Math.imul(h, 16777619);
+    }
+    h ^= h >>> 16;
+    h = Math.imul(h, 2246822507);
+    h ^= h >>> 13;
+    return h >>> 0;
+  }
+  function colour(span) {
+    // Op types (or names, for spans of none) get a stable colour: a palette of dark, distinct
+    // colours first, then any hue, so that two op types rarely share one.
+    var h = hash(span.op_type || span.name || "");
+    if (h % 3 !== 2) return PALETTE[(h >>> 2) % PALETTE.length];
+    return "hsl(" + ((h >>> 4) % 360) + ", 55%, 40%)";
+  }
+  function levelOf(span) { return LEVELS.indexOf(span.level) >= 0 ? span.level : "other"; }
+
+  function duration(ns) {
+    var abs = Math.abs(ns);
+    if (abs >= 1e9) return (ns / 1e9).toFixed(3) + " s";
+    if (abs >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
+    if (abs >= 1e3) return (ns / 1e3).toFixed(1) + " µs";
+    return Math.round(ns) + " ns";
+  }
+  function ms(ns) { return (ns / 1e6).toFixed(3); }
+
+  /* ---- fetching ---- */
+
+  function setWindow(start, end) {
+    if (trace.start === null) return;
+    var span = trace.end - trace.start;
+    var width = Math.max(end - start, MIN_WINDOW);
+    if (width > span) {
+      start = trace.start;
+      end = trace.end;
+    } else {
+      start = Math.max(trace.start, Math.min(start, trace.end - width));
+      end = start + width;
+    }
+    view.start = start;
+    view.end = end;
+    canvas.dataset.start = String(Math.floor(view.start));
+    canvas.dataset.end = String(Math.ceil(view.end));
+    draw();
+    clearTimeout(fetchTimer);
+    fetchTimer = setTimeout(fetchWindow, 150);
+  }
+
+  function isWhole() {
+    return trace.start !== null && view.start <= trace.start && view.end >= trace.end;
+  }
+
+  function maxSpans() { return Math.max(500, Math.min(10000, Math.round(canvas.clientWidth * 4))); }
+
+  function fetchWindow() {
+    var url = TIMELINE + "?max_spans=" + maxSpans();
+    // The whole trace is asked for without a window, so that spans which arrived after it
+    // (and beyond its last end) come too; a zoomed view asks for its window only.
+    if (trace.start !== null && !isWhole()) {
+      url += "&start=" + Math.floor(view.start) + "&end=" + Math.ceil(view.end);
+    }
+    if (inFlight) inFlight.abort();
+    var controller = window.AbortController ? new AbortController() : null;
+    inFlight = controller;
+    requests += 1;
+    canvas.dataset.requests = String(requests);
+    return fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin",
+      signal: controller ? controller.signal : undefined })
+      .then(function (response) {
+        if (!response.ok) throw new Error("the hub answered " + response.status);
+        return response.json();
+      })
+      .then(function (body) {
+        if (inFlight === controller) inFlight = null;
+        var first = trace.start === null;
+        var whole = isWhole();
+        if (body.trace_start !== null && body.trace_end !== null) {
+          trace.start = body.trace_start;
+          trace.end = body.trace_end;
+          if (first || whole) {
+            view.start = trace.start;
+            view.end = trace.end;
+            canvas.dataset.start = String(Math.floor(view.start));
+            canvas.dataset.end = String(Math.ceil(view.end));
+          }
+        }
+        spans = body.spans || [];
+        total = body.total || 0;
+        spans.forEach(function (span) { levelsSeen[levelOf(span)] = true; });
+        document.getElementById("timeline-empty").hidden = !(finished && trace.start === null);
+        draw();
+      })
+      .catch(function (error) {
+        if (error && error.name === "AbortError") return;
+        statusText.textContent = "Could not read the spans: " + error.message;
+      });
+  }
+
+  /* ---- drawing ---- */
+
+  function tracks() {
+    var present = LEVELS.concat(["other"]).filter(function (level) { return levelsSeen[level]; });
+    var byLevel = {};
+    present.forEach(function (level) { byLevel[level] = []; });
+    spans.forEach(function (span) {
+      if (span.end_ns < view.start || span.start_ns > view.end) return;
+      var level = levelOf(span);
+      if (!byLevel[level]) return;
+      byLevel[level].push(span);
+    });
+    var y = AXIS_H;
+    return present.map(function (level) {
+      var list = byLevel[level].slice().sort(function (a, b) { return a.start_ns - b.start_ns; });
+      var laneEnds = [];
+      var placed = list.map(function (span) {
+        var lane = 0;
+        while (lane < laneEnds.length && laneEnds[lane] > span.start_ns) lane++;
+        if (lane >= MAX_LANES) lane = MAX_LANES - 1;
+        laneEnds[lane] = Math.max(laneEnds[lane] || 0, span.end_ns);
+        return { span: span, lane: lane };
+      });
+      var lanes = Math.max(1, laneEnds.length);
+      var track = { level: level, y: y, lanes: lanes, placed: placed };
+      y += lanes * LANE_H + TRACK_GAP;
+      return track;
+    });
+  }
+
+  function niceStep(range, pixels) {
+    var raw = range / Math.max(1, pixels / 90);
+    var power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var steps = [1, 2, 5, 10];
+    for (var i = 0; i < steps.length; i++) if (steps[i] * power >= raw) return steps[i] * power;
+    return 10 * power;
+  }
+
+  function draw() {
+    var ratio = window.devicePixelRatio || 1;
+    var width = canvas.parentElement.clientWidth;
+    var layout = tracks();
+    var last = layout[layout.length - 1];
+    var height = Math.max(80, last ? last.y + last.lanes * LANE_H + TRACK_GAP / 2 : 80);
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    rects = [];
+    var plotW = width - LABEL_W;
+    if (trace.start === null || plotW <= 0) {
+      canvas.dataset.drawn = "0";
+      statusText.textContent = finished ? "No spans." : "Waiting for spans…";
+      return;
+    }
+    var range = view.end - view.start || 1;
+    function x(ns) { return LABEL_W + ((ns - view.start) / range) * plotW; }
+
+    // Track backgrounds and names.
+    layout.forEach(function (track, index) {
+      ctx.fillStyle = index % 2 ? "#f8fafc" : "#ffffff";
+      ctx.fillRect(0, track.y - TRACK_GAP / 2, width, track.lanes * LANE_H + TRACK_GAP);
+      ctx.fillStyle = "#1b2430";
+      ctx.font = "600 12px system-ui, sans-serif";
+      ctx.fillText(track.level, 8, track.y + LANE_H / 2);
+    });
+    ctx.font = "11px system-ui, sans-serif";
+
+    // Time axis: offsets from the start of the trace.
+    ctx.fillStyle = "#f1f4f8";
+    ctx.fillRect(0, 0, width, AXIS_H - 4);
+    var step = niceStep(range, plotW);
+    var firstTick = Math.ceil((view.start - trace.start) / step);
+    ctx.strokeStyle = "#dfe5ec";
+    ctx.fillStyle = "#5b6778";
+    for (var k = firstTick; trace.start + k * step <= view.end; k++) {
+      var offset = k * step;
+      var tx = Math.round(x(trace.start + offset)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(tx, AXIS_H - 8);
+      ctx.lineTo(tx, height);
+      ctx.stroke();
+      var tick = duration(offset).replace(/\.(\d*?)0+ /, function (_, digits) {
+        return digits ? "." + digits + " " : " ";
+      });
+      ctx.fillText(tick, tx + 3, (AXIS_H - 4) / 2);
+    }
+    ctx.fillStyle = "#1b2430";
+    ctx.fillText("time", 8, (AXIS_H - 4) / 2);
+
+    // Spans.
+    var query = search.value.trim().toLowerCase();
+    var matches = 0;
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL_W, 0, plotW, height);
+    ctx.clip();
+    layout.forEach(function (track) {
+      track.placed.forEach(function (item) {
+        var span = item.span;
+        var x0 = Math.max(LABEL_W - 1, x(span.start_ns));
+        var x1 = Math.min(width + 1, x(span.end_ns));
+        var w = Math.max(1, x1 - x0);
+        var y = track.y + item.lane * LANE_H + 1;
+        var h = LANE_H - 3;
+        var hit = query && span.name.toLowerCase().indexOf(query) >= 0;
+        if (hit) matches++;
+        ctx.globalAlpha = query && !hit ? 0.25 : 1;
+        ctx.fillStyle = colour(span);
+        ctx.fillRect(x0, y, w, h);
+        if (hit || span === selected) {
+          ctx.globalAlpha = 1;
+          ctx.lineWidth = 2;
+          ctx.strokeStyle = span === selected ? "#1b2430" : "#f5a623";
+          ctx.strokeRect(x0 + 1, y + 1, Math.max(1, w - 2), h - 2);
+        }
+        if (w > 28) {
+          ctx.fillStyle = "#ffffff";
+          var label = span.name;
+          var room = w - 8;
+          if (ctx.measureText(label).width > room) {
+            while (label.length > 1 && ctx.measureText(label + "…").width > room) label = label.slice(0, -1);
+            label += "…";
+          }
+          if (ctx.measureText(label).width <= room) ctx.fillText(label, x0 + 4, y + h / 2 + 0.5);
+        }
+        ctx.globalAlpha = 1;
+        rects.push({ x: x0, y: y, w: w, h: h, span: span });
+      });
+    });
+    ctx.restore();
+
+    canvas.dataset.drawn = String(rects.length);
+    canvas.dataset.total = String(total);
+    canvas.dataset.tracks = layout.map(function (track) { return track.level; }).join(" ");
+    statusText.textContent = rects.length + " spans drawn of " + total + " in this window ("
+      + duration(range) + " of " + duration(trace.end - trace.start) + ")"
+      + (finished ? "" : " · live");
+    searchCount.textContent = query ? matches + " matching" : "";
+    canvas.dataset.matches = String(matches);
+  }
+
+  /* ---- interaction ---- */
+
+  function zoom(factor, atNs) {
+    if (trace.start === null) return;
+    var centre = atNs === undefined ? (view.start + view.end) / 2 : atNs;
+    var start = centre - (centre - view.start) * factor;
+    var end = centre + (view.end - centre) * factor;
+    setWindow(start, end);
+  }
+  function pan(fraction) {
+    var shift = (view.end - view.start) * fraction;
+    setWindow(view.start + shift, view.end + shift);
+  }
+  function reset() {
+    if (trace.start !== null) setWindow(trace.start, trace.end);
+  }
+  function nsAt(clientX) {
+    var box = canvas.getBoundingClientRect();
+    var plotW = box.width - LABEL_W;
+    var fraction = Math.min(1, Math.max(0, (clientX - box.left - LABEL_W) / plotW));
+    return view.start + fraction * (view.end - view.start);
+  }
+
+  canvas.addEventListener("wheel", function (event) {
+    if (trace.start === null) return;
+    event.preventDefault();
+    var delta = event.deltaMode === 1 ? event.deltaY * 16 : event.deltaY;
+    zoom(Math.exp(delta * 0.002), nsAt(event.clientX));
+  }, { passive: false });
+
+  var drag = null;
+  canvas.addEventListener("mousedown", function (event) {
+    drag = { x: event.clientX, start: view.start, end: view.end, moved: false };
+  });
+  window.addEventListener("mousemove", function (event) {
+    if (!drag) return;
+    var dx = event.clientX - drag.x;
+    if (Math.abs(dx) > 3) drag.moved = true;
+    if (!drag.moved) return;
+    var perPixel = (drag.end - drag.start) / Math.max(1, canvas.clientWidth - LABEL_W);
+    canvas.classList.add("dragging");
+    setWindow(drag.start - dx * perPixel, drag.end - dx * perPixel);
+  });
+  window.addEventListener("mouseup", function (event) {
+    if (!drag) return;
+    var wasDrag = drag.moved;
+    drag = null;
+    canvas.classList.remove("dragging");
+    if (!wasDrag) pick(event);
+  });
+
+  function pick(event) {
+    var box = canvas.getBoundingClientRect();
+    var px = event.clientX - box.left, py = event.clientY - box.top;
+    var found = null;
+    for (var i = rects.length - 1; i >= 0; i--) {
+      var r = rects[i];
+      if (px >= r.x - 1 && px <= r.x + r.w + 1 && py >= r.y && py <= r.y + r.h) { found = r.span; break; }
+    }
+    select(found);
+  }
+
+  function select(span) {
+    selected = span;
+    canvas.dataset.selected = span ? span.span_id : "";
+    var list = document.getElementById("details");
+    document.getElementById("details-none").hidden = !!span;
+    list.hidden = !span;
+    list.textContent = "";
+    if (span) {
+      var rows = [
+        ["Name", span.name], ["Level", span.level || "—"], ["Op type", span.op_type || "—"],
+        ["Layer", span.layer_name ? span.layer_name + (span.layer_index !== null ? " (#" + span.layer_index + ")" : "") : "—"],
+        ["Duration", duration(span.duration_ns)],
+        ["Starts at", duration(span.start_ns - trace.start) + " into the trace"],
+        ["Status", (STATUS[span.status] || String(span.status)) + (span.status_message ? ": " + span.status_message : "")],
+        ["Span id", span.span_id], ["Parent", span.parent_span_id || "—"],
+      ];
+      var attributes = span.attributes || {};
+      Object.keys(attributes).sort().forEach(function (key) {
+        var value = attributes[key];
+        rows.push([key, typeof value === "object" ? JSON.stringify(value) : String(value)]);
+      });
+      rows.forEach(function (row) {
+        var dt = document.createElement("dt");
+        dt.textContent = row[0];
+        var dd = document.createElement("dd");
+        dd.textContent = row[1];
+        if (row[0].indexOf(".") >= 0 || /id$/.test(row[0])) dd.className = "mono small";
+        list.appendChild(dt);
+        list.appendChild(dd);
+      });
+    }
+    draw();
+  }
+
+  canvas.addEventListener("keydown", function (event) {
+    var handled = true;
+    if (event.key === "+" || event.key === "=") zoom(0.5);
+    else if (event.key === "-" || event.key === "_") zoom(2);
+    else if (event.key === "ArrowLeft") pan(-0.2);
+    else if (event.key === "ArrowRight") pan(0.2);
+    else if (event.key === "0") reset();
+    else if (event.key === "Escape") select(null);
+    else handled = false;
+    if (handled) event.preventDefault();
+  });
+  document.getElementById("zoom-in").addEventListener("click", function () { zoom(0.5); });
+  document.getElementById("zoom-out").addEventListener("click", function () { zoom(2); });
+  document.getElementById("pan-left").addEventListener("click", function () { pan(-0.2); });
+  document.getElementById("pan-right").addEventListener("click", function () { pan(0.2); });
+  document.getElementById("zoom-reset").addEventListener("click", reset);
+  search.addEventListener("input", draw);
+  window.addEventListener("resize", draw);
+
+  /* ---- the per-layer table ---- */
+
+  var table = document.getElementById("layers");
+  var aggregates = [];
+  var sortKey = "total_ns", sortDescending = true;
+
+  function renderLayers() {
+    var body = table.tBodies[0];
+    body.textContent = "";
+    if (!aggregates.length) {
+      var empty = document.createElement("tr");
+      empty.className = "empty";
+      var cell = document.createElement("td");
+      cell.colSpan = 8;
+      cell.textContent = "No spans yet.";
+      empty.appendChild(cell);
+      body.appendChild(empty);
+      return;
+    }
+    var rows = aggregates.slice().sort(function (a, b) {
+      var left = a[sortKey], right = b[sortKey];
+      var order = typeof left === "number" && typeof right === "number"
+        ? left - right : String(left || "").localeCompare(String(right || ""));
+      return sortDescending ? -order : order;
+    });
+    rows.forEach(function (row) {
+      var tr = document.createElement("tr");
+      tr.dataset.name = row.name;
+      tr.dataset.level = row.level;
+      [row.level || "—", row.name, row.op_type || "—"].forEach(function (text) {
+        var td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      [String(row.count), ms(row.total_ns), ms(row.mean_ns), ms(row.p50_ns), ms(row.p99_ns)].forEach(function (text, index) {
+        var td = document.createElement("td");
+        td.className = "num";
+        td.dataset.key = ["count", "total_ns", "mean_ns", "p50_ns", "p99_ns"][index];
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      tr.addEventListener("click", function () { search.value = row.name; draw(); });
+      body.appendChild(tr);
+    });
+    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+      th.setAttribute("aria-sort", th.dataset.key === sortKey ? (sortDescending ? "descending" : "ascending") : "none");
+    });
+  }
+
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+    th.querySelector("button").addEventListener("click", function () {
+      var key = th.dataset.key;
+      if (key === sortKey) sortDescending = !sortDescending;
+      else {
+        sortKey = key;
+        sortDescending = th.classList.contains("num");
+      }
+      renderLayers();
+    });
+  });
+
+  function fetchLayers() {
+    return fetch(LAYERS, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) throw new Error("the hub answered " + response.status);
+        return response.json();
+      })
+      .then(function (body) {
+        aggregates = body.aggregates || [];
+        var before = Object.keys(levelsSeen).length;
+        aggregates.forEach(function (row) { levelsSeen[levelOf(row)] = true; });
+        table.dataset.spans = String(body.span_count || 0);
+        renderLayers();
+        if (Object.keys(levelsSeen).length !== before) draw();
+      })
+      .catch(function () { /* the timeline's status line says when the hub is unreachable */ });
+  }
+
+  /* ---- live: read again when spans arrive while the evaluation runs ---- */
+
+  // The evaluation's WebSocket says when spans arrived (a `spans` event) and when it finished;
+  // without a socket (or once it closed), the page reads the evaluation every 2 s instead.
+  var FINISHED = ["succeeded", "failed", "cancelled"];
+  var refreshTimer = null;
+
+  function setLive(mode) { canvas.dataset.live = mode; }
+
+  function reload() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(function () { fetchWindow(); fetchLayers(); }, 250);
+  }
+
+  function poll() {
+    setLive(finished ? "done" : "polling");
+    if (finished) return;
+    fetch(EVALUATION, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        if (body && FINISHED.indexOf(body.status) >= 0) finished = true;
+        return Promise.all([fetchWindow(), fetchLayers()]);
+      })
+      .catch(function () {})
+      .then(function () {
+        if (finished) setLive("done");
+        else setTimeout(poll, 2000);
+      });
+  }
+
+  function connect() {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket;
+    try {
+      socket = new WebSocket(scheme + location.host + script.dataset.socket);
+    } catch (error) {
+      setTimeout(poll, 2000);
+      return;
+    }
+    socket.addEventListener("open", function () { setLive("socket"); });
+    socket.addEventListener("message", function (event) {
+      var message = JSON.parse(event.data);
+      if (message.type === "spans") reload();
+      if (message.type === "status" && FINISHED.indexOf(message.status) >= 0) {
+        finished = true;
+        reload();
+        socket.close();
+      }
+    });
+    socket.addEventListener("close", function () {
+      if (finished) setLive("done");
+      else setTimeout(poll, 2000);
+    });
+  }
+
+  fetchWindow();
+  fetchLayers();
+  if (finished) setLive("done");
+  else connect();
+})();
