@@ -86,6 +86,30 @@ class HubProcess:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")
 
+    def seed_model_and_host(self) -> dict[str, Any]:
+        """A public model `m` and dataset `d` (tests/hub/factories.py) and a registered host
+        `cpu-1` running onnxruntime on cpu, so that an evaluation of `m` can be launched.
+        Returns the host as the API answered its registration."""
+        from tests.hub.factories import dataset_yaml, model_yaml
+
+        for text in (model_yaml("m", visibility="public"), dataset_yaml("d", visibility="public")):
+            status, body = self.request(
+                "POST", "/api/v1/manifests/", text.encode(), content_type="application/x-yaml"
+            )
+            assert status == 201, body
+        status, host = self.request(
+            "POST",
+            "/api/v1/hosts/",
+            {
+                "name": "cpu-1",
+                "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
+                "queues": ["host.cpu-1", "onnxruntime.cpu"],
+            },
+            token=self.agent_token,
+        )
+        assert status == 201, host
+        return host  # type: ignore[no-any-return]
+
     def agent(self, name: str, frameworks: str = "onnxruntime") -> subprocess.Popen[bytes]:
         """Start a real agent (`python -m predictors.agent`) for this hub; it logs to
         <folder>/agent-<name>.log."""

@@ -4,7 +4,6 @@ a reload: from the WebSocket, or by polling the REST endpoint once the socket is
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -21,7 +20,6 @@ from tests.evaluations.factories import (
     register_hosts,
     result_body,
 )
-from tests.hub.factories import dataset_yaml, model_yaml
 
 pytestmark = pytest.mark.browser
 
@@ -123,28 +121,9 @@ def test_the_evaluations_list_shows_the_users_evaluations(
     expect(page).to_have_url(f"/evaluations/{launched}/")
 
 
-def _upload(hub: Any, text: str) -> None:
-    status, body = hub.request(
-        "POST", "/api/v1/manifests/", text.encode(), content_type="application/x-yaml"
-    )
-    assert status == 201, body
-
-
 def test_the_page_follows_an_evaluation_live_over_the_websocket(hub, hub_page, shoot) -> None:
     page = hub_page
-    _upload(hub, model_yaml("m", visibility="public"))
-    _upload(hub, dataset_yaml("d", visibility="public"))
-    status, host = hub.request(
-        "POST",
-        "/api/v1/hosts/",
-        {
-            "name": "cpu-1",
-            "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
-            "queues": ["host.cpu-1", "onnxruntime.cpu"],
-        },
-        token=hub.agent_token,
-    )
-    assert status == 201, host
+    host = hub.seed_model_and_host()
     api_reads: list[str] = []
     page.on(
         "request",

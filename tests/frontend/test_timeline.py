@@ -13,7 +13,6 @@ from playwright.sync_api import expect
 
 from evaluations.models import Evaluation
 from tests.evaluations.factories import catalog_manifests, launch, launched_id, register_hosts
-from tests.hub.factories import dataset_yaml, model_yaml
 
 pytestmark = pytest.mark.browser
 
@@ -240,28 +239,9 @@ def test_another_users_timeline_is_not_found(launched, django_user_model) -> Non
     assert Client().get(f"/evaluations/{launched}/timeline/").status_code == 302  # sign in
 
 
-def _upload(hub: Any, text: str) -> None:
-    status, body = hub.request(
-        "POST", "/api/v1/manifests/", text.encode(), content_type="application/x-yaml"
-    )
-    assert status == 201, body
-
-
 def test_the_websockets_spans_event_brings_new_spans_without_polling(hub, hub_page) -> None:  # type: ignore[no-untyped-def]
     page = hub_page
-    _upload(hub, model_yaml("m", visibility="public"))
-    _upload(hub, dataset_yaml("d", visibility="public"))
-    status, host = hub.request(
-        "POST",
-        "/api/v1/hosts/",
-        {
-            "name": "cpu-1",
-            "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
-            "queues": ["host.cpu-1", "onnxruntime.cpu"],
-        },
-        token=hub.agent_token,
-    )
-    assert status == 201, host
+    hub.seed_model_and_host()
     status, launched = hub.request(
         "POST",
         "/api/v1/evaluations/",
