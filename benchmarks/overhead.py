@@ -2,7 +2,7 @@
 inputs and thread settings. A measurement, not a test; see benchmarks/README.md.
 
     .venv/bin/python benchmarks/overhead.py [--store DIR] [--threads 1] [--rounds N] [--json]
-        [--trace-level model|framework]
+        [--trace-level LEVEL[,LEVEL…]] [--baseline bare|none] [--device cpu|cuda]
 
 For each model, framework and batch size, in one process:
 
@@ -25,6 +25,14 @@ rounds (bare then ours, ours then bare, …), and each round gives three ratios,
 - loop ratio: of the timed loop's wall time per input (the inverse ratio of the throughputs),
   which includes what the loop does between two batches: spans, progress, bookkeeping.
 
+`--baseline none` measures tracing instead: the baseline is then our own loop untraced
+(`evaluate` at trace level `none`), and each level `--trace-level` lists is compared with it —
+the cost of each trace level, as ratios against untraced runs.
+
+`--device cuda` runs PyTorch on the GPU: the bare loop copies each batch to the device, runs
+the model, synchronises and copies the output back (`model(x.to(dev)).cpu().numpy()` then
+`torch.cuda.synchronize()`), as the predictor does. Only PyTorch runs there.
+
 Latencies are of full batches. Each ratio reported is the median over the rounds; 1.00 is no
 overhead. Pairing the two loops of a round cancels most of the drift of a shared machine; the
 median batch latency is the statistic least moved by other jobs' interference.
@@ -33,6 +41,7 @@ median batch latency is the statistic least moved by other jobs' interference.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -53,7 +62,7 @@ from predictors import introspection  # noqa: E402
 from predictors.catalog import Catalog  # noqa: E402
 from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager, DatasetReader  # noqa: E402
-from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
+from predictors.evaluation import TRACE_LEVELS, EvaluationOptions, evaluate  # noqa: E402
 from predictors.manifests import Manifest  # noqa: E402
 from predictors.processing import preprocessor_for  # noqa: E402
 
@@ -72,7 +81,9 @@ class Case:
 CASES = (
     Case("digits-cnn", "digits", None, 3, rounds=15),
     Case("resnet-18", "shapes-color", 96, 1, rounds=7),
+    Case("resnet-50", "shapes-color", 96, 1, rounds=7),
 )
+DEFAULT_MODELS = ("digits-cnn", "resnet-18")
 BATCH_SIZES = (1, 32)
 WARMUP = 3
 
@@ -80,11 +91,30 @@ WARMUP = 3
 # -- bare loops: the framework's own API, nothing else ----------------------------------------
 
 
-def bare_pytorch(path: Path, threads: int) -> Loop:
+def bare_pytorch(path: Path, threads: int, device: str = "cpu") -> Loop:
     import torch
 
     torch.set_num_threads(threads)
-    model = torch.jit.load(str(path)).eval()
+    model = torch.jit.load(str(path), map_location=device).eval()
+    if device != "cpu":
+        target = torch.device(device)
+
+        def gpu_loop(batches: list[np.ndarray], warmup: int) -> tuple[list[int], int]:
+            perf = time.perf_counter_ns
+            durations = []
+            with torch.inference_mode():
+                for i in range(warmup):
+                    model(torch.from_numpy(batches[i % len(batches)]).to(target)).cpu().numpy()
+                    torch.cuda.synchronize(target)
+                loop_start = perf()
+                for batch in batches:
+                    start = perf()
+                    model(torch.from_numpy(batch).to(target)).cpu().numpy()
+                    torch.cuda.synchronize(target)
+                    durations.append(perf() - start)
+                return durations, perf() - loop_start
+
+        return gpu_loop
 
     def loop(batches: list[np.ndarray], warmup: int) -> tuple[list[int], int]:
         perf = time.perf_counter_ns
@@ -213,7 +243,11 @@ def measure(
     catalog: Catalog,
     fetch: Callable[..., Path],
     trace_level: str = "model",
+    device: str = "cpu",
+    baseline_level: str | None = None,
 ) -> dict[str, Any]:
+    """One case: `rounds` pairs of (baseline, ours). The baseline is the bare framework loop,
+    or, with `baseline_level`, our own loop at that trace level."""
     from tqdm import tqdm
 
     model = catalog.find_model(case.model, "*", framework)
@@ -228,9 +262,10 @@ def measure(
         repeat=case.repeat,
         threads=threads,
         trace_level=trace_level,
+        device=device,
     )
 
-    def ours() -> Sample:
+    def ours(options: EvaluationOptions = options) -> Sample:
         with open(os.devnull, "w") as sink, tqdm(file=sink, unit="batch") as bar:
 
             def progress(done: int, total: int) -> None:
@@ -240,15 +275,23 @@ def measure(
             evaluation = evaluate(model, dataset, options, fetch, progress=progress)
         entry = evaluation.result["batch_sizes"][0]
         batch_spans = [s for s in evaluation.spans if s.attributes["mlms.level"] == "model"]
-        assert entry["timed_inputs"] == sum(sizes) and len(batch_spans) == len(batches)
+        traced = options.trace_level not in ("none", "application")
+        assert entry["timed_inputs"] == sum(sizes)
+        assert len(batch_spans) == (len(batches) if traced else 0)
         latency = entry["latency"]
         return Sample(latency["p50_ms"], latency["mean_ms"], entry["timed_wall_ms"] / sum(sizes))
 
     def baseline() -> Sample:
+        if baseline_level is not None:
+            return ours(dataclasses.replace(options, trace_level=baseline_level))
         # A fresh load every round, as `evaluate` does: where a model's weights land in memory
         # moves its latency by a few percent, and one lucky or unlucky load must not bias
         # every round's ratio the same way.
-        bare = gc_paused(BARE[framework](graph, threads))
+        bare = gc_paused(
+            bare_pytorch(graph, threads, device)
+            if framework == "pytorch"
+            else BARE[framework](graph, threads)
+        )
         durations, wall = bare(batches, WARMUP)
         return full_batch_sample(durations, sizes, size, wall)
 
@@ -266,6 +309,9 @@ def measure(
     return {
         "model": case.model,
         "framework": framework,
+        "trace_level": trace_level,
+        "baseline": baseline_level or "bare",
+        "device": device,
         "batch_size": size,
         "timed_batches": len(batches),
         "rounds": rounds,
@@ -283,56 +329,102 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, default=default_store())
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, help="rounds of every case (default: per case)")
-    parser.add_argument("--models", default=",".join(c.model for c in CASES))
+    parser.add_argument(
+        "--models",
+        default=",".join(DEFAULT_MODELS),
+        help=f"comma-separated, of {', '.join(c.model for c in CASES)} "
+        f"(default: {','.join(DEFAULT_MODELS)})",
+    )
     parser.add_argument("--frameworks", default="pytorch,tensorflow,onnxruntime")
     parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--trace-level", choices=("model", "framework"), default="model")
+    parser.add_argument(
+        "--trace-level",
+        default="model",
+        help="comma-separated trace levels, each measured against the baseline (default: model)",
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=("bare", "none"),
+        default="bare",
+        help="bare: the framework's own loop (default); none: our loop untraced",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N] (PyTorch)")
     args = parser.parse_args(argv)
+    levels = args.trace_level.split(",")
+    for level in levels:
+        if level not in TRACE_LEVELS:
+            parser.error(f"unknown trace level {level!r}; choose from {', '.join(TRACE_LEVELS)}")
+    frameworks = args.frameworks.split(",")
+    if args.device != "cpu":
+        frameworks = [f for f in frameworks if f == "pytorch"]
+    known = {c.model for c in CASES}
+    wanted = args.models.split(",")
+    if unknown := [m for m in wanted if m not in known]:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}")
 
     catalog = Catalog()
     fetch = DataManager(store_dir=args.store).fetch
-    wanted = args.models.split(",")
+    baseline_level = None if args.baseline == "bare" else args.baseline
     rows: list[dict[str, Any]] = []
     for case in CASES:
         if case.model not in wanted:
             continue
         for framework in catalog.model_frameworks(case.model, "*"):
-            if framework not in args.frameworks.split(","):
+            if framework not in frameworks:
                 continue
             for size in map(int, args.batch_sizes.split(",")):
-                rounds = args.rounds or case.rounds
-                row = measure(
-                    case, framework, size, args.threads, rounds, catalog, fetch, args.trace_level
-                )
-                rows.append(row)
-                print(
-                    f"{case.model} {framework} batch {size}: p50 x{row['p50_ratio']:.3f}, "
-                    f"mean x{row['mean_ratio']:.3f}, loop x{row['loop_ratio']:.3f}",
-                    file=sys.stderr,
-                )
+                for level in levels:
+                    rounds = args.rounds or case.rounds
+                    row = measure(
+                        case,
+                        framework,
+                        size,
+                        args.threads,
+                        rounds,
+                        catalog,
+                        fetch,
+                        level,
+                        device=args.device,
+                        baseline_level=baseline_level,
+                    )
+                    rows.append(row)
+                    print(
+                        f"{case.model} {framework} batch {size} level {level}: "
+                        f"p50 x{row['p50_ratio']:.3f}, mean x{row['mean_ratio']:.3f}, "
+                        f"loop x{row['loop_ratio']:.3f}",
+                        file=sys.stderr,
+                    )
     stack = introspection.stack(sorted({str(r["framework"]) for r in rows}))
     if args.json:
-        document = {"threads": args.threads, "trace_level": args.trace_level, "rows": rows}
+        document = {
+            "threads": args.threads,
+            "device": args.device,
+            "baseline": args.baseline,
+            "rows": rows,
+        }
         print(json.dumps(document | {"stack": stack}, indent=2))
         return 0
     cpu = stack["cpu"]
+    where = cpu["model"]
+    if args.device != "cpu" and stack.get("gpus"):
+        where = f"{stack['gpus'][0]['name']} (host: {cpu['model']})"
     print(
-        f"{cpu['model']}, {cpu['usable_cores']} usable cores, {args.threads} intra-op thread(s), "
-        f"trace level {args.trace_level}, {WARMUP} warm-up batches; "
+        f"{where}, {cpu['usable_cores']} usable cores, {args.threads} intra-op thread(s), "
+        f"device {args.device}, baseline {args.baseline}, {WARMUP} warm-up batches; "
         + ", ".join(f"{k} {v}" for k, v in stack["frameworks"].items())
     )
     print()
     print(
-        "| model | framework | batch | timed batches | rounds | bare p50 ms | ours p50 ms "
-        "| p50 ratio (range) | mean ratio | loop ratio |"
+        "| model | framework | level | batch | timed batches | rounds | baseline p50 ms "
+        "| ours p50 ms | p50 ratio (range) | mean ratio | loop ratio |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         low, high = r["p50_ratio_range"]
         print(
-            f"| {r['model']} | {r['framework']} | {r['batch_size']} | {r['timed_batches']} "
-            f"| {r['rounds']} "
+            f"| {r['model']} | {r['framework']} | {r['trace_level']} | {r['batch_size']} "
+            f"| {r['timed_batches']} | {r['rounds']} "
             f"| {r['bare_p50_ms']:.3f} | {r['ours_p50_ms']:.3f} "
             f"| {r['p50_ratio']:.3f} ({low:.2f}–{high:.2f}) | {r['mean_ratio']:.3f} "
             f"| {r['loop_ratio']:.3f} |"

@@ -115,6 +115,8 @@ class Evaluation(models.Model):
             models.Index(fields=["user", "-created_at"]),
             models.Index(fields=["status"]),
             models.Index(fields=["model_name"]),
+            # The trace receiver and the trace API find an evaluation by its trace id.
+            models.Index(fields=["trace_id"]),
         ]
 
     def __str__(self) -> str:

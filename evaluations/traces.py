@@ -17,13 +17,13 @@ import base64
 import io
 import json
 import math
-import re
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -35,13 +35,20 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from evaluations import events
+from evaluations import events, trace_store
 from evaluations.models import Evaluation
 from evaluations.trace_models import SpanAggregate, Trace
+from evaluations.trace_store import (
+    COUNTER_LEVEL,
+    COUNTER_OP_TYPE,
+    SCHEMA,
+    TRACE_ID,
+    chunk_folder,
+    read_table,
+)
 from hub import storage
 from hub.models import ApiToken
 
-TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 USER_SCOPES = frozenset({"write", "evaluate"})
 WRITE_SCOPES = USER_SCOPES | {"agent"}
 # The trace levels, outermost first (DESIGN.md, "Tracing"); each gets its own Chrome thread.
@@ -53,26 +60,10 @@ LEVELS = (
     "system_library",
     "hardware",
 )
-SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("parent_span_id", pa.string()),
-        ("name", pa.string()),
-        ("kind", pa.int32()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-        ("attributes", pa.string()),
-        ("resource", pa.string()),
-        ("scope", pa.string()),
-        ("status", pa.int32()),
-        ("status_message", pa.string()),
-        ("level", pa.string()),
-        ("layer_index", pa.int64()),
-        ("layer_name", pa.string()),
-        ("op_type", pa.string()),
-    ]
-)
+# A hardware counter sample: a span of level `hardware` and op type `counter` whose numeric
+# attributes `mlms.counter.<name>` (the name ends in its unit: `gpu.power_w`) are the values read
+# at its start; it is stored with them, so that they are read without parsing attributes.
+COUNTER_PREFIX = "mlms.counter."
 
 
 class TraceError(Exception):
@@ -186,6 +177,26 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _counter_values(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A counter span's `mlms.counter.<name>` values (finite numbers only), else None."""
+    if (
+        attributes.get("mlms.level") != COUNTER_LEVEL
+        or attributes.get("mlms.op_type") != COUNTER_OP_TYPE
+    ):
+        return None
+    values = []
+    for key, value in sorted(attributes.items()):
+        if (
+            key.startswith(COUNTER_PREFIX)
+            and len(key) > len(COUNTER_PREFIX)
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+        ):
+            values.append({"name": key[len(COUNTER_PREFIX) :], "value": float(value)})
+    return values
+
+
 def rows_by_trace(
     message: trace_service_pb2.ExportTraceServiceRequest,
 ) -> dict[str, list[dict[str, Any]]]:
@@ -216,6 +227,8 @@ def rows_by_trace(
                         "layer_index": _int(attributes.get("mlms.layer_index")),
                         "layer_name": _text(attributes.get("mlms.layer_name")),
                         "op_type": _text(attributes.get("mlms.op_type")),
+                        "device": _text(attributes.get("mlms.device")),
+                        "counters": _counter_values(attributes),
                     }
                 )
     return grouped
@@ -291,10 +304,6 @@ def readable_trace(
 # --- Storage ----------------------------------------------------------------------------------
 
 
-def chunk_folder(trace_id: str) -> str:
-    return f"traces/{trace_id}"
-
-
 def _parquet(rows: list[dict[str, Any]]) -> bytes:
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     buffer = io.BytesIO()
@@ -353,20 +362,6 @@ def _account(token: ApiToken, target: Target, rows: list[dict[str, Any]]) -> Non
     trace.save()
 
 
-def read_table(trace_id: str, columns: list[str] | None = None) -> pa.Table:
-    """Every stored span of a trace (all chunks), as one table."""
-    folder = storage.resolve(chunk_folder(trace_id)) if TRACE_ID.match(trace_id) else None
-    if folder is None or not folder.is_dir():
-        return SCHEMA.empty_table().select(columns or SCHEMA.names)
-    tables = [
-        pq.read_table(chunk, columns=columns, schema=SCHEMA)
-        for chunk in sorted(folder.glob("*.parquet"))
-    ]
-    if not tables:
-        return SCHEMA.empty_table().select(columns or SCHEMA.names)
-    return pa.concat_tables(tables)
-
-
 def span_json(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace_id": row["trace_id"],
@@ -395,17 +390,41 @@ def _tid(level: str | None) -> int:
     return LEVELS.index(level) + 1 if level in LEVELS else 0
 
 
+def _is_counter(row: dict[str, Any]) -> bool:
+    return row["level"] == COUNTER_LEVEL and row["op_type"] == COUNTER_OP_TYPE
+
+
 def chrome(trace_id: str) -> dict[str, Any]:
-    """Chrome trace JSON (opens in Perfetto and chrome://tracing): one thread per level."""
+    """Chrome trace JSON (opens in Perfetto and chrome://tracing): one thread per level; each
+    hardware counter a counter event (`ph: "C"`) per sample, so that it gets its own track."""
     rows = read_table(trace_id).sort_by([("start_ns", "ascending")]).to_pylist()
     events: list[dict[str, Any]] = []
-    used = sorted({_tid(row["level"]) for row in rows})
+    used = sorted({_tid(row["level"]) for row in rows if not _is_counter(row)})
     for tid in used:
         name = LEVELS[tid - 1] if tid else "other"
         events.append(
             {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
         )
+    devices: dict[str, set[str | None]] = defaultdict(set)
     for row in rows:
+        if _is_counter(row):
+            for counter in row["counters"] or ():
+                devices[counter["name"]].add(row["device"])
+    for row in rows:
+        if _is_counter(row):
+            for counter in row["counters"] or ():
+                key = _counter_key(counter["name"], row["device"], len(devices[counter["name"]]))
+                events.append(
+                    {
+                        "name": key,
+                        "cat": COUNTER_LEVEL,
+                        "ph": "C",
+                        "ts": row["start_ns"] / 1000,
+                        "pid": 1,
+                        "args": {key: counter["value"]},
+                    }
+                )
+            continue
         args = json.loads(row["attributes"] or "{}")
         args.update(span_id=row["span_id"], parent_span_id=row["parent_span_id"] or None)
         events.append(
@@ -469,25 +488,214 @@ def otlp(trace_id: str) -> dict[str, Any]:
     return result
 
 
+def _counter_key(name: str, device: str | None, devices: int) -> str:
+    """A counter's key: its name, or `<name>@<device>` when several devices sampled it."""
+    return name if devices <= 1 else f"{name}@{device or ''}"
+
+
+def counter_unit(name: str) -> str:
+    """A counter's unit: its name's suffix after the last `_` (`gpu.power_w`: `w`)."""
+    return name.rsplit("_", 1)[1] if "_" in name else ""
+
+
+@dataclass
+class Window:
+    """What `timeline` answers for a window."""
+
+    total: int  # spans (not counter samples) overlapping the window
+    spans: list[dict[str, Any]]  # the `max_spans` longest of them, longest first
+    counter_samples: int  # counter spans sampled in the window
+    counters: dict[str, dict[str, Any]]  # {key: {"unit", "device", "points": [[t_ns, value]]}}
+
+
 def timeline(
-    trace_id: str, start: int | None, end: int | None, max_spans: int
-) -> tuple[int, list[dict[str, Any]]]:
-    """(how many spans overlap [start, end], the `max_spans` longest of them, longest first)."""
-    table = read_table(trace_id)
-    if start is not None:
-        table = table.filter(pc.greater_equal(table["end_ns"], start))
-    if end is not None:
-        table = table.filter(pc.less_equal(table["start_ns"], end))
-    duration = pc.subtract(table["end_ns"], table["start_ns"])
-    table = table.append_column("duration", duration)
-    longest = table.sort_by([("duration", "descending"), ("start_ns", "ascending")])
-    rows = longest.slice(0, max_spans).drop_columns(["duration"]).to_pylist()
-    return table.num_rows, [span_json(row) for row in rows]
+    trace_id: str, start: int | None, end: int | None, max_spans: int, max_points: int = 1000
+) -> Window:
+    """The spans overlapping [start, end] (the `max_spans` longest of them, longest first), and
+    the hardware counters sampled in it, each downsampled to at most `max_points` points: the
+    window is cut into `max_points` equal buckets and each keeps its largest sample."""
+    spans = trace_store.window(trace_id, start, end, max_spans)
+    rows = spans.longest.to_pylist()
+    window_start, window_end = start, end
+    counter_rows = read_table(
+        trace_id, ["start_ns", "end_ns", "level", "op_type", "device", "counters"]
+    )
+    if counter_rows.num_rows:
+        if window_start is None:
+            window_start = pc.min(counter_rows["start_ns"]).as_py()
+        if window_end is None:
+            window_end = pc.max(counter_rows["end_ns"]).as_py()
+    is_counter = pc.fill_null(
+        pc.and_(
+            pc.equal(counter_rows["level"], COUNTER_LEVEL),
+            pc.equal(counter_rows["op_type"], COUNTER_OP_TYPE),
+        ),
+        False,
+    )
+    counter_rows = counter_rows.filter(is_counter).select(
+        ["start_ns", "end_ns", "device", "counters"]
+    )
+    samples: int = 0
+    counters: dict[str, dict[str, Any]] = {}
+    if window_start is not None and window_end is not None and counter_rows.num_rows:
+        samples, counters = _counters(counter_rows, window_start, window_end, max_points)
+    return Window(spans.total, [span_json(row) for row in rows], samples, counters)
 
 
-def _percentile(ordered: list[int], fraction: float) -> int:
-    """Nearest-rank percentile of a sorted, non-empty list."""
-    return ordered[max(math.ceil(fraction * len(ordered)) - 1, 0)]
+def _counters(
+    rows: pa.Table, start: int, end: int, max_points: int
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(how many of the counter spans `rows` were sampled in [start, end], their counters
+    downsampled to at most `max_points` points each: per equal bucket, the largest sample)."""
+    rows = rows.combine_chunks()
+    lists = rows["counters"].combine_chunks()
+    values = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists)
+    samples = pa.table(
+        {
+            "name": pc.struct_field(values, "name"),
+            "value": pc.struct_field(values, "value"),
+            "t": pc.take(rows["start_ns"], parents),
+            "until": pc.take(rows["end_ns"], parents),
+            "device": pc.fill_null(pc.take(rows["device"], parents), ""),
+        }
+    )
+    # A counter sampled on several devices (one per GPU) gets a key per device.
+    devices = samples.group_by("name").aggregate([("device", "count_distinct")])
+    shared = devices.filter(pc.greater(devices["device_count_distinct"], 1))["name"]
+    key = pc.if_else(
+        pc.is_in(samples["name"], value_set=shared.combine_chunks()),
+        pc.binary_join_element_wise(samples["name"], samples["device"], "@"),
+        samples["name"],
+    )
+    samples = samples.append_column("key", key)
+    in_window = pc.and_(
+        pc.greater_equal(rows["start_ns"], start), pc.less_equal(rows["start_ns"], end)
+    )
+    sampled = pc.sum(pc.cast(in_window, pa.int64())).as_py() or 0
+    # A sample holds for its interval (its span): a counter's last sample before the window
+    # comes too when its interval reaches into the window, so that a window between two samples
+    # still shows the value.
+    before = samples.filter(
+        pc.and_(pc.less(samples["t"], start), pc.greater_equal(samples["until"], start))
+    )
+    held = None
+    if before.num_rows:
+        held = (
+            before.sort_by([("key", "ascending"), ("t", "descending")])
+            .group_by("key", use_threads=False)
+            .aggregate([("t", "first"), ("value", "first"), ("name", "first"), ("device", "first")])
+        )
+    samples = samples.filter(
+        pc.and_(pc.greater_equal(samples["t"], start), pc.less_equal(samples["t"], end))
+    )
+    if not samples.num_rows and held is None:
+        return sampled, {}
+    # Equal buckets over the window; each keeps its largest value (the earliest, on a tie).
+    offsets = pc.cast(pc.subtract(samples["t"], start), pa.float64())
+    bucket = pc.floor(pc.multiply(pc.divide(offsets, float(end - start + 1)), float(max_points)))
+    bucket = pc.min_element_wise(pc.cast(bucket, pa.int64()), max_points - 1)
+    samples = samples.append_column("bucket", bucket)
+    ordered = samples.sort_by(
+        [("key", "ascending"), ("bucket", "ascending"), ("value", "descending"), ("t", "ascending")]
+    )
+    kept = ordered.group_by(["key", "bucket"], use_threads=False).aggregate(
+        [("t", "first"), ("value", "first"), ("name", "first"), ("device", "first")]
+    )
+    columns = ["key", "t_first", "value_first", "name_first", "device_first"]
+    kept = kept.select(columns)
+    if held is not None:
+        kept = pa.concat_tables([held.select(columns), kept])
+    kept = kept.sort_by([("key", "ascending"), ("t_first", "ascending")])
+    counters: dict[str, dict[str, Any]] = {}
+    for row in kept.to_pylist():
+        counter = counters.get(row["key"])
+        if counter is None:
+            counter = counters[row["key"]] = {
+                "unit": counter_unit(row["name_first"]),
+                "device": row["device_first"] or None,
+                "points": [],
+            }
+        counter["points"].append([row["t_first"], row["value_first"]])
+    return sampled, counters
+
+
+def kernels_by_layer(trace_id: str) -> dict[str, tuple[int, int]]:
+    """{layer name: (how many kernel spans, their total ns)} of the kernels (op type `kernel`)
+    correlated to a layer (`mlms.layer_name`)."""
+    table = read_table(trace_id, ["op_type", "layer_name", "start_ns", "end_ns"])
+    table = table.filter(
+        pc.fill_null(
+            pc.and_(pc.equal(table["op_type"], "kernel"), pc.is_valid(table["layer_name"])),
+            False,
+        )
+    )
+    if not table.num_rows:
+        return {}
+    duration = pc.max_element_wise(pc.subtract(table["end_ns"], table["start_ns"]), 0)
+    grouped = (
+        table.append_column("duration", duration)
+        .group_by("layer_name")
+        .aggregate([("duration", "count"), ("duration", "sum")])
+    )
+    return {
+        row["layer_name"]: (row["duration_count"], row["duration_sum"])
+        for row in grouped.to_pylist()
+    }
+
+
+def _aggregate(trace_id: str) -> list[dict[str, Any]]:
+    """Per (level, name, op type): count, total, mean, nearest-rank p50 and p99, min and max of
+    the durations, and the first layer index seen; computed in Arrow, not row by row."""
+    table = read_table(trace_id, ["name", "start_ns", "end_ns", "level", "layer_index", "op_type"])
+    if not table.num_rows:
+        return []
+    duration = pc.max_element_wise(pc.subtract(table["end_ns"], table["start_ns"]), 0)
+    table = pa.table(
+        {
+            "level": pc.fill_null(table["level"], ""),
+            "name": table["name"],
+            "op_type": pc.fill_null(table["op_type"], ""),
+            "layer_index": table["layer_index"],
+            "duration": duration,
+        }
+    )
+    keys = ["level", "name", "op_type"]
+    ordered = table.sort_by([(key, "ascending") for key in keys] + [("duration", "ascending")])
+    # Without threads, groups come in the order they first appear: the sorted order.
+    grouped = ordered.group_by(keys, use_threads=False).aggregate(
+        [
+            ("duration", "count"),
+            ("duration", "sum"),
+            ("duration", "min"),
+            ("duration", "max"),
+            ("layer_index", "first"),
+        ]
+    )
+    durations = ordered["duration"].to_numpy()
+    counts = grouped["duration_count"].to_numpy()
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    p50 = durations[starts + np.maximum(np.ceil(0.50 * counts).astype(np.int64) - 1, 0)]
+    p99 = durations[starts + np.maximum(np.ceil(0.99 * counts).astype(np.int64) - 1, 0)]
+    made = []
+    for index, row in enumerate(grouped.to_pylist()):
+        count, total = int(row["duration_count"]), int(row["duration_sum"])
+        made.append(
+            {
+                "level": row["level"],
+                "name": row["name"][:255],
+                "op_type": row["op_type"][:128],
+                "layer_index": row["layer_index_first"],
+                "count": count,
+                "total_ns": total,
+                "mean_ns": total / count,
+                "p50_ns": int(p50[index]),
+                "p99_ns": int(p99[index]),
+                "min_ns": int(row["duration_min"]),
+                "max_ns": int(row["duration_max"]),
+            }
+        )
+    return made
 
 
 def aggregates(trace: Trace) -> list[SpanAggregate]:
@@ -495,33 +703,8 @@ def aggregates(trace: Trace) -> list[SpanAggregate]:
     with transaction.atomic():
         trace = Trace.objects.select_for_update().get(pk=trace.pk)
         if trace.aggregated_chunks != trace.chunk_count:
-            columns = ["name", "start_ns", "end_ns", "level", "layer_index", "op_type"]
-            durations: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-            layer_index: dict[tuple[str, str, str], int | None] = {}
-            for row in read_table(trace.trace_id, columns).to_pylist():
-                key = (row["level"] or "", row["name"], row["op_type"] or "")
-                durations[key].append(max(row["end_ns"] - row["start_ns"], 0))
-                layer_index.setdefault(key, row["layer_index"])
             SpanAggregate.objects.filter(trace=trace).delete()
-            made = []
-            for (level, name, op_type), values in durations.items():
-                values.sort()
-                made.append(
-                    SpanAggregate(
-                        trace=trace,
-                        level=level,
-                        name=name[:255],
-                        op_type=op_type[:128],
-                        layer_index=layer_index[(level, name, op_type)],
-                        count=len(values),
-                        total_ns=sum(values),
-                        mean_ns=sum(values) / len(values),
-                        p50_ns=_percentile(values, 0.50),
-                        p99_ns=_percentile(values, 0.99),
-                        min_ns=values[0],
-                        max_ns=values[-1],
-                    )
-                )
+            made = [SpanAggregate(trace=trace, **fields) for fields in _aggregate(trace.trace_id)]
             SpanAggregate.objects.bulk_create(made)
             trace.aggregated_chunks = trace.chunk_count
             trace.save(update_fields=["aggregated_chunks"])

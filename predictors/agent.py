@@ -313,7 +313,6 @@ class Agent:
                 repeat=int(options.get("repeat", 1)),
                 threads=options.get("threads"),
                 seed=int(options.get("seed", 0)),
-                # The loop records the levels it knows; the finer ones come with the tracer.
                 trace_level=requested if requested in TRACE_LEVELS else "model",
             ),
             data.fetch,

@@ -133,8 +133,11 @@ def _parser() -> _Parser:
         "--trace-level",
         choices=TRACE_LEVELS,
         default="model",
-        help="none; model: one span per timed batch (default); framework: also one span per "
-        "layer per timed batch, nested in its batch span",
+        help="each level adds to the ones before it: none; application: pipeline stages "
+        "(load, read, preprocess, warm-up, predict, postprocess); model: one span per timed batch "
+        "(default); framework: one per layer; ml_library: framework ops (PyTorch aten ops); "
+        "system_library: CUDA runtime calls, GPU kernels and copies (PyTorch on a GPU); "
+        "hardware: CPU and GPU counters; full: also op input shapes",
     )
     run.add_argument(
         "--graph-optimization",

@@ -12,15 +12,24 @@ repetitions and the result mean the same thing in all of them. For each batch si
    one (the first calls of a framework allocate, compile and pick kernels).
 3. *time*: for each staged batch, `time.perf_counter_ns()` before and after `predictor.predict`;
    on a CUDA device `predictor.synchronize()` runs before the second reading, so the time covers
-   the device's work (the result's `clock` says which). At trace level `model` each timed batch
-   is also recorded as a span; at `framework` the predictor also traces each layer of every
-   call (`Predictor.take_layers`), and the layers of each timed batch become spans nested in
-   its batch span, after the last batch size (`predictors.tracing`). The timed predictions run inside the predictor's
-   `inference_context()` and with Python's garbage collector paused, as `timeit` does.
+   the device's work (the result's `clock` says which). The timed predictions run inside the
+   predictor's `inference_context()` and with Python's garbage collector paused, as `timeit`
+   does.
 4. *postprocess* (first pass only): softmax and top-k of the outputs (`processing.postprocess`),
    timed apart; top-1/top-5 accuracy against the dataset's labels.
 5. *repeat*: steps 3 (and 1 when the split does not fit in one stage) `repeat` times; the
    latency statistics cover every timed batch of every repetition.
+
+What is traced depends on the trace level (`predictors.tracing.LEVELS`), each level adding to
+the ones before it; nothing beyond the requested level is recorded:
+
+- `application`: the pipeline's stages as spans: `load`, and per batch size `read` and
+  `preprocess` per batch, `warm-up`, `predict` (the timed loop) and `postprocess`;
+- `model`: one span per timed batch, nested in its `predict` stage;
+- `framework` and finer: what the predictor traces in every call (`Predictor.take_layers`):
+  layers, then framework ops (`ml_library`), then CUDA runtime calls and GPU kernels
+  (`system_library`), nested in their batch span, after the last batch size;
+- `hardware`: counter samples (`predictors.counters`) while the batch sizes run.
 
 The latency statistics cover full batches only: the last batch of a split is usually smaller,
 and its time is not a time for `batch_size` inputs. It is timed and counted in the throughput
@@ -47,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from predictors import versioning
+from predictors.counters import CounterSampler
 from predictors.data import AssetError, DatasetError, DatasetReader
 from predictors.manifests import Manifest, ManifestError
 from predictors.predictor import (
@@ -62,7 +72,7 @@ from predictors.processing import (
     postprocess,
     preprocessor_for,
 )
-from predictors.tracing import Layer, Span, at_least
+from predictors.tracing import LEVELS, Layer, Span, at_least
 
 __all__ = [
     "TRACE_LEVELS",
@@ -81,10 +91,8 @@ __all__ = [
     "split_entry",
 ]
 
-# The trace levels this loop records (`predictors.tracing.LEVELS` names the finer ones to come):
-# `model` one span per timed batch, `framework` also one span per layer per timed batch, nested
-# in its batch span.
-TRACE_LEVELS = ("none", "model", "framework")
+# The trace levels (see the module docstring for what each records).
+TRACE_LEVELS = LEVELS
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -228,16 +236,30 @@ def evaluate(
             seed=options.seed,
             trace_level=options.trace_level,
             graph_optimization=options.graph_optimization,
+            warmup_calls=options.warmup,
         ),
     )
-    load_ns = time.perf_counter_ns() - load_start
+    load_end = time.perf_counter_ns()
+    load_ns = load_end - load_start
+    sampler = None
     try:
         loop = _Loop(model, predictor, options, spec, labels, total, progress, cancelled)
+        loop.stage_span("load", load_start, load_end, {})
+        if at_least(options.trace_level, "hardware"):
+            sampler = CounterSampler(
+                options.device, attributes={"framework": model.framework, "model": model.name}
+            )
+            sampler.start()
         per_batch_size = [loop.run(reader, preprocessor) for reader in readers]
+        if sampler is not None:
+            loop.spans.extend(sampler.stop())
         settings = predictor.settings()
         if loop.layers:
             loop.add_layer_spans(predictor.take_layers())
+        profiler_summary = predictor.trace_summary()
     finally:
+        if sampler is not None:
+            sampler.stop()
         predictor.close()
 
     first = loop.first
@@ -275,9 +297,17 @@ def evaluate(
         "trace": {
             "level": options.trace_level,
             "spans": len(loop.spans),
+            "levels": _level_counts(loop.spans),
             **({"layer_spans": loop.layer_spans} if loop.layers else {}),
+            **(
+                {"gpu_activity_spans": loop.gpu_spans}
+                if at_least(options.trace_level, "system_library")
+                else {}
+            ),
+            **({"profiler": profiler_summary} if profiler_summary else {}),
         },
-        "notes": _notes(model, dataset, labels, first.outputs.shape[1]),
+        "notes": _notes(model, dataset, labels, first.outputs.shape[1])
+        + _trace_notes(options, model.framework, sampler),
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
     }
@@ -450,14 +480,59 @@ class _Loop:
         # At trace level framework: the batch span id of every predict call, in call order (0
         # for a warm-up call), to nest the predictor's layers in their batch span.
         self.layers = at_least(options.trace_level, "framework")
+        self.stages = at_least(options.trace_level, "application")
+        self.batches = at_least(options.trace_level, "model")
         self.calls: list[int] = []
         self.layer_spans = 0
+        self.gpu_spans = 0
         # perf_counter has no epoch; spans are anchored to the wall clock once.
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def stage_span(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        attributes: dict[str, Any],
+        *,
+        at: int | None = None,
+    ) -> int:
+        """Record a pipeline stage (trace level `application`) from perf_counter readings; its
+        span id (0 when stages are not traced). `at` fills a slot reserved by `_reserve`."""
+        if not self.stages:
+            return 0
+        offset = self.epoch_offset_ns
+        span_id = (at + 1) if at is not None else len(self.spans) + 1
+        span = Span(
+            name,
+            start + offset,
+            end + offset,
+            {
+                "framework": self.model.framework,
+                "model": self.model.name,
+                **attributes,
+                "mlms.level": "application",
+                "mlms.op_type": "stage",
+            },
+            span_id=span_id,
+        )
+        if at is not None:
+            self.spans[at] = span
+        else:
+            self.spans.append(span)
+        return span_id
+
+    def _reserve(self) -> int | None:
+        """A slot for a stage span that must come before its children but ends after them."""
+        if not self.stages:
+            return None
+        self.spans.append(Span("", 0, 0))
+        return len(self.spans) - 1
 
     def run(self, reader: DatasetReader, preprocessor: Any) -> dict[str, Any]:
         options = self.options
         batch_size = reader.batch_size
+        self.batch_size = batch_size
         read_ns: list[int] = []
         preprocess_ns: list[int] = []
         durations: list[int] = []
@@ -487,7 +562,14 @@ class _Loop:
                     self._check_input(stage.batches[0])
                 with self.predictor.inference_context():
                     if warm:
+                        warm_start = time.perf_counter_ns()
                         self._warm_up(stage.batches, warm)
+                        self.stage_span(
+                            "warm-up",
+                            warm_start,
+                            time.perf_counter_ns(),
+                            {"batch_size": batch_size, "predictions": warm},
+                        )
                         warm = 0
                     stage_outputs, stage_wall = self._timed(
                         stage.batches, durations, sizes, batch_size, repetition
@@ -497,7 +579,14 @@ class _Loop:
                     start = time.perf_counter_ns()
                     for batch_outputs in stage_outputs:
                         predictions.extend(self._postprocess(batch_outputs))
-                    postprocess_ns += time.perf_counter_ns() - start
+                    end = time.perf_counter_ns()
+                    postprocess_ns += end - start
+                    self.stage_span(
+                        "postprocess",
+                        start,
+                        end,
+                        {"batch_size": batch_size, "batches": len(stage_outputs)},
+                    )
                     outputs.extend(stage_outputs)
                     kept_labels.extend(stage.labels)
         all_outputs = np.concatenate([o.reshape(o.shape[0], -1) for o in outputs]).astype(
@@ -551,6 +640,10 @@ class _Loop:
             if timings is not None:
                 timings[0].append(read - start)
                 timings[1].append(done - read)
+                if self.stages:
+                    attributes = {"batch_size": self.batch_size, "inputs": len(labels)}
+                    self.stage_span("read", start, read, attributes)
+                    self.stage_span("preprocess", read, done, attributes)
             stage.batches.append(batch)
             stage.labels.append(labels)
             size += batch.nbytes
@@ -628,7 +721,8 @@ class _Loop:
         """
         predict = self.predictor.predict
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
-        record = self.options.trace_level != "none"
+        record = self.batches
+        stage_slot = self._reserve()
         perf = time.perf_counter_ns
         marks: list[tuple[int, int]] = []
         outputs: list[np.ndarray] = []
@@ -657,7 +751,17 @@ class _Loop:
         finally:
             if collecting:
                 gc.enable()
-        wall = perf() - loop_start
+        loop_end = perf()
+        wall = loop_end - loop_start
+        stage_id = 0
+        if stage_slot is not None:
+            stage_id = self.stage_span(
+                "predict",
+                loop_start,
+                loop_end,
+                {"batch_size": batch_size, "batches": len(batches), "repetition": repetition},
+                at=stage_slot,
+            )
         self._report(len(outputs))
         self.done += len(outputs)
         sizes.extend(len(batch) for batch in batches)
@@ -676,16 +780,25 @@ class _Loop:
                 }
                 span_id = len(self.spans) + 1
                 self.spans.append(
-                    Span("predict", start + offset, end + offset, attributes, span_id=span_id)
+                    Span(
+                        "predict",
+                        start + offset,
+                        end + offset,
+                        attributes,
+                        span_id=span_id,
+                        parent_id=stage_id,
+                    )
                 )
                 if self.layers:
                     self.calls.append(span_id)
         return outputs, wall
 
     def add_layer_spans(self, calls: list[list[Layer]] | None) -> None:
-        """Nest the layers of each timed predict call in its batch span (`calls`: the layers
-        of every predict call, warm-up included, in call order; None where the predictor does
-        not trace layers). A layer's end is clipped to its batch span's end."""
+        """Nest what the predictor traced in each timed predict call in its batch span
+        (`calls`: the steps of every predict call, warm-up included, in call order; None where
+        the predictor does not trace). Layers (level `framework`) are numbered in call order;
+        a finer step carries the index and name of the layer it is in. A step's times are
+        clipped to its batch span."""
         if not calls:
             return
         if len(calls) != len(self.calls):
@@ -694,34 +807,53 @@ class _Loop:
             )
         batches = {span.span_id: span for span in self.spans}
         device = self.options.device
-        for batch_id, layers in zip(self.calls, calls, strict=True):
+        gpu = ("kernel", "memcpy", "memset")
+        for batch_id, steps in zip(self.calls, calls, strict=True):
             if not batch_id:
                 continue
             batch = batches[batch_id]
-            for index, layer in enumerate(layers):
-                start = batch.start_ns + layer.offset_ns
+            ids: list[int] = []
+            layer_of: list[tuple[int, str] | None] = []
+            layers = 0
+            for step in steps:
+                layer: tuple[int, str] | None
+                if step.level == "framework":
+                    layer = (layers, step.name)
+                    layers += 1
+                else:
+                    layer = layer_of[step.parent] if step.parent >= 0 else None
+                start = batch.start_ns + step.offset_ns
                 attributes = {
                     "framework": batch.attributes["framework"],
                     "batch_size": batch.attributes["batch_size"],
                     "batch_index": batch.attributes["batch_index"],
-                    "mlms.level": "framework",
-                    "mlms.layer_index": index,
-                    "mlms.layer_name": layer.name,
-                    "mlms.op_type": layer.op_type,
+                    "mlms.level": step.level,
+                    "mlms.op_type": step.op_type,
                     "mlms.device": device,
-                    **layer.attributes,
+                    **(
+                        {"mlms.layer_index": layer[0], "mlms.layer_name": layer[1]}
+                        if layer is not None
+                        else {}
+                    ),
+                    **step.attributes,
                 }
+                span_id = len(self.spans) + 1
                 self.spans.append(
                     Span(
-                        layer.name,
+                        step.name,
                         min(start, batch.end_ns),
-                        min(start + layer.duration_ns, batch.end_ns),
+                        min(start + step.duration_ns, batch.end_ns),
                         attributes,
-                        span_id=len(self.spans) + 1,
-                        parent_id=batch_id,
+                        span_id=span_id,
+                        parent_id=ids[step.parent] if step.parent >= 0 else batch_id,
                     )
                 )
-                self.layer_spans += 1
+                ids.append(span_id)
+                layer_of.append(layer)
+                if step.level == "framework":
+                    self.layer_spans += 1
+                elif step.op_type in gpu:
+                    self.gpu_spans += 1
 
     def _report(self, done_here: int) -> None:
         """Report progress (`done_here` predictions into the current loop); stop if cancelled."""
@@ -829,4 +961,39 @@ def _notes(model: Manifest, dataset: Manifest, labels: list[str], classes: int) 
         )
     if classes != len(labels):
         notes.append(f"the model gives {classes} outputs per input for {len(labels)} labels")
+    return notes
+
+
+def _level_counts(spans: Sequence[Span]) -> dict[str, int]:
+    """How many spans each level recorded."""
+    counts: dict[str, int] = {}
+    for span in spans:
+        level = str(span.attributes.get("mlms.level", ""))
+        counts[level] = counts.get(level, 0) + 1
+    return counts
+
+
+# The finest level each framework's predictor traces inside a call.
+_FINEST = {"pytorch": "system_library", "onnxruntime": "ml_library", "tensorflow": "ml_library"}
+
+
+def _trace_notes(
+    options: EvaluationOptions, framework: str, sampler: CounterSampler | None
+) -> list[str]:
+    """What the requested trace level could not record here, in words."""
+    level = options.trace_level
+    notes: list[str] = []
+    finest = _FINEST.get(framework)
+    if finest is not None and at_least(level, "ml_library") and not at_least(finest, level):
+        notes.append(
+            f"trace level {level}: the {framework} predictor traces down to {finest}; "
+            "finer steps inside its calls are not recorded"
+        )
+    if at_least(level, "system_library") and options.device == "cpu":
+        notes.append(
+            f"trace level {level} on the CPU: there are no CUDA runtime calls or GPU kernels "
+            "to record"
+        )
+    if sampler is not None:
+        notes.extend(sampler.notes)
     return notes

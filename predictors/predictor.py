@@ -63,6 +63,9 @@ class PredictorOptions:
     (`Predictor.take_layers`); below it, it installs nothing. `graph_optimization` (none, basic,
     extended, all) is ONNX Runtime's graph optimization level (e.g. `none` for no fusion, so
     that the layers are the graph's nodes); None leaves the framework's default.
+    `warmup_calls` is how many of the first `predict` calls are warm-up: a predictor that
+    traces through a profiler starts it after them, so that it records the timed calls only
+    and its start-up costs no timed call anything.
     """
 
     graph_file: Path
@@ -72,6 +75,7 @@ class PredictorOptions:
     seed: int | None = None
     trace_level: str = "none"
     graph_optimization: str | None = None
+    warmup_calls: int = 0
 
 
 class Predictor(ABC):
@@ -121,6 +125,12 @@ class Predictor(ABC):
         """At trace level `framework` or finer: the layers of every `predict` call since the
         last `take_layers` (or `load`), one list per call in call order. None where the
         predictor does not trace layers (the default)."""
+        return None
+
+    def trace_summary(self) -> dict[str, Any] | None:
+        """After `take_layers`: what the predictor's profiler itself counted (for instance
+        torch.profiler's count of GPU activities), to check the spans against. None where the
+        predictor has nothing to add (the default)."""
         return None
 
     def settings(self) -> dict[str, Any]:

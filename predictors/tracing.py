@@ -27,6 +27,8 @@ from typing import Any
 
 __all__ = [
     "CLOCK_ORT_PROFILER",
+    "CLOCK_TORCH_PROFILER",
+    "CLOCK_TF_LAYERS",
     "CLOCK_TORCH_LAYERS",
     "LEVELS",
     "Layer",
@@ -50,10 +52,26 @@ CLOCK_TORCH_LAYERS = (
     "perf_counter around each layer (host wall clock): synchronous on the CPU; on CUDA a layer "
     "span covers its kernel launches only, the device is not synchronised per layer"
 )
+CLOCK_TF_LAYERS = (
+    "tf.timestamp() read in the model's graph before the first layer and after each one (host "
+    "wall clock, float64 seconds: about 0.25 us resolution), ordered by control dependencies, so "
+    "TensorFlow optimizes within layers but not across them; offsets from time.time_ns() at the "
+    "call; on a GPU the readings follow each layer's kernel launches, not their completion"
+)
+CLOCK_TORCH_PROFILER = (
+    "torch.profiler (Kineto): host ops on the host clock, GPU kernels and copies from CUPTI on "
+    "the same timeline; offsets from the start of each call's record_function annotation"
+)
 CLOCK_ORT_PROFILER = (
     "onnxruntime profiler: node start offsets and durations within the run, placed at the "
     "start of their batch span"
 )
+
+
+# The batch span processor's queue and export size (OTLP requests of 512 spans, the SDK's
+# default size).
+QUEUE_SPANS = 8192
+EXPORT_BATCH_SPANS = 512
 
 
 def at_least(level: str, threshold: str) -> bool:
@@ -78,14 +96,19 @@ class Span:
 
 @dataclass(frozen=True, slots=True)
 class Layer:
-    """One layer's run inside one `predict` call: its start as an offset from the call's start
-    and its duration, in nanoseconds."""
+    """One traced step inside one `predict` call: a layer (level `framework`), or a finer step
+    inside one (a framework op at `ml_library`; a CUDA runtime call, GPU kernel or copy at
+    `system_library`). Its start is an offset from the call's start and its duration, both in
+    nanoseconds. `parent` is the index, in the same call's list, of the step that encloses it
+    (-1: the call's batch span itself); a parent comes before its children."""
 
     name: str
     op_type: str
     offset_ns: int
     duration_ns: int
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    level: str = "framework"
+    parent: int = -1
 
 
 def _attribute(value: Any) -> Any:
@@ -124,6 +147,7 @@ class Tracer:
             resource=Resource.create(attributes), id_generator=self._ids
         )
         self.export_failures = 0
+        self._batch: Any = None
         self._memory = InMemorySpanExporter()
         self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
         if hub is not None:
@@ -131,8 +155,16 @@ class Tracer:
 
             headers = {"Authorization": f"Bearer {token}"} if token else None
             exporter = OTLPSpanExporter(endpoint=f"{hub.rstrip('/')}/v1/traces", headers=headers)
-            self._provider.add_span_processor(BatchSpanProcessor(_Counting(exporter, self)))
+            # The batch processor drops what does not fit its queue; an evaluation's spans are
+            # recorded at once, so `record` waits for the queue to drain before it would fill.
+            self._batch = BatchSpanProcessor(
+                _Counting(exporter, self),
+                max_queue_size=QUEUE_SPANS,
+                max_export_batch_size=EXPORT_BATCH_SPANS,
+            )
+            self._provider.add_span_processor(self._batch)
         self._tracer = self._provider.get_tracer("mlms.predictors")
+        self._pending = 0
 
     def record(
         self,
@@ -185,13 +217,26 @@ class Tracer:
             otel.end(end_time=span.end_ns)
             if span.span_id:
                 contexts[span.span_id] = trace.set_span_in_context(otel)
+            self._queued()
         root.end(end_time=max(s.end_ns for s in spans))
+        self._queued()
+
+    def _queued(self) -> None:
+        """Count a span handed to the batch processor; wait for the export of what is queued
+        before the queue would be full (it would drop spans)."""
+        if self._batch is None:
+            return
+        self._pending += 1
+        if self._pending >= QUEUE_SPANS - EXPORT_BATCH_SPANS:
+            self._batch.force_flush()
+            self._pending = 0
 
     def finished(self) -> Iterable[Any]:
         """The OpenTelemetry spans recorded so far (`ReadableSpan`s), in the order they ended."""
         return self._memory.get_finished_spans()
 
     def flush(self, timeout_ms: int = 30_000) -> bool:
+        self._pending = 0
         return self._provider.force_flush(timeout_ms)
 
     def shutdown(self) -> None:

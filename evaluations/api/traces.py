@@ -5,8 +5,10 @@
   `evaluate` or `agent`; answers an ExportTraceServiceResponse in the request's encoding.
 - `GET /api/v1/traces/<trace_id>?format=chrome|otlp` and `GET /api/v1/evaluations/<id>/trace`:
   every span of the trace.
-- `GET /api/v1/traces/<trace_id>/timeline?start=&end=&max_spans=`: the longest spans of a window.
-- `GET /api/v1/traces/<trace_id>/layers`: the per-level, per-name aggregates.
+- `GET /api/v1/traces/<trace_id>/timeline?start=&end=&max_spans=&max_points=`: the longest spans
+  of a window, and its hardware counters, downsampled.
+- `GET /api/v1/traces/<trace_id>/layers`: the per-level, per-name aggregates, the kernels' time
+  per layer, and the top kernels.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ from hub.authentication import authenticate_token
 
 READ_SCOPES = ("read", "evaluate")
 MAX_TIMELINE_SPANS = 10_000
+MAX_COUNTER_POINTS = 10_000
+TOP_KERNELS = 50
+# The levels whose spans are layers (kernels' `mlms.layer_name` names them); below them are the
+# framework's ops, the GPU activity, and the hardware.
+KERNEL_LEVELS = ("ml_library", "system_library", "hardware")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JsonResponse:
@@ -174,11 +181,16 @@ def _int_param(request: Request, name: str, default: int | None, minimum: int = 
 
 class TraceTimeline(TraceView):
     @extend_schema(
-        summary="The longest spans of a trace overlapping a time window",
+        summary="The longest spans and the hardware counters of a trace in a time window",
         parameters=[
             OpenApiParameter("start", OpenApiTypes.INT, description="Unix ns"),
             OpenApiParameter("end", OpenApiTypes.INT, description="Unix ns"),
             OpenApiParameter("max_spans", OpenApiTypes.INT, description="default 1000"),
+            OpenApiParameter(
+                "max_points",
+                OpenApiTypes.INT,
+                description="points per counter, default 1000 (each the max of its bucket)",
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
@@ -187,8 +199,15 @@ class TraceTimeline(TraceView):
         start = _int_param(request, "start", None)
         end = _int_param(request, "end", None)
         max_spans = _int_param(request, "max_spans", 1000, minimum=1)
-        assert max_spans is not None
-        total, spans = traces.timeline(trace_id, start, end, min(max_spans, MAX_TIMELINE_SPANS))
+        max_points = _int_param(request, "max_points", 1000, minimum=1)
+        assert max_spans is not None and max_points is not None
+        window = traces.timeline(
+            trace_id,
+            start,
+            end,
+            min(max_spans, MAX_TIMELINE_SPANS),
+            min(max_points, MAX_COUNTER_POINTS),
+        )
         return Response(
             {
                 "trace_id": trace_id,
@@ -196,39 +215,55 @@ class TraceTimeline(TraceView):
                 "end": end,
                 "trace_start": trace.start_ns if trace else None,
                 "trace_end": trace.end_ns if trace else None,
-                "total": total,
-                "spans": spans,
+                "total": window.total,
+                "spans": window.spans,
+                "counter_samples": window.counter_samples,
+                "counters": window.counters,
             }
         )
 
 
 class TraceLayers(TraceView):
     @extend_schema(
-        summary="Per-level, per-name span aggregates of a trace",
+        summary="Per-level, per-name span aggregates of a trace, and its top kernels",
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, trace_id: str) -> Response:
         trace, _evaluation = _readable(request, trace_id)
         rows = traces.aggregates(trace) if trace is not None else []
+        kernels = traces.kernels_by_layer(trace_id) if trace is not None else {}
+        aggregates = []
+        for row in rows:
+            aggregate: dict[str, Any] = {
+                "level": row.level,
+                "name": row.name,
+                "op_type": row.op_type,
+                "layer_index": row.layer_index,
+                "count": row.count,
+                "total_ns": row.total_ns,
+                "mean_ns": row.mean_ns,
+                "p50_ns": row.p50_ns,
+                "p99_ns": row.p99_ns,
+                "min_ns": row.min_ns,
+                "max_ns": row.max_ns,
+            }
+            if row.name in kernels and row.level not in KERNEL_LEVELS:
+                aggregate["kernel_count"], aggregate["kernel_total_ns"] = kernels[row.name]
+            aggregates.append(aggregate)
+        top = [r for r in rows if r.level == "system_library" and r.op_type == "kernel"]
         return Response(
             {
                 "trace_id": trace_id,
                 "span_count": trace.span_count if trace else 0,
-                "aggregates": [
+                "aggregates": aggregates,
+                "kernels": [
                     {
-                        "level": row.level,
                         "name": row.name,
-                        "op_type": row.op_type,
-                        "layer_index": row.layer_index,
                         "count": row.count,
                         "total_ns": row.total_ns,
                         "mean_ns": row.mean_ns,
-                        "p50_ns": row.p50_ns,
-                        "p99_ns": row.p99_ns,
-                        "min_ns": row.min_ns,
-                        "max_ns": row.max_ns,
                     }
-                    for row in rows
+                    for row in top[:TOP_KERNELS]
                 ],
             }
         )

@@ -1,20 +1,40 @@
-"""The PyTorch predictor: TorchScript files (`torch.jit.load`) on the CPU or a CUDA device."""
+"""The PyTorch predictor: TorchScript files (`torch.jit.load`) on the CPU or a CUDA device.
+
+Tracing (`PredictorOptions.trace_level`), two ways:
+
+- at `framework`, a model whose TorchScript module is a `Sequential` runs layer by layer, each
+  layer timed with perf_counter (`_run_layers`): cheap, and enough for a chain of layers;
+- any other model at `framework`, and every model at `ml_library` or finer, runs under
+  torch.profiler (Kineto) with the TorchScript module hierarchy recorded, each call wrapped in a
+  `record_function` annotation; at `system_library` or finer with CUDA activities (CUPTI) too
+  on a GPU, and at `full` with input shapes. `take_layers` cuts the profiler's trace into each
+  call's layers, ops, runtime calls and GPU kernels (`predictors.frameworks.torch_trace`).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import sys
+import tempfile
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
 from predictors.frameworks import cuda_index
+from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, steps_by_call
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
 from predictors.tracing import CLOCK_TORCH_LAYERS, Layer, at_least
+
+# Where to keep a copy of torch.profiler's own Chrome trace of each profiled evaluation.
+KEEP_TRACE_VARIABLE = "MLMS_TORCH_TRACE_DIR"
 
 # One traced layer of one call: (layer index, offset from the call's start, duration, output
 # shape); turned into `Layer`s after the timed loop, by `take_layers`.
@@ -32,6 +52,12 @@ class PyTorchPredictor(Predictor):
         # Layer tracing (trace level framework): the model's layers, and each call's marks.
         self._layers: list[tuple[str, str, torch.nn.Module]] | None = None
         self._calls: list[list[_Mark]] = []
+        # Profiler tracing: the level, the profiler once started, and the predict calls so far.
+        self._profile_level: str | None = None
+        self._profiler: Any = None
+        self._warmup_calls = 0
+        self._call_count = 0
+        self._summary: dict[str, Any] | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -93,10 +119,55 @@ class PyTorchPredictor(Predictor):
             parameter.requires_grad_(False)
         self._model = model.eval()
         self._run = self._model
-        if at_least(options.trace_level, "framework"):
+        if at_least(options.trace_level, "ml_library"):
+            self._profile(options)
+        elif at_least(options.trace_level, "framework"):
             self._layers = _sequential_layers(self._model)
             if self._layers is not None:
                 self._run = self._run_layers
+            else:
+                self._profile(options)
+
+    def _profile(self, options: PredictorOptions) -> None:
+        """Trace through torch.profiler: every call annotated; the profiler started after the
+        warm-up calls (now, if there are none)."""
+        self._profile_level = options.trace_level
+        self._warmup_calls = options.warmup_calls
+        # The whole call is annotated, copies to and from the device included.
+        self.predict = self._predict_profiled  # type: ignore[method-assign]
+        if self._warmup_calls == 0:
+            self._start_profiler()
+
+    def _start_profiler(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        level = self._profile_level
+        assert level is not None
+        activities = [ProfilerActivity.CPU]
+        if self._device.type == "cuda" and at_least(level, "system_library"):
+            activities.append(ProfilerActivity.CUDA)
+        self._profiler = profile(
+            activities=activities,
+            record_shapes=at_least(level, "full"),
+            with_modules=True,
+        )
+        with _quiet_stderr():
+            self._profiler.start()
+
+    def _predict_profiled(self, batch: np.ndarray) -> np.ndarray:
+        """`predict` under the profiler, annotated with the call's index (`call_name`)."""
+        from torch.profiler import record_function
+
+        index = self._call_count
+        self._call_count += 1
+        if index < self._warmup_calls:
+            outputs = PyTorchPredictor.predict(self, batch)
+            if index == self._warmup_calls - 1:
+                self.synchronize()
+                self._start_profiler()
+            return outputs
+        with record_function(call_name(index)):
+            return PyTorchPredictor.predict(self, batch)
 
     def inference_context(self) -> AbstractContextManager[object]:
         return torch.inference_mode()
@@ -135,6 +206,8 @@ class PyTorchPredictor(Predictor):
         return outputs
 
     def take_layers(self) -> list[list[Layer]] | None:
+        if self._profile_level is not None:
+            return self._take_profiled()
         if self._layers is None:
             return None
         layers = self._layers
@@ -154,20 +227,97 @@ class PyTorchPredictor(Predictor):
         self._calls = []
         return calls
 
+    def _take_profiled(self) -> list[list[Layer]]:
+        """Stop the profiler; each call's steps from its trace (warm-up calls: none)."""
+        from torch.autograd import DeviceType
+
+        calls = self._call_count
+        level = self._profile_level
+        assert level is not None
+        if self._profiler is None:
+            return [[] for _ in range(calls)]
+        profiler, self._profiler = self._profiler, None
+        with _quiet_stderr():
+            profiler.stop()
+        handle, path = tempfile.mkstemp(prefix="mlms-torch-trace-", suffix=".json")
+        os.close(handle)
+        try:
+            profiler.export_chrome_trace(path)
+            with open(path, encoding="utf-8") as file:
+                trace = json.load(file)
+            keep = os.environ.get(KEEP_TRACE_VARIABLE)
+            if keep:  # torch.profiler's own trace, for Perfetto or TensorBoard
+                os.makedirs(keep, exist_ok=True)
+                stamp = time.strftime("%Y%m%dT%H%M%S")
+                shutil.copyfile(path, os.path.join(keep, f"torch-{stamp}-{os.getpid()}.json"))
+        finally:
+            os.unlink(path)
+        steps, counts = steps_by_call(trace, calls, level, str(self._device))
+        # torch.profiler's own count of the GPU activities it recorded (its FunctionEvent
+        # parse, not ours), to check the kernel spans against. Its device events also hold
+        # each call's annotation projected onto the GPU timeline, which is no activity.
+        device_events = [e for e in profiler.events() if e.device_type == DeviceType.CUDA]
+        annotations = [
+            e
+            for e in device_events
+            if getattr(e, "is_user_annotation", False) or e.name.startswith(CALL_PREFIX)
+        ]
+        self._summary = {
+            "profiler": "torch.profiler",
+            "profiled_calls": counts["calls"],
+            "profiler_gpu_activities": len(device_events) - len(annotations),
+            "profiler_gpu_annotations": len(annotations),
+            **counts,
+        }
+        self._call_count = 0
+        return [steps.get(index, []) for index in range(calls)]
+
+    def trace_summary(self) -> dict[str, Any] | None:
+        return self._summary
+
     def synchronize(self) -> None:
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)
 
     def settings(self) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "intra_op_threads": torch.get_num_threads(),
             "inter_op_threads": torch.get_num_interop_threads(),
         }
+        if self._device.type == "cuda":
+            # TF32 changes convolution and matmul results on the GPU (cuDNN allows it for
+            # convolutions by default): it is part of what a GPU number means.
+            settings["cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
+            settings["matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+            settings["cudnn_benchmark"] = torch.backends.cudnn.benchmark
+        return settings
 
     def close(self) -> None:
+        if self._profiler is not None:
+            self._profiler.stop()
+            self._profiler = None
         self._model = self._run = self._layers = None
+        self.__dict__.pop("predict", None)
         if self._device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Kineto prints a line to the process's stderr (file descriptor 2, from C++) whenever a
+    profiler starts or stops; it would break `mlms evaluate`'s progress bar. Silenced for the
+    length of the call only."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 def _first(outputs: Any) -> torch.Tensor:

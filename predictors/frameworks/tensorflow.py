@@ -3,11 +3,21 @@ a GPU.
 
 The model call is traced once into a graph (`tf.function` with a batch-free input signature), so
 a batch costs one graph execution, not a Python walk over the layers.
+
+At trace level `ml_library` or finer the graph runs under TensorFlow's profiler, and each call's
+layers and ops come from its trace (`predictors.frameworks.tf_trace`). At trace level
+`framework`, a model whose layers form one chain (a `keras.Sequential`,
+or a functional model that runs each layer once on the previous layer's output) runs instead
+in one graph with a `tf.timestamp()` reading between layers (`take_layers`; clock
+`CLOCK_TF_LAYERS`).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 # TensorFlow logs informational lines to stderr when it starts unless told not to; they would
@@ -20,12 +30,19 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from predictors.frameworks import cuda_index  # noqa: E402
+from predictors.frameworks.tf_trace import CALL_ANNOTATION  # noqa: E402
+from predictors.frameworks.tf_trace import steps_by_call as tf_steps_by_call  # noqa: E402
 from predictors.manifests import Manifest  # noqa: E402
 from predictors.predictor import (  # noqa: E402
     Predictor,
     PredictorError,
     PredictorOptions,
 )
+from predictors.tracing import CLOCK_TF_LAYERS, Layer, at_least  # noqa: E402
+
+# One traced layer of one call: (layer index, offset from the call's start, duration); a call's
+# marks are kept with its batch size, and turned into `Layer`s after the timed loop.
+_Mark = tuple[int, int, int]
 
 
 def _apply_threads(threads: int) -> None:
@@ -58,7 +75,18 @@ class TensorFlowPredictor(Predictor):
     def __init__(self) -> None:
         self._model: keras.Model | None = None
         self._function: Any = None
+        self._run: Any = None
         self._device = "/CPU:0"
+        # Layer tracing (trace level framework): the model's chain of layers, each call's marks.
+        self._layers: list[keras.layers.Layer] | None = None
+        self._timed: Any = None
+        self._calls: list[tuple[int, list[_Mark]]] = []
+        # Profiler tracing (trace level ml_library and finer).
+        self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._profiling = False
+        self._warmup_calls = 0
+        self._call_count = 0
+        self._summary: dict[str, Any] | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -115,6 +143,43 @@ class TensorFlowPredictor(Predictor):
 
         self._model = model
         self._function = tf.function(call, input_signature=[signature], jit_compile=False)
+        self._run = self._function
+        self._layers = None
+        self._calls = []
+        if at_least(options.trace_level, "ml_library"):
+            # TensorFlow's profiler times every op the graph runs; `take_layers` reads it.
+            self._profile_dir = tempfile.TemporaryDirectory(prefix="mlms-tf-profile-")
+            self._warmup_calls = options.warmup_calls
+            self._call_count = 0
+            self._run = self._run_profiled
+            if self._warmup_calls == 0:
+                self._start_profiler()
+        elif at_least(options.trace_level, "framework"):
+            self._layers = _chain(model)
+            if self._layers is not None:
+                self._timed = _timed_chain(self._layers, signature)
+                self._run = self._run_layers
+
+    def _start_profiler(self) -> None:
+        assert self._profile_dir is not None
+        options = tf.profiler.experimental.ProfilerOptions(
+            host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
+        )
+        tf.profiler.experimental.start(self._profile_dir.name, options=options)
+        self._profiling = True
+
+    def _run_profiled(self, batch: np.ndarray) -> Any:
+        """The model's graph, each call after the warm-up annotated for the profiler."""
+        index = self._call_count
+        self._call_count += 1
+        if index < self._warmup_calls:
+            outputs = self._function(batch)
+            if index == self._warmup_calls - 1:
+                self.synchronize()
+                self._start_profiler()
+            return outputs
+        with tf.profiler.experimental.Trace(CALL_ANNOTATION, call=index):
+            return self._function(batch)
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
         assert self._model is not None, "load() first"
@@ -122,13 +187,90 @@ class TensorFlowPredictor(Predictor):
         return tuple(spec.shape), str(spec.dtype)
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
-        assert self._function is not None, "load() first"
-        outputs = self._function(batch)
+        run = self._run
+        assert run is not None, "load() first"
+        outputs = run(batch)
         if isinstance(outputs, tuple | list):
             outputs = outputs[0]
         elif isinstance(outputs, dict):
             outputs = next(iter(outputs.values()))
         return outputs.numpy()
+
+    def _run_layers(self, batch: np.ndarray) -> tf.Tensor:
+        """The model's layers in one graph, timed between layers (trace level framework).
+
+        The graph (`_timed_chain`) calls each Keras layer (training=False) on the previous
+        one's output, as the model's own call does, and reads `tf.timestamp()` before the first
+        layer and after each one, each reading ordered after the layer's output and before the
+        next layer by control dependencies. The outputs are the model's; the layer boundaries
+        are kept, so TensorFlow optimizes within layers but not across them
+        (`CLOCK_TF_LAYERS`)."""
+        assert self._layers is not None and self._timed is not None
+        called = time.time_ns()
+        with tf.device(self._device):
+            outputs, stamps = self._timed(batch)
+        times = (stamps.numpy() * 1e9).astype(np.int64)
+        marks = [
+            (index, int(times[index] - called), int(times[index + 1] - times[index]))
+            for index in range(len(self._layers))
+        ]
+        self._calls.append((len(batch), marks))
+        return outputs
+
+    def take_layers(self) -> list[list[Layer]] | None:
+        if self._profile_dir is not None:
+            return self._take_profiled()
+        if self._layers is None:
+            return None
+        layers = self._layers
+        shapes = [_output_shape(layer) for layer in layers]
+        calls = [
+            [
+                Layer(
+                    layers[index].name,
+                    type(layers[index]).__name__,
+                    max(offset, 0),
+                    max(duration, 0),
+                    {
+                        "mlms.output_shape": [size, *shapes[index]],
+                        "mlms.clock": CLOCK_TF_LAYERS,
+                    },
+                )
+                for index, offset, duration in marks
+            ]
+            for size, marks in self._calls
+        ]
+        self._calls = []
+        return calls
+
+    def _take_profiled(self) -> list[list[Layer]]:
+        """Stop the profiler; each call's layers and ops from its XSpace (warm-up: none)."""
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        assert self._profile_dir is not None and self._model is not None
+        calls = self._call_count
+        if not self._profiling:
+            return [[] for _ in range(calls)]
+        tf.profiler.experimental.stop()
+        self._profiling = False
+        files = sorted(Path(self._profile_dir.name).rglob("*.xplane.pb"))
+        if not files:
+            raise PredictorError("the TensorFlow profiler wrote no trace (*.xplane.pb)")
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(files[-1].read_bytes())
+        layers = [layer for layer in self._model.layers]
+        steps, counts = tf_steps_by_call(
+            space,
+            calls,
+            [layer.name for layer in layers],
+            {layer.name: type(layer).__name__ for layer in layers},
+        )
+        self._summary = {"profiler": "tensorflow profiler (XPlane)", **counts}
+        self._call_count = 0
+        return [steps.get(index, []) for index in range(calls)]
+
+    def trace_summary(self) -> dict[str, Any] | None:
+        return self._summary
 
     def synchronize(self) -> None:
         if self._device != "/CPU:0":
@@ -144,6 +286,81 @@ class TensorFlowPredictor(Predictor):
         }
 
     def close(self) -> None:
+        if self._profiling:
+            tf.profiler.experimental.stop()
+            self._profiling = False
+        if self._profile_dir is not None:
+            self._profile_dir.cleanup()
+            self._profile_dir = None
         self._model = None
-        self._function = None
+        self._function = self._run = self._layers = None
+        self._timed = None
+        self._calls = []
         keras.backend.clear_session()
+
+
+def _timed_chain(layers: list[keras.layers.Layer], signature: tf.TensorSpec) -> Any:
+    """One graph running `layers` in turn, returning (the last output, the `tf.timestamp()`
+    readings in seconds: one before the first layer, one after each)."""
+
+    def call(inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        stamp = tf.timestamp()
+        stamps = [stamp]
+        with tf.control_dependencies([stamp]):
+            outputs = tf.identity(inputs)
+        for layer in layers:
+            outputs = layer(outputs, training=False)
+            with tf.control_dependencies([outputs]):
+                stamp = tf.timestamp()
+            stamps.append(stamp)
+            with tf.control_dependencies([stamp]):
+                outputs = tf.identity(outputs)
+        return outputs, tf.stack(stamps)
+
+    return tf.function(call, input_signature=[signature], jit_compile=False)
+
+
+def _output_shape(layer: keras.layers.Layer) -> list[int]:
+    """A layer's output shape past the batch axis (-1 where Keras does not know it)."""
+    try:
+        shape = tuple(layer.output.shape)[1:]
+    except (AttributeError, ValueError):
+        return []
+    return [-1 if d is None else int(d) for d in shape]
+
+
+def _chain(model: keras.Model) -> list[keras.layers.Layer] | None:
+    """The layers of a model that is one chain of layers, in the order its call runs them
+    (`InputLayer`s left out): a `keras.Sequential`'s layers, or a functional model's when each
+    runs once, on the previous layer's output alone (the first on the model's one input) with
+    no other argument, and the last one's output is the model's one output. None for any other
+    model (branches, shared layers, bare operations between layers, several inputs or outputs,
+    subclassed models), which cannot be run layer by layer from its layer list."""
+    if isinstance(model, keras.Sequential):
+        layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+        return layers or None
+    if not isinstance(model, keras.src.models.functional.Functional):
+        return None
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        return None
+    layers = []
+    previous = model.inputs[0]
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        nodes = layer._inbound_nodes
+        if len(nodes) != 1:
+            return None
+        arguments = nodes[0].arguments
+        if (
+            len(arguments.args) != 1
+            or arguments.args[0] is not previous
+            or arguments.kwargs
+            or len(nodes[0].outputs) != 1
+        ):
+            return None
+        previous = nodes[0].outputs[0]
+        layers.append(layer)
+    if not layers or previous is not model.outputs[0]:
+        return None
+    return layers

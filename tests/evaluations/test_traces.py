@@ -353,3 +353,291 @@ def test_layer_aggregates(bob_client) -> None:  # type: ignore[no-untyped-def]
     rows = {row["name"]: row for row in bob_client.get(url).json()["aggregates"]}
     assert rows["relu1"]["count"] == 2 and rows["relu1"]["total_ns"] == 16
     assert SpanAggregate.objects.filter(trace__trace_id=trace_id).count() == 2
+
+
+# --- Hardware counters and GPU activity ----------------------------------------------------------
+
+
+def _json_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [_json_value(item) for item in value]}}
+    return {"stringValue": str(value)}
+
+
+def json_export(trace_id: str, *spans: tuple[str, int, int, dict[str, Any]]) -> bytes:
+    """An OTLP JSON export of spans (name, start offset ns, duration ns, attributes)."""
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": []},
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": "tests"},
+                            "spans": [
+                                {
+                                    "traceId": trace_id,
+                                    "spanId": secrets.token_hex(8),
+                                    "name": name,
+                                    "kind": 1,
+                                    "startTimeUnixNano": str(BASE + offset),
+                                    "endTimeUnixNano": str(BASE + offset + duration),
+                                    "attributes": [
+                                        {"key": key, "value": _json_value(value)}
+                                        for key, value in attributes.items()
+                                    ],
+                                }
+                                for name, offset, duration, attributes in spans
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    ).encode()
+
+
+def counter(device: str, **values: float) -> dict[str, Any]:
+    """A counter sample's attributes: `gpu__power_w=5.0` is `mlms.counter.gpu.power_w`."""
+    return {
+        "mlms.level": "hardware",
+        "mlms.op_type": "counter",
+        "mlms.device": device,
+        **{f"mlms.counter.{key.replace('__', '.')}": value for key, value in values.items()},
+    }
+
+
+def samples(count: int) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """`count` samples 10 ns apart: power i % 7 W, SM use 50 %, and a host sample every 100 ns
+    (RSS 100 + i / 10 MiB)."""
+    spans = [
+        (
+            "nvml cuda:0",
+            i * 10,
+            10,
+            counter("cuda:0", gpu__power_w=float(i % 7), gpu__sm_util_pct=50),
+        )
+        for i in range(count)
+    ]
+    spans += [
+        ("host", i * 10, 100, counter("cpu", process__rss_mib=100.0 + i // 10))
+        for i in range(0, count, 10)
+    ]
+    return spans
+
+
+def test_counter_spans_are_served_as_downsampled_counters(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = json_export(
+        trace_id,
+        ("predict", 0, 10_000, {"mlms.level": "model"}),
+        ("conv1", 1_000, 2_000, {"mlms.level": "framework", "mlms.layer_name": "conv1"}),
+        *samples(1000),
+    )
+    assert post(bob_client, body, "application/json").status_code == 200, "export refused"
+    url = f"/api/v1/traces/{trace_id}/timeline"
+
+    everything = bob_client.get(url).json()
+
+    # The counter spans are not among the spans, nor counted in `total`.
+    assert everything["total"] == 2
+    assert sorted(s["name"] for s in everything["spans"]) == ["conv1", "predict"]
+    assert everything["counter_samples"] == 1100
+    counters = everything["counters"]
+    assert set(counters) == {"gpu.power_w", "gpu.sm_util_pct", "process.rss_mib"}
+    power = counters["gpu.power_w"]
+    assert power["unit"] == "w" and power["device"] == "cuda:0"
+    assert counters["gpu.sm_util_pct"]["unit"] == "pct"
+    rss = counters["process.rss_mib"]
+    assert rss["unit"] == "mib" and rss["device"] == "cpu"
+    # At most the default 1000 points; with room for every sample, each is a point of its own
+    # (times are absolute, in ns, ascending).
+    assert 900 < len(power["points"]) <= 1000
+    power = bob_client.get(url, {"max_points": 2000}).json()["counters"]["gpu.power_w"]
+    assert len(power["points"]) == 1000
+    assert power["points"][:3] == [[BASE, 0.0], [BASE + 10, 1.0], [BASE + 20, 2.0]]
+    assert len(rss["points"]) == 100 and rss["points"][-1] == [BASE + 9900, 199.0]
+    assert rss["points"][:2] == [[BASE, 100.0], [BASE + 100, 101.0]]
+
+    # Downsampled: at most max_points points per counter, each its bucket's largest sample.
+    few = bob_client.get(url, {"max_points": 10}).json()["counters"]
+    assert all(len(c["points"]) <= 10 for c in few.values())
+    assert [value for _t, value in few["gpu.power_w"]["points"]] == [6.0] * 10
+    times = [t for t, _value in few["gpu.power_w"]["points"]]
+    assert times == sorted(times) and all((t - BASE) % 70 == 60 for t in times)
+    assert [value for _t, value in few["gpu.sm_util_pct"]["points"]] == [50.0] * 10
+    assert few["process.rss_mib"]["points"][-1][1] == 199.0  # the max of the last bucket
+
+    # A window: only its samples, downsampled over it.
+    window = bob_client.get(url, {"start": BASE + 2000, "end": BASE + 2990, "max_points": 5})
+    body = window.json()
+    assert body["counter_samples"] == 100 + 10 and body["total"] == 2
+    # The sample before the window, whose interval reaches into it, holds until the first.
+    held, *points = body["counters"]["gpu.power_w"]["points"]
+    assert held == [BASE + 1990, 3.0]
+    assert len(points) == 5 and all(BASE + 2000 <= t <= BASE + 2990 for t, _v in points)
+    assert {value for _t, value in points} == {6.0}
+    rss_points = body["counters"]["process.rss_mib"]["points"]
+    assert [value for _t, value in rss_points][1:] == [121.0, 123.0, 125.0, 127.0, 129.0]
+    # Between two samples of a counter, the earlier one's value.
+    between = bob_client.get(url, {"start": BASE + 1995, "end": BASE + 1999}).json()
+    assert between["counter_samples"] == 0
+    assert between["counters"]["gpu.power_w"]["points"] == [[BASE + 1990, 3.0]]
+    # A window with no samples has no counters.
+    empty = bob_client.get(url, {"start": BASE + 20_000, "end": BASE + 30_000}).json()
+    assert empty["counters"] == {} and empty["counter_samples"] == 0
+
+    for bad in ("0", "abc", "-3"):
+        response = bob_client.get(url, {"max_points": bad})
+        assert response.status_code == 400, bad
+        assert response.json()["errors"][0]["path"] == "max_points"
+
+
+def test_a_counter_sampled_on_several_devices_has_a_key_per_device(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = json_export(
+        trace_id,
+        ("nvml cuda:0", 0, 10, counter("cuda:0", gpu__power_w=100.0)),
+        ("nvml cuda:1", 0, 10, counter("cuda:1", gpu__power_w=200.0)),
+        ("host", 0, 10, counter("cpu", cpu__util_pct=12.5)),
+    )
+    assert post(bob_client, body, "application/json").status_code == 200
+
+    counters = bob_client.get(f"/api/v1/traces/{trace_id}/timeline").json()["counters"]
+
+    assert counters == {
+        "gpu.power_w@cuda:0": {"unit": "w", "device": "cuda:0", "points": [[BASE, 100.0]]},
+        "gpu.power_w@cuda:1": {"unit": "w", "device": "cuda:1", "points": [[BASE, 200.0]]},
+        "cpu.util_pct": {"unit": "pct", "device": "cpu", "points": [[BASE, 12.5]]},
+    }
+
+
+def kernel(layer: str | None, correlation: int) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "mlms.level": "system_library",
+        "mlms.op_type": "kernel",
+        "mlms.grid": [8, 1, 1],
+        "mlms.block": [256, 1, 1],
+        "mlms.stream": 7,
+        "mlms.correlation_id": correlation,
+    }
+    if layer is not None:
+        attributes.update({"mlms.layer_name": layer, "mlms.layer_index": 0})
+    return attributes
+
+
+def test_layers_count_their_kernels_and_the_top_kernels_are_listed(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    conv = {"mlms.level": "framework", "mlms.op_type": "Conv", "mlms.layer_index": 0}
+    conv["mlms.layer_name"] = "conv1"
+    relu = {"mlms.level": "framework", "mlms.op_type": "Relu", "mlms.layer_index": 1}
+    relu["mlms.layer_name"] = "relu1"
+    aten = {"mlms.level": "ml_library", "mlms.op_type": "aten::conv2d", "mlms.layer_name": "conv1"}
+    body = json_export(
+        trace_id,
+        ("conv1", 0, 1000, conv),
+        ("relu1", 1000, 100, relu),
+        ("aten::conv2d", 10, 900, aten),
+        ("implicit_gemm", 100, 300, kernel("conv1", 1)),
+        ("implicit_gemm", 500, 200, kernel("conv1", 2)),
+        ("bias_add", 800, 50, kernel("conv1", 3)),
+        ("uncorrelated", 2000, 1000, kernel(None, 4)),
+        (
+            "cudaLaunchKernel",
+            90,
+            5,
+            {"mlms.level": "system_library", "mlms.op_type": "cuda_runtime"},
+        ),
+        ("memcpy HtoD", 0, 20, {"mlms.level": "system_library", "mlms.op_type": "memcpy"}),
+        ("nvml cuda:0", 0, 10, counter("cuda:0", gpu__power_w=100.0)),
+    )
+    assert post(bob_client, body, "application/json").status_code == 200
+
+    answer = bob_client.get(f"/api/v1/traces/{trace_id}/layers").json()
+
+    rows = {(row["level"], row["name"]): row for row in answer["aggregates"]}
+    assert rows["framework", "conv1"]["kernel_count"] == 3
+    assert rows["framework", "conv1"]["kernel_total_ns"] == 550
+    assert rows["framework", "conv1"]["total_ns"] == 1000  # the existing keys are unchanged
+    for key in [("framework", "relu1"), ("ml_library", "aten::conv2d")]:
+        assert "kernel_count" not in rows[key] and "kernel_total_ns" not in rows[key]
+    assert answer["kernels"] == [
+        {"name": "uncorrelated", "count": 1, "total_ns": 1000, "mean_ns": 1000.0},
+        {"name": "implicit_gemm", "count": 2, "total_ns": 500, "mean_ns": 250.0},
+        {"name": "bias_add", "count": 1, "total_ns": 50, "mean_ns": 50.0},
+    ]
+    timeline = bob_client.get(f"/api/v1/traces/{trace_id}/timeline").json()
+    kernels = {s["start_ns"] - BASE: s for s in timeline["spans"] if s["op_type"] == "kernel"}
+    assert kernels[100]["level"] == "system_library" and kernels[100]["layer_name"] == "conv1"
+    assert kernels[100]["attributes"]["mlms.grid"] == [8, 1, 1]
+    assert kernels[100]["attributes"]["mlms.correlation_id"] == 1
+    assert kernels[2000]["layer_name"] is None
+    # A trace without kernels has no kernel fields and an empty summary.
+    plain = new_id()
+    assert (
+        post(bob_client, json_export(plain, ("conv1", 0, 10, conv)), "application/json").status_code
+        == 200
+    )
+    answer = bob_client.get(f"/api/v1/traces/{plain}/layers").json()
+    assert answer["kernels"] == [] and "kernel_count" not in answer["aggregates"][0]
+
+
+def test_the_chrome_export_has_counter_events(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    body = json_export(
+        trace_id,
+        ("predict", 0, 100, {"mlms.level": "model"}),
+        ("gemm", 10, 50, kernel("fc1", 1)),
+        ("nvml cuda:0", 0, 10, counter("cuda:0", gpu__power_w=100.0, gpu__sm_util_pct=40)),
+        ("nvml cuda:0", 10, 10, counter("cuda:0", gpu__power_w=120.5, gpu__sm_util_pct=90)),
+    )
+    assert post(bob_client, body, "application/json").status_code == 200
+
+    document = json.loads(bob_client.get(f"/api/v1/traces/{trace_id}?format=chrome").content)
+
+    events = document["traceEvents"]
+    assert sorted(e["name"] for e in events if e["ph"] == "X") == ["gemm", "predict"]
+    counters = [e for e in events if e["ph"] == "C"]
+    assert counters == [
+        {
+            "name": "gpu.power_w",
+            "cat": "hardware",
+            "ph": "C",
+            "ts": BASE / 1000,
+            "pid": 1,
+            "args": {"gpu.power_w": 100.0},
+        },
+        {
+            "name": "gpu.sm_util_pct",
+            "cat": "hardware",
+            "ph": "C",
+            "ts": BASE / 1000,
+            "pid": 1,
+            "args": {"gpu.sm_util_pct": 40.0},
+        },
+        {
+            "name": "gpu.power_w",
+            "cat": "hardware",
+            "ph": "C",
+            "ts": (BASE + 10) / 1000,
+            "pid": 1,
+            "args": {"gpu.power_w": 120.5},
+        },
+        {
+            "name": "gpu.sm_util_pct",
+            "cat": "hardware",
+            "ph": "C",
+            "ts": (BASE + 10) / 1000,
+            "pid": 1,
+            "args": {"gpu.sm_util_pct": 90.0},
+        },
+    ]
+    # No thread for the hardware level: its only spans are counters.
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert names == {2: "model", 5: "system_library"}

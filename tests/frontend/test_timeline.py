@@ -40,6 +40,8 @@ def launched(make_client, alice, django_user_model, broker) -> str:  # type: ign
 
 
 def _attribute(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, float):
+        return {"key": key, "value": {"doubleValue": value}}
     if isinstance(value, int):
         return {"key": key, "value": {"intValue": str(value)}}
     return {"key": key, "value": {"stringValue": value}}
@@ -228,6 +230,151 @@ def test_spans_that_arrive_while_the_page_is_open_are_drawn(
     expect(canvas).to_have_attribute("data-drawn", "18")
     expect(canvas).to_have_attribute("data-end", str(BASE + 46 * MS))
     expect(page.locator('#layers tr[data-name="batch"] [data-key="count"]')).to_have_text("4")
+
+
+def hardware(trace_id: str, until_ms: int) -> list[dict]:
+    """Counter samples every ms: the GPU's power and SM use, and every 5 ms the process's RSS;
+    and two kernels of conv1 in each of the first two batches."""
+    spans = []
+    for ms in range(until_ms):
+        spans.append(
+            _span(
+                trace_id,
+                "nvml cuda:0",
+                ms,
+                1,
+                mlms__level="hardware",
+                mlms__op_type="counter",
+                mlms__device="cuda:0",
+                mlms__counter__gpu__power_w=100.0 + (ms % 10) * 5,
+                mlms__counter__gpu__sm_util_pct=float(ms % 4 * 25),
+            )
+        )
+        if ms % 5 == 0:
+            spans.append(
+                _span(
+                    trace_id,
+                    "host",
+                    ms,
+                    5,
+                    mlms__level="hardware",
+                    mlms__op_type="counter",
+                    mlms__device="cpu",
+                    mlms__counter__process__rss_mib=512.0 + ms,
+                )
+            )
+    for batch in range(2):
+        for offset in (1, 3):
+            spans.append(
+                _span(
+                    trace_id,
+                    "implicit_gemm",
+                    batch * 12 + offset,
+                    1,
+                    mlms__level="system_library",
+                    mlms__op_type="kernel",
+                    mlms__layer_name="conv1",
+                    mlms__layer_index=0,
+                    mlms__stream=7,
+                    mlms__correlation_id=batch * 2 + offset,
+                )
+            )
+    return spans
+
+
+def _coloured_pixels(page: Any, top: int, height: int) -> int:
+    """How many pixels of the plot (right of the labels) in rows [top, top + height) are
+    neither white nor the tracks' background."""
+    return int(
+        page.evaluate(
+            """([top, height]) => {
+              const canvas = document.querySelector('#timeline');
+              const ratio = canvas.width / canvas.clientWidth;
+              const x = Math.round(120 * ratio), y = Math.round(top * ratio);
+              const w = canvas.width - x, h = Math.round(height * ratio);
+              const data = canvas.getContext('2d').getImageData(x, y, w, h).data;
+              let count = 0;
+              for (let i = 0; i < data.length; i += 4) {
+                if (data[i] < 200 || data[i + 1] < 200 || data[i + 2] < 200) count++;
+              }
+              return count;
+            }""",
+            [top, height],
+        )
+    )
+
+
+def test_the_hardware_counters_are_drawn_as_tracks_and_kernels_per_layer_listed(
+    page, sign_in, alice, launched, make_client, shoot
+) -> None:  # type: ignore[no-untyped-def]
+    evaluation = Evaluation.objects.get(pk=launched)
+    client = make_client(alice)
+    ingest(client, batches(evaluation.trace_id, 0, 4))
+    ingest(client, hardware(evaluation.trace_id, 46))
+    Evaluation.objects.filter(pk=launched).update(status=Evaluation.SUCCEEDED)
+    sign_in(page, alice)
+    requests = _timeline_requests(page)
+    page.goto(f"/evaluations/{launched}/timeline/")
+
+    canvas = page.locator("#timeline")
+    expect(canvas).to_have_attribute("data-live", "done")
+    # 18 spans and 4 kernels on the span tracks; the counters each on a track of their own.
+    expect(canvas).to_have_attribute("data-drawn", "22")
+    # The kernels (level system_library) get the "gpu" track.
+    expect(canvas).to_have_attribute("data-tracks", "model framework gpu")
+    expect(canvas).to_have_attribute("data-counters", "gpu.power_w gpu.sm_util_pct process.rss_mib")
+    assert all("max_points=" in url for url in requests), requests
+    # The counter tracks lie below the span tracks (model: 1 lane, framework: 1, kernels: 1),
+    # and each draws its line.
+    first = 26 + 3 * (20 + 8)
+    for index in range(3):
+        assert _coloured_pixels(page, first + index * 48 + 2, 36) > 50, index
+    assert _window(page) == (BASE, BASE + 50 * MS)  # the last host sample lasts 5 ms
+
+    # The per-layer table gets the kernels' time per layer.
+    kernels = page.locator('#layers th[data-key="kernel_total_ns"]')
+    expect(kernels).to_be_visible()
+    expect(page.locator('#layers tr[data-name="conv1"] [data-key="kernel_total_ns"]')).to_have_text(
+        "4.000"
+    )
+    expect(page.locator('#layers tr[data-name="relu1"] [data-key="kernel_total_ns"]')).to_have_text(
+        "—"
+    )
+    page.get_by_role("button", name="Kernels").click()
+    expect(kernels).to_have_attribute("aria-sort", "descending")
+    expect(page.locator("#layers tbody tr").first).to_have_attribute("data-name", "conv1")
+    # Counter samples are no rows; the level filter shows one level at a time.
+    expect(page.locator('#layers tr[data-level="hardware"]')).to_have_count(0)
+    level = page.locator("#layers-level")
+    expect(level.locator("option")).to_have_text(
+        ["All levels", "model", "framework", "gpu (kernels, copies)"]
+    )
+    level.select_option("gpu")
+    expect(page.locator("#layers tbody tr")).to_have_count(1)
+    expect(page.locator("#layers tbody tr").first).to_have_attribute("data-level", "system_library")
+    level.select_option("framework")
+    names = page.locator("#layers tbody tr")
+    expect(names.first).to_have_attribute("data-level", "framework")
+    assert set(names.evaluate_all("rows => rows.map(r => r.dataset.level)")) == {"framework"}
+    level.select_option("")
+    shoot(page, "timeline-counters")
+
+    # Zooming asks for the counters of the new window too; the tracks stay.
+    before = len(requests)
+    canvas.focus()
+    page.keyboard.press("+")
+    page.keyboard.press("+")
+    page.wait_for_function(
+        f"() => Number(document.querySelector('#timeline').dataset.requests) > {before}"
+    )
+    page.wait_for_timeout(400)
+    start, end = _window(page)
+    assert end - start < 20 * MS
+    assert f"start={start}" in requests[-1] and "max_points=" in requests[-1]
+    expect(canvas).to_have_attribute("data-counters", "gpu.power_w gpu.sm_util_pct process.rss_mib")
+    first = 26 + 3 * (20 + 8)
+    assert _coloured_pixels(page, first + 2, 36) > 50
+    shoot(page, "timeline-counters-zoomed")
 
 
 def test_another_users_timeline_is_not_found(launched, django_user_model) -> None:  # type: ignore[no-untyped-def]

@@ -76,7 +76,9 @@ def test_json_report_has_every_field(store: Path, capsys: pytest.CaptureFixture[
             assert entry["throughput_ips"] > 0
             assert entry["timed_inputs"] == 80
             assert (entry["warmup"], entry["repeat"]) == (3, 2)
-        assert result["trace"] == {"level": "model", "spans": 2 * (40 + 5)}
+        trace = result["trace"]
+        assert trace["level"] == "model" and trace["levels"]["model"] == 2 * (40 + 5)
+        assert trace["spans"] == sum(trace["levels"].values())
     (comparison,) = report["comparisons"]
     assert comparison["frameworks"] == ["pytorch", "onnxruntime"]
     assert comparison["count"] == 40
@@ -144,7 +146,7 @@ def test_unknown_model_and_bad_batch_sizes_are_one_line_from_the_command() -> No
         (["--batch-sizes", "0"], 2, "--batch-sizes: '0' is not a positive integer"),
         (["--batch-sizes", "4,4"], 2, "names a batch size twice"),
         (["--limit", "0"], 2, "argument --limit: 0 is less than 1"),
-        (["--trace-level", "full"], 2, "argument --trace-level: invalid choice: 'full'"),
+        (["--trace-level", "kernels"], 2, "argument --trace-level: invalid choice: 'kernels'"),
         (["--dataset", "digits:test"], 1, "dataset digits 1.0.0 has no split 'test'"),
         (["--dataset", "digitz"], 1, "unknown dataset 'digitz'"),
         (

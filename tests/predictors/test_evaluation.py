@@ -210,12 +210,20 @@ def test_every_timed_batch_is_a_span_at_trace_level_model(
 ) -> None:
     evaluation = run(store, batch_sizes=(1, 4), warmup=2, repeat=3)
 
-    spans = evaluation.spans
-    assert len(spans) == 30 + 9 == evaluation.result["trace"]["spans"]
+    every = evaluation.spans
+    spans = [s for s in every if s.attributes["mlms.level"] == "model"]
+    stages = [s for s in every if s.attributes["mlms.level"] == "application"]
+    assert len(spans) == 30 + 9
+    assert len(every) == len(spans) + len(stages) == evaluation.result["trace"]["spans"]
+    # load; per batch size: a read and a preprocess per batch, a warm-up, a predict stage per
+    # pass, a postprocess.
+    assert len(stages) == 1 + (2 * 10 + 1 + 3 + 1) + (2 * 3 + 1 + 3 + 1)
+    assert evaluation.result["trace"]["levels"] == {"application": len(stages), "model": 39}
     assert [s.attributes["inputs"] for s in spans[30:]] == [4, 4, 2] * 3
     assert [s.attributes["repetition"] for s in spans[:30]] == [0] * 10 + [1] * 10 + [2] * 10
     assert all(s.name == "predict" and s.end_ns >= s.start_ns for s in spans)
     assert all(a.end_ns <= b.start_ns for a, b in zip(spans, spans[1:], strict=False))
+    assert {by.span_id for by in stages if by.name == "predict"} == {s.parent_id for s in spans}
     events = chrome_trace(spans)["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
     assert len(complete) == 39
@@ -347,7 +355,7 @@ def test_compare_reports_agreement_and_the_largest_difference(
         ({"batch_sizes": (2, 2)}, "repeats a batch size"),
         ({"repeat": 0}, "repeat must be"),
         ({"warmup": -1}, "warmup must be"),
-        ({"trace_level": "full"}, "trace level must be one of none, model"),
+        ({"trace_level": "kernels"}, "trace level must be one of none, application, model"),
         ({"device": "tpu"}, "device must be cpu, cuda or cuda:N"),
     ],
 )

@@ -61,9 +61,12 @@ def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
 
     batches, layers = batches_and_layers(evaluation)
     assert len(batches) == 4
+    # Stages: load, read and preprocess per batch, warm-up, predict, postprocess.
+    stages = 1 + 2 * 4 + 3
     assert evaluation.result["trace"] == {
         "level": "framework",
-        "spans": 4 + 4 * TORCH_LAYERS,
+        "spans": stages + 4 + 4 * TORCH_LAYERS,
+        "levels": {"application": stages, "model": 4, "framework": 4 * TORCH_LAYERS},
         "layer_spans": 4 * TORCH_LAYERS,
     }
     for batch in batches:
@@ -83,8 +86,8 @@ def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
     np.testing.assert_allclose(evaluation.outputs, untraced.outputs, atol=1e-5)
     # The Chrome trace holds the layer spans, nested in time in their batch's thread.
     events = [e for e in chrome_trace(evaluation.spans)["traceEvents"] if e["ph"] == "X"]
-    assert len(events) == 4 + 4 * TORCH_LAYERS
-    assert {e["tid"] for e in events} == {8}
+    assert len(events) == stages + 4 + 4 * TORCH_LAYERS
+    assert {e["tid"] for e in events if e["name"] != "load"} == {8}
 
 
 @pytest.mark.parametrize("optimization", ["none", "all"])
@@ -116,14 +119,31 @@ def test_onnxruntime_framework_level_spans_the_profiled_nodes(
     assert evaluation.result["settings"]["graph_optimization"] == optimization
 
 
-def test_model_level_has_only_batch_spans_and_none_records_nothing(store: Path) -> None:
+def test_model_level_has_stages_and_batch_spans_and_none_records_nothing(store: Path) -> None:
     for framework in ("pytorch", "onnxruntime"):
         model = run(store, framework, trace_level="model", batch_sizes=(8,), limit=32)
-        assert [s.attributes["mlms.level"] for s in model.spans] == ["model"] * 4
-        assert all(s.name == "predict" and s.parent_id == 0 for s in model.spans)
+        assert {s.attributes["mlms.level"] for s in model.spans} == {"application", "model"}
+        batches = [s for s in model.spans if s.attributes["mlms.level"] == "model"]
+        (stage,) = [s for s in model.spans if s.name == "predict" and s not in batches]
+        assert len(batches) == 4
+        assert all(s.name == "predict" and s.parent_id == stage.span_id for s in batches)
+        assert stage.start_ns <= batches[0].start_ns and batches[-1].end_ns <= stage.end_ns
         assert "layer_spans" not in model.result["trace"]
         none = run(store, framework, trace_level="none", batch_sizes=(8,), limit=32)
         assert none.spans == [] and none.result["trace"]["spans"] == 0
+
+
+def test_application_level_records_the_pipeline_stages_only(store: Path) -> None:
+    evaluation = run(store, "onnxruntime", trace_level="application", batch_sizes=(8,), limit=32)
+    names = [s.name for s in evaluation.spans]
+    assert {s.attributes["mlms.level"] for s in evaluation.spans} == {"application"}
+    assert names[0] == "load"
+    assert names.count("read") == names.count("preprocess") == 4
+    assert names[-3:] == ["warm-up", "predict", "postprocess"]
+    assert all(s.parent_id == 0 and s.start_ns <= s.end_ns for s in evaluation.spans)
+    # The stages follow one another in time.
+    ordered = [s for s in evaluation.spans if s.name != "load"]
+    assert all(a.start_ns <= b.start_ns for a, b in zip(ordered, ordered[1:], strict=False))
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -177,7 +197,9 @@ def test_spans_are_exported_over_otlp_http_with_our_attributes(
         for resource in message.resource_spans:
             for scope in resource.scope_spans:
                 spans.extend(scope.spans)
-    assert len(spans) == 1 + 2 + 2 * TORCH_LAYERS  # the evaluation, its batches, their layers
+    # The evaluation, its stages (load, 2 reads, 2 preprocesses, warm-up, predict,
+    # postprocess), its batches and their layers.
+    assert len(spans) == 1 + 8 + 2 + 2 * TORCH_LAYERS
 
     def attributes(span: Any) -> dict[str, Any]:
         values = {}
@@ -196,7 +218,8 @@ def test_spans_are_exported_over_otlp_http_with_our_attributes(
     assert len(layers) == 2 * TORCH_LAYERS
     for layer in layers:
         batch = by_id[layer.parent_span_id]
-        assert batch.name == "predict" and batch.parent_span_id == root.span_id
+        stage = by_id[batch.parent_span_id]
+        assert batch.name == stage.name == "predict" and stage.parent_span_id == root.span_id
         assert batch.start_time_unix_nano <= layer.start_time_unix_nano
         assert layer.end_time_unix_nano <= batch.end_time_unix_nano
     first = attributes(layers[0])
@@ -243,3 +266,30 @@ def test_mlms_evaluate_writes_the_layer_spans_to_the_trace_file(
     assert results[1]["trace"]["layer_spans"] == sum(
         e["args"]["framework"] == "onnxruntime" for e in layers
     )
+
+
+def test_a_large_evaluation_loses_no_span_to_the_export_queue(
+    collector: tuple[str, list[tuple[str, dict[str, str], bytes]]],
+) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from predictors.tracing import QUEUE_SPANS
+
+    hub, requests = collector
+    count = 3 * QUEUE_SPANS  # more than the batch processor's queue holds at once
+    spans = [
+        Span(f"s{i}", 1_000 + i, 2_000 + i, {"mlms.level": "ml_library"}, span_id=i + 1)
+        for i in range(count)
+    ]
+    tracer = Tracer(hub=hub, token="t")
+    tracer.record(spans, attributes={"model": "m"})
+    tracer.shutdown()
+    received = 0
+    for _, _, body in requests:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(body)
+        received += sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
+    assert received == count + 1  # and the root span
+    assert tracer.export_failures == 0

@@ -1,9 +1,11 @@
 /* The evaluation's trace on a <canvas>: one track per level, spans as bars placed by their start
-   and end, coloured by op type. Every change of the visible window (wheel, drag, keys, buttons)
-   asks the hub for the spans of that window only — `/timeline?start=&end=&max_spans=` answers
-   the longest ones first — so a large trace is never shipped whole. Beside it, the per-layer
-   aggregates of `/layers` in a sortable table. While the evaluation runs, both are read again
-   every few seconds to pick up new spans. */
+   and end, coloured by op type, and below them one track per hardware counter (GPU power, SM
+   use, …), a line scaled to its largest value in the window. Every change of the visible window
+   (wheel, drag, keys, buttons) asks the hub for that window only —
+   `/timeline?start=&end=&max_spans=&max_points=` answers the longest spans first and the
+   counters downsampled to about a point per pixel — so a large trace is never shipped whole.
+   Beside it, the per-layer aggregates of `/layers` in a sortable table. While the evaluation
+   runs, both are read again every few seconds to pick up new spans. */
 (function () {
   "use strict";
   var script = document.getElementById("timeline-script");
@@ -14,12 +16,15 @@
   var EVALUATION = script.dataset.evaluation;
   var finished = script.dataset.finished === "true";
 
-  var LEVELS = ["application", "model", "framework", "ml_library", "system_library", "hardware"];
+  // One track per level; GPU activities (kernels, copies, memsets) of level system_library get a
+  // track of their own, "gpu", below the CUDA runtime calls that launched them.
+  var LEVELS = ["application", "model", "framework", "ml_library", "system_library", "gpu", "hardware"];
+  var GPU_OPS = { kernel: true, memcpy: true, memset: true };
   // Dark enough for white names on every bar.
   var PALETTE = ["#1f6feb", "#d1495b", "#2a9d8f", "#8e5cc4", "#e07a1f", "#3d7d2e",
     "#b5477e", "#4a5a8c", "#a0522d", "#0f7c99", "#7a6a00", "#c2410c"];
   var STATUS = { 0: "unset", 1: "ok", 2: "error" };
-  var LABEL_W = 118, AXIS_H = 26, LANE_H = 20, TRACK_GAP = 8, MAX_LANES = 6;
+  var LABEL_W = 118, AXIS_H = 26, LANE_H = 20, TRACK_GAP = 8, MAX_LANES = 6, COUNTER_H = 40;
   var MIN_WINDOW = 1000; // ns
   var ctx = canvas.getContext("2d");
   var statusText = document.getElementById("timeline-status");
@@ -32,6 +37,8 @@
   var total = 0;
   var rects = [];      // what was drawn, for hit-testing: {x, y, w, h, span}
   var levelsSeen = {}; // levels of the layers table and of every answer: tracks stay put on zoom
+  var counters = {};   // the counters of the latest answer: {name: {unit, device, points}}
+  var countersSeen = {}; // counter names of every answer: their tracks stay put on zoom too
   var selected = null;
   var requests = 0;
   var fetchTimer = null;
@@ -55,7 +62,11 @@
     if (h % 3 !== 2) return PALETTE[(h >>> 2) % PALETTE.length];
     return "hsl(" + ((h >>> 4) % 360) + ", 55%, 40%)";
   }
-  function levelOf(span) { return LEVELS.indexOf(span.level) >= 0 ? span.level : "other"; }
+  function levelOf(span) {
+    if (span.level === "system_library" && GPU_OPS[span.op_type]) return "gpu";
+    return LEVELS.indexOf(span.level) >= 0 ? span.level : "other";
+  }
+  function isCounter(row) { return row.level === "hardware" && row.op_type === "counter"; }
 
   function duration(ns) {
     var abs = Math.abs(ns);
@@ -65,6 +76,11 @@
     return Math.round(ns) + " ns";
   }
   function ms(ns) { return (ns / 1e6).toFixed(3); }
+  function amount(value) {
+    var abs = Math.abs(value);
+    if (abs >= 100 || abs === Math.round(abs)) return String(Math.round(value));
+    return value.toFixed(abs >= 10 ? 1 : 2);
+  }
 
   /* ---- fetching ---- */
 
@@ -83,9 +99,24 @@
     view.end = end;
     canvas.dataset.start = String(Math.floor(view.start));
     canvas.dataset.end = String(Math.ceil(view.end));
+    rememberWindow();
     draw();
     clearTimeout(fetchTimer);
     fetchTimer = setTimeout(fetchWindow, 150);
+  }
+
+  // The visible window lives in the address (#window=<start ns>-<end ns>), so that a zoomed
+  // view can be bookmarked and shared; the whole trace has no hash.
+  function rememberWindow() {
+    if (!window.history || !history.replaceState) return;
+    var hash = isWhole() ? "" : "#window=" + Math.floor(view.start) + "-" + Math.ceil(view.end);
+    if (location.hash !== hash) history.replaceState(null, "", location.pathname + location.search + hash);
+  }
+  function windowInAddress() {
+    var match = /^#window=(\d+)-(\d+)$/.exec(location.hash);
+    if (!match) return null;
+    var start = Number(match[1]), end = Number(match[2]);
+    return end > start ? { start: start, end: end } : null;
   }
 
   function isWhole() {
@@ -93,9 +124,11 @@
   }
 
   function maxSpans() { return Math.max(500, Math.min(10000, Math.round(canvas.clientWidth * 4))); }
+  // About one point per pixel of the plot: each is the largest sample of its slice of the window.
+  function maxPoints() { return Math.max(100, Math.min(4000, Math.round(canvas.clientWidth - LABEL_W))); }
 
   function fetchWindow() {
-    var url = TIMELINE + "?max_spans=" + maxSpans();
+    var url = TIMELINE + "?max_spans=" + maxSpans() + "&max_points=" + maxPoints();
     // The whole trace is asked for without a window, so that spans which arrived after it
     // (and beyond its last end) come too; a zoomed view asks for its window only.
     if (trace.start !== null && !isWhole()) {
@@ -129,8 +162,12 @@
         spans = body.spans || [];
         total = body.total || 0;
         spans.forEach(function (span) { levelsSeen[levelOf(span)] = true; });
+        counters = body.counters || {};
+        Object.keys(counters).forEach(function (name) { countersSeen[name] = true; });
         document.getElementById("timeline-empty").hidden = !(finished && trace.start === null);
         draw();
+        var asked = first && trace.start !== null ? windowInAddress() : null;
+        if (asked) setWindow(asked.start, asked.end);
       })
       .catch(function (error) {
         if (error && error.name === "AbortError") return;
@@ -168,6 +205,29 @@
     });
   }
 
+  function counterTracks(y) {
+    return Object.keys(countersSeen).sort().map(function (name) {
+      var track = { name: name, y: y, counter: counters[name] || null };
+      y += COUNTER_H + TRACK_GAP;
+      return track;
+    });
+  }
+
+  // An axis label: the offset from the trace's start, in the unit of its size, with as many
+  // decimals as the step between ticks needs (zoomed into 6.604 s, ticks 100 ns apart read
+  // 6.6043121 s, 6.6043122 s, …).
+  function tickLabel(offset, step) {
+    if (offset === 0) return "0";
+    var units = [[1e9, "s"], [1e6, "ms"], [1e3, "µs"], [1, "ns"]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(offset) >= units[i][0] || i === units.length - 1) {
+        var decimals = Math.max(0, Math.min(9, Math.ceil(Math.log10(units[i][0] / step) - 1e-9)));
+        return (offset / units[i][0]).toFixed(decimals) + " " + units[i][1];
+      }
+    }
+    return String(offset);
+  }
+
   function niceStep(range, pixels) {
     var raw = range / Math.max(1, pixels / 90);
     var power = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -181,7 +241,10 @@
     var width = canvas.parentElement.clientWidth;
     var layout = tracks();
     var last = layout[layout.length - 1];
-    var height = Math.max(80, last ? last.y + last.lanes * LANE_H + TRACK_GAP / 2 : 80);
+    var gauges = counterTracks(last ? last.y + last.lanes * LANE_H + TRACK_GAP : AXIS_H);
+    var lastGauge = gauges[gauges.length - 1];
+    var bottom = lastGauge ? lastGauge.y + COUNTER_H : last ? last.y + last.lanes * LANE_H : 0;
+    var height = Math.max(80, bottom ? bottom + TRACK_GAP / 2 : 80);
     canvas.style.width = width + "px";
     canvas.style.height = height + "px";
     canvas.width = Math.round(width * ratio);
@@ -194,6 +257,7 @@
     var plotW = width - LABEL_W;
     if (trace.start === null || plotW <= 0) {
       canvas.dataset.drawn = "0";
+      canvas.dataset.counters = "";
       statusText.textContent = finished ? "No spans." : "Waiting for spans…";
       return;
     }
@@ -207,6 +271,10 @@
       ctx.fillStyle = "#1b2430";
       ctx.font = "600 12px system-ui, sans-serif";
       ctx.fillText(track.level, 8, track.y + LANE_H / 2);
+    });
+    gauges.forEach(function (track, index) {
+      ctx.fillStyle = (layout.length + index) % 2 ? "#f8fafc" : "#ffffff";
+      ctx.fillRect(0, track.y - TRACK_GAP / 2, width, COUNTER_H + TRACK_GAP);
     });
     ctx.font = "11px system-ui, sans-serif";
 
@@ -224,9 +292,7 @@
       ctx.moveTo(tx, AXIS_H - 8);
       ctx.lineTo(tx, height);
       ctx.stroke();
-      var tick = duration(offset).replace(/\.(\d*?)0+ /, function (_, digits) {
-        return digits ? "." + digits + " " : " ";
-      });
+      var tick = tickLabel(offset, step);
       ctx.fillText(tick, tx + 3, (AXIS_H - 4) / 2);
     }
     ctx.fillStyle = "#1b2430";
@@ -272,9 +338,12 @@
         rects.push({ x: x0, y: y, w: w, h: h, span: span });
       });
     });
+    drawCounters(gauges, x, plotW);
     ctx.restore();
+    gauges.forEach(function (track) { labelCounter(track); });
 
     canvas.dataset.drawn = String(rects.length);
+    canvas.dataset.counters = gauges.map(function (track) { return track.name; }).join(" ");
     canvas.dataset.total = String(total);
     canvas.dataset.tracks = layout.map(function (track) { return track.level; }).join(" ");
     statusText.textContent = rects.length + " spans drawn of " + total + " in this window ("
@@ -282,6 +351,57 @@
       + (finished ? "" : " · live");
     searchCount.textContent = query ? matches + " matching" : "";
     canvas.dataset.matches = String(matches);
+  }
+
+  // A counter's points as a line over a filled area, scaled to its largest value in the window.
+  function drawCounters(gauges, x, plotW) {
+    gauges.forEach(function (track) {
+      var points = track.counter ? track.counter.points : [];
+      track.max = null;
+      if (!points.length) return;
+      var max = 0;
+      points.forEach(function (point) { if (point[1] > max) max = point[1]; });
+      track.max = max;
+      var scale = max > 0 ? (COUNTER_H - 4) / max : 0;
+      var base = track.y + COUNTER_H;
+      function y(value) { return base - Math.max(0, value) * scale; }
+      var colour = PALETTE[hash(track.name) % PALETTE.length];
+      ctx.beginPath();
+      ctx.moveTo(x(points[0][0]), base);
+      points.forEach(function (point) { ctx.lineTo(x(point[0]), y(point[1])); });
+      // A sample holds until the next one; the last holds to the end of the window.
+      var lastX = x(Math.max(points[points.length - 1][0], Math.min(view.end, trace.end)));
+      ctx.lineTo(lastX, y(points[points.length - 1][1]));
+      ctx.lineTo(lastX, base);
+      ctx.closePath();
+      ctx.globalAlpha = 0.22;
+      ctx.fillStyle = colour;
+      ctx.fill();
+      ctx.globalAlpha = 1;
+      ctx.beginPath();
+      points.forEach(function (point, index) {
+        if (index) ctx.lineTo(x(point[0]), y(point[1]));
+        else ctx.moveTo(x(point[0]), y(point[1]));
+      });
+      if (points.length === 1) ctx.lineTo(lastX, y(points[0][1]));
+      ctx.lineWidth = 1.5;
+      ctx.strokeStyle = colour;
+      ctx.stroke();
+    });
+  }
+
+  function labelCounter(track) {
+    var counter = track.counter;
+    var unit = counter && counter.unit ? counter.unit : "";
+    var label = track.name;
+    ctx.font = "600 11px system-ui, sans-serif";
+    ctx.fillStyle = "#1b2430";
+    while (label.length > 1 && ctx.measureText(label).width > LABEL_W - 12) label = label.slice(0, -1);
+    ctx.fillText(label === track.name ? label : label + "…", 8, track.y + 9);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = "#5b6778";
+    var text = track.max === null ? "no samples here" : "max " + amount(track.max) + (unit ? " " + unit : "");
+    ctx.fillText(text, 8, track.y + 24);
   }
 
   /* ---- interaction ---- */
@@ -405,21 +525,58 @@
   var aggregates = [];
   var sortKey = "total_ns", sortDescending = true;
 
+  var NUMERIC = ["count", "total_ns", "mean_ns", "p50_ns", "p99_ns", "kernel_total_ns"];
+
+  // The table shows one level (layers, ops, GPU kernels, …) or all; never counter samples.
+  var levelSelect = document.getElementById("layers-level");
+  levelSelect.addEventListener("change", renderLayers);
+
+  function levelOptions(rows) {
+    var present = {};
+    rows.forEach(function (row) { present[levelOf(row)] = true; });
+    var wanted = LEVELS.concat(["other"]).filter(function (level) { return present[level]; });
+    var have = Array.prototype.map.call(levelSelect.options, function (o) { return o.value; }).slice(1);
+    if (wanted.join(" ") === have.join(" ")) return;
+    var chosen = levelSelect.value;
+    while (levelSelect.options.length > 1) levelSelect.remove(1);
+    wanted.forEach(function (level) {
+      var option = document.createElement("option");
+      option.value = level;
+      option.textContent = level === "gpu" ? "gpu (kernels, copies)" : level;
+      levelSelect.appendChild(option);
+    });
+    levelSelect.value = wanted.indexOf(chosen) >= 0 ? chosen : "";
+  }
+
   function renderLayers() {
     var body = table.tBodies[0];
     body.textContent = "";
-    if (!aggregates.length) {
+    var shown = aggregates.filter(function (row) { return !isCounter(row); });
+    levelOptions(shown);
+    if (levelSelect.value) {
+      shown = shown.filter(function (row) { return levelOf(row) === levelSelect.value; });
+    }
+    table.dataset.level = levelSelect.value;
+    // The kernels' time per layer (GPU traces): a column only when some layer has kernels.
+    var kernels = aggregates.some(function (row) { return typeof row.kernel_total_ns === "number"; });
+    table.querySelector('th[data-key="kernel_total_ns"]').hidden = !kernels;
+    table.dataset.kernels = String(kernels);
+    if (!shown.length) {
       var empty = document.createElement("tr");
       empty.className = "empty";
       var cell = document.createElement("td");
-      cell.colSpan = 8;
+      cell.colSpan = kernels ? 9 : 8;
       cell.textContent = "No spans yet.";
       empty.appendChild(cell);
       body.appendChild(empty);
       return;
     }
-    var rows = aggregates.slice().sort(function (a, b) {
+    var rows = shown.slice().sort(function (a, b) {
       var left = a[sortKey], right = b[sortKey];
+      if (NUMERIC.indexOf(sortKey) >= 0) {
+        left = typeof left === "number" ? left : -1;
+        right = typeof right === "number" ? right : -1;
+      }
       var order = typeof left === "number" && typeof right === "number"
         ? left - right : String(left || "").localeCompare(String(right || ""));
       return sortDescending ? -order : order;
@@ -440,6 +597,14 @@
         td.textContent = text;
         tr.appendChild(td);
       });
+      if (kernels) {
+        var td = document.createElement("td");
+        td.className = "num";
+        td.dataset.key = "kernel_total_ns";
+        td.textContent = typeof row.kernel_total_ns === "number" ? ms(row.kernel_total_ns) : "—";
+        if (row.kernel_count) td.title = row.kernel_count + " kernels";
+        tr.appendChild(td);
+      }
       tr.addEventListener("click", function () { search.value = row.name; draw(); });
       body.appendChild(tr);
     });
@@ -469,7 +634,7 @@
       .then(function (body) {
         aggregates = body.aggregates || [];
         var before = Object.keys(levelsSeen).length;
-        aggregates.forEach(function (row) { levelsSeen[levelOf(row)] = true; });
+        aggregates.forEach(function (row) { if (!isCounter(row)) levelsSeen[levelOf(row)] = true; });
         table.dataset.spans = String(body.span_count || 0);
         renderLayers();
         if (Object.keys(levelsSeen).length !== before) draw();

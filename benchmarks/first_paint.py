@@ -1,0 +1,261 @@
+"""Time to first paint of the timeline page (`/evaluations/<id>/timeline/`) in Chromium, for a
+trace of a million spans against one of a thousand. A measurement, not a test; see
+benchmarks/README.md.
+
+    .venv/bin/python benchmarks/first_paint.py [--spans 1000000] [--baseline-spans 1000]
+        [--repeats 5] [--request-spans 512] [--json]
+
+A hub of its own (a temporary folder: SQLite, artifact store; migrated; served by daphne on a
+free port) with two succeeded evaluations of one user. Their traces are written through the
+hub's ingest path in-process (`evaluations.traces.decode` and `.ingest`), in OTLP exports of
+`--request-spans` spans each as the agents send them (512: the SDK's BatchSpanProcessor
+default, so the large trace is stored as about 2,000 Parquet chunks, as an agent's export of
+it would be): `_hub.agent_spans`, batch spans with resnet-18 layer spans and kernel spans
+nested in them.
+
+Each visit opens the page in a fresh context of headless Chromium (Debian's, by path:
+/usr/bin/chromium, `--no-sandbox --disable-gpu --disable-background-networking`; Playwright
+never downloads a browser here), signed in with a real session cookie of the user. A script
+installed before the page's own (`add_init_script`) watches `data-drawn` of the canvas with a
+MutationObserver and records `performance.now()` — milliseconds since the navigation started —
+the first time it is set above 0, i.e. right after the first `draw()` that put spans on the
+canvas (the pixels reach the screen at the next frame). Python waits for that with
+`wait_for_function` (polling every 16 ms), which only decides when to read the figure. With it
+are read, from the page's Resource Timing entry of the first `/timeline?` request, when that
+request started and ended and the size of its body in bytes (decoded; the level of detail
+caps it at `max_spans`, which the page derives from the canvas width).
+
+Per trace: one unmeasured visit first (*cold*: it also computes the trace's per-layer
+aggregates that `/layers` answers, once per trace), then `--repeats` visits, alternating
+between the two traces; the table gives the median and range of the measured visits, and the
+ratio of the medians (large / baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _hub  # noqa: E402
+from _hub import log  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+CONTENT_TYPE = "application/x-protobuf"
+
+# Before the page's scripts: the moment the canvas first reports drawn spans.
+OBSERVER = """
+(() => {
+  window.__mlmsFirstPaint = null;
+  window.__mlmsDrawn = null;
+  const observer = new MutationObserver((records) => {
+    for (const record of records) {
+      const drawn = Number(record.target.dataset && record.target.dataset.drawn);
+      if (record.target.id === "timeline" && drawn > 0) {
+        window.__mlmsFirstPaint = performance.now();
+        window.__mlmsDrawn = drawn;
+        observer.disconnect();
+        return;
+      }
+    }
+  });
+  observer.observe(document, { subtree: true, attributes: true, attributeFilter: ["data-drawn"] });
+})();
+"""
+
+READ = """
+() => {
+  const entry = performance.getEntriesByType("resource").find((e) => e.name.includes("/timeline?"));
+  const canvas = document.getElementById("timeline");
+  return {
+    paint_ms: window.__mlmsFirstPaint,
+    drawn: window.__mlmsDrawn,
+    total: Number(canvas.dataset.total || 0),
+    request_start_ms: entry ? entry.startTime : null,
+    response_end_ms: entry ? entry.responseEnd : null,
+    bytes: entry ? entry.decodedBodySize : null,
+    url: entry ? entry.name : null,
+  };
+}
+"""
+
+
+def _produce(queue: Any, trace_id: str, spans: int, per_request: int) -> None:
+    for body in _hub.export_bodies(trace_id, _hub.iter_agent_spans(spans), per_request):
+        queue.put(body)
+    queue.put(None)
+
+
+def seed(user: Any, raw_token: str, spans: int, per_request: int) -> tuple[str, str, float]:
+    """A succeeded evaluation of `user` whose trace holds `spans` spans; (id, trace id, s).
+    A child process builds the exports while this one ingests them."""
+    import multiprocessing
+
+    from evaluations import traces
+    from evaluations.trace_models import Trace
+    from hub.authentication import authenticate_token
+
+    evaluation = _hub.evaluation(user, finished=True)
+    token = authenticate_token(raw_token)
+    start = time.perf_counter()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue(maxsize=32)
+    producer = context.Process(
+        target=_produce, args=(queue, evaluation.trace_id, spans, per_request), daemon=True
+    )
+    producer.start()
+    sent = 0
+    while (body := queue.get()) is not None:
+        sent += traces.ingest(token, traces.decode(body, CONTENT_TYPE))
+        if sent % 102_400 < per_request:
+            log(f"  {sent:,} of {spans:,} spans")
+    producer.join()
+    stored = Trace.objects.get(trace_id=evaluation.trace_id).span_count
+    if stored != spans:
+        raise SystemExit(f"trace {evaluation.trace_id} stored {stored} spans of {spans}")
+    return str(evaluation.pk), evaluation.trace_id, time.perf_counter() - start
+
+
+def visit(browser: Any, url: str, cookie: tuple[str, str], path: str) -> dict[str, Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_cookies([{"name": cookie[0], "value": cookie[1], "url": url}])
+    context.add_init_script(OBSERVER)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(url + path, wait_until="commit")
+        page.wait_for_function("window.__mlmsFirstPaint !== null", polling=16, timeout=300_000)
+        result: dict[str, Any] = page.evaluate(READ)
+        if page.url != url + path:
+            raise SystemExit(f"the page went to {page.url}: not signed in?")
+    finally:
+        page.goto("about:blank")
+        context.close()
+    if errors:
+        raise SystemExit(f"JavaScript errors on the page: {errors}")
+    return result
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spans", type=int, default=1_000_000, help="spans of the large trace")
+    parser.add_argument(
+        "--baseline-spans", type=int, default=1_000, help="spans of the baseline trace"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="measured visits per trace")
+    parser.add_argument(
+        "--request-spans", type=int, default=512, help="spans per OTLP export when seeding"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--keep", action="store_true", help="keep the hub's temporary folder")
+    args = parser.parse_args(argv)
+    if not CHROMIUM.exists():
+        raise SystemExit(f"needs Chromium at {CHROMIUM} (apt-get install chromium)")
+
+    folder = Path(tempfile.mkdtemp(prefix="mlms-first-paint-"))
+    log(f"hub in {folder}; migrating")
+    _hub.migrate(folder)
+    _hub.use_hub_django(folder)
+    user, raw_token = _hub.user_with_token("bench", ["write", "read"])
+    cases: dict[str, dict[str, Any]] = {}
+    for label, spans in (("baseline", args.baseline_spans), ("large", args.spans)):
+        log(f"seeding the {label} trace: {spans:,} spans")
+        evaluation_id, trace_id, seconds = seed(user, raw_token, spans, args.request_spans)
+        chunks = len(list((folder / "var" / "artifacts" / "traces" / trace_id).glob("*.parquet")))
+        log(
+            f"  built and ingested in {seconds:.1f} s ({spans / seconds:,.0f} spans/s), {chunks} chunks"
+        )
+        cases[label] = {
+            "spans": spans,
+            "chunks": chunks,
+            "path": f"/evaluations/{evaluation_id}/timeline/",
+            "visits": [],
+        }
+    cookie = _hub.session_cookie(user)
+    machine = _hub.machine()
+
+    from playwright.sync_api import sync_playwright
+
+    with _hub.serve(folder) as url, sync_playwright() as playwright:
+        log(f"daphne at {url}")
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        version = browser.version
+        for label, case in cases.items():
+            case["cold"] = visit(browser, url, cookie, case["path"])
+            log(f"{label}, cold: first paint at {case['cold']['paint_ms']:.0f} ms")
+        for repeat in range(args.repeats):
+            order = list(cases) if repeat % 2 == 0 else list(reversed(cases))
+            for label in order:
+                result = visit(browser, url, cookie, cases[label]["path"])
+                cases[label]["visits"].append(result)
+                log(
+                    f"{label}, visit {repeat + 1}: first paint at {result['paint_ms']:.0f} ms, "
+                    f"{result['drawn']} drawn of {result['total']}, {result['bytes']} bytes"
+                )
+        browser.close()
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+    for case in cases.values():
+        visits = case["visits"]
+        case["paint_ms"] = _summary([v["paint_ms"] for v in visits])
+        case["response_end_ms"] = _summary([v["response_end_ms"] for v in visits])
+        case["request_ms"] = _summary(
+            [v["response_end_ms"] - v["request_start_ms"] for v in visits]
+        )
+        case["bytes"] = visits[0]["bytes"]
+        case["drawn"] = visits[0]["drawn"]
+        case["total"] = visits[0]["total"]
+    ratio = cases["large"]["paint_ms"]["median"] / cases["baseline"]["paint_ms"]["median"]
+    report = {"machine": machine, "chromium": version, "ratio": ratio, "cases": cases}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+
+    def cell(summary: dict[str, float]) -> str:
+        return f"{summary['median']:,.0f} ({summary['min']:,.0f}–{summary['max']:,.0f})"
+
+    print(
+        f"{machine}; Chromium {version}, headless, 1280×900; {args.repeats} visits per trace; "
+        f"exports of {args.request_spans} spans\n"
+    )
+    print(
+        "| trace | chunks | first paint ms, median (range) | first /timeline request ms "
+        "| its response ends at ms | bytes of its body | spans drawn of total | cold ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for case in cases.values():
+        print(
+            f"| {case['spans']:,} spans | {case['chunks']:,} | {cell(case['paint_ms'])} "
+            f"| {cell(case['request_ms'])} | {cell(case['response_end_ms'])} "
+            f"| {case['bytes']:,} | {case['drawn']:,} of {case['total']:,} "
+            f"| {case['cold']['paint_ms']:,.0f} |"
+        )
+    print(f"\nfirst paint, median large / median baseline: {ratio:.1f}×")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

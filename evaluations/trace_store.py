@@ -1,0 +1,292 @@
+"""Where a trace's spans are kept: Parquet files in the artifact store, and reading them fast.
+
+An accepted export adds one zstd Parquet *chunk* under `traces/<trace_id>/` (see
+`evaluations.traces.ingest`): cheap to write, but a million-span trace sent in 512-span exports
+is about two thousand files, and opening them all for every timeline window costs seconds.
+
+**Compaction.** When a read finds more than `COMPACT_AT` data files in a trace's folder, it
+merges them (under a lock on the folder, so that one reader compacts and the others wait) into
+one file, `compact-<id>.parquet`, sorted by start time in row groups of `ROW_GROUP` spans, whose
+metadata lists the files it replaces; those are then removed. A reader that lists the folder
+between the two steps skips every file a compacted file lists, so it never reads a span twice.
+Beside it goes `_overview-<id>.parquet`: the `OVERVIEW_SPANS` longest spans of the trace (not
+counter samples), with every column.
+
+**Windows.** `window()` answers the timeline's question — how many spans overlap [start, end],
+and which `max_spans` of them are the longest — reading the start, end, level and op type
+columns only, then the other columns of just the rows it keeps (only their row groups). When
+the trace is compacted and its overview holds at least `max_spans` spans overlapping the window,
+those are the answer: a span the overview lacks is no longer than the overview's shortest, so
+it cannot be among the longest `max_spans` (equal durations aside).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from hub import storage
+
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+COUNTERS = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))
+SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("name", pa.string()),
+        ("kind", pa.int32()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("attributes", pa.string()),
+        ("resource", pa.string()),
+        ("scope", pa.string()),
+        ("status", pa.int32()),
+        ("status_message", pa.string()),
+        ("level", pa.string()),
+        ("layer_index", pa.int64()),
+        ("layer_name", pa.string()),
+        ("op_type", pa.string()),
+        # `mlms.device`, and a hardware counter span's `mlms.counter.<name>` values (null for
+        # other spans, and in chunks written before these columns existed).
+        ("device", pa.string()),
+        ("counters", COUNTERS),
+    ]
+)
+COUNTER_LEVEL = "hardware"
+COUNTER_OP_TYPE = "counter"
+
+COMPACT_AT = 16
+ROW_GROUP = 16_384
+OVERVIEW_SPANS = 20_000
+_MERGED_KEY = b"mlms.merged"
+_LIGHT = ["start_ns", "end_ns", "level", "op_type"]
+
+
+def chunk_folder(trace_id: str) -> str:
+    return f"traces/{trace_id}"
+
+
+def _folder(trace_id: str) -> Path | None:
+    if not TRACE_ID.match(trace_id):
+        return None
+    folder = storage.resolve(chunk_folder(trace_id))
+    return folder if folder.is_dir() else None
+
+
+def _merged(path: Path) -> list[str]:
+    metadata = pq.read_schema(path).metadata or {}
+    names = json.loads(metadata.get(_MERGED_KEY, b"[]"))
+    return [str(name) for name in names]
+
+
+def data_files(folder: Path) -> list[Path]:
+    """The files holding the trace's spans, each span in exactly one: chunks and compacted
+    files, less those a compacted file has replaced."""
+    files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("_"))
+    replaced: set[str] = set()
+    for path in files:
+        if path.name.startswith("compact-"):
+            replaced.update(_merged(path))
+    return [p for p in files if p.name not in replaced]
+
+
+def _read(path: Path, columns: list[str] | None) -> pa.Table:
+    return pq.read_table(path, columns=columns, schema=SCHEMA)
+
+
+def _empty(columns: list[str] | None) -> pa.Table:
+    return SCHEMA.empty_table().select(columns or SCHEMA.names)
+
+
+def read_table(trace_id: str, columns: list[str] | None = None) -> pa.Table:
+    """Every stored span of a trace, as one table (compacting the trace first if it is spread
+    over more than `COMPACT_AT` files)."""
+    files = _files(trace_id)
+    if not files:
+        return _empty(columns)
+    return pa.concat_tables([_read(path, columns) for path in files])
+
+
+def _files(trace_id: str) -> list[Path]:
+    folder = _folder(trace_id)
+    if folder is None:
+        return []
+    files = data_files(folder)
+    if len(files) > COMPACT_AT:
+        compact(folder)
+        files = data_files(folder)
+    return files
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    with open(folder / ".compact.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _overview_of(path: Path) -> Path:
+    return path.with_name("_overview-" + path.name.removeprefix("compact-"))
+
+
+def compact(folder: Path) -> Path | None:
+    """Merge the folder's data files into one compacted file (and its overview); the new file,
+    or None if there was nothing to merge."""
+    with _locked(folder):
+        files = data_files(folder)
+        if len(files) <= 1:
+            return None
+        table = pa.concat_tables([_read(path, None) for path in files])
+        table = table.sort_by([("start_ns", "ascending"), ("end_ns", "descending")])
+        names = [p.name for p in files]
+        for path in files:  # a compacted file stands for what it replaced, too
+            if path.name.startswith("compact-"):
+                names.extend(_merged(path))
+        metadata = {_MERGED_KEY: json.dumps(sorted(set(names))).encode()}
+        target = folder / f"compact-{secrets.token_hex(8)}.parquet"
+        _write(table.replace_schema_metadata(metadata), target, ROW_GROUP)
+        _write(_longest(table, OVERVIEW_SPANS), _overview_of(target), ROW_GROUP)
+        for path in files:
+            path.unlink(missing_ok=True)
+            if path.name.startswith("compact-"):
+                _overview_of(path).unlink(missing_ok=True)
+        return target
+
+
+def _write(table: pa.Table, target: Path, row_group: int) -> None:
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
+    try:
+        pq.write_table(table, temporary, compression="zstd", row_group_size=row_group)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _not_counter(table: pa.Table) -> pa.Array:
+    is_counter = pc.and_(
+        pc.equal(table["level"], COUNTER_LEVEL), pc.equal(table["op_type"], COUNTER_OP_TYPE)
+    )
+    return pc.invert(pc.fill_null(is_counter, False))
+
+
+def _longest(table: pa.Table, count: int) -> pa.Table:
+    """The `count` longest spans of `table` (counter samples left out), longest first, ties
+    by start."""
+    table = table.filter(_not_counter(table))
+    duration = pc.subtract(table["end_ns"], table["start_ns"])
+    table = table.append_column("duration", duration)
+    ordered = table.sort_by([("duration", "descending"), ("start_ns", "ascending")])
+    return ordered.slice(0, count).drop_columns(["duration"])
+
+
+@dataclass
+class Spans:
+    """A window's spans: how many overlap it (counter samples aside), and the longest."""
+
+    total: int
+    longest: pa.Table  # every column, longest first
+
+
+def _overlapping(table: pa.Table, start: int | None, end: int | None) -> pa.Array:
+    mask = _not_counter(table)
+    if start is not None:
+        mask = pc.and_(mask, pc.greater_equal(table["end_ns"], start))
+    if end is not None:
+        mask = pc.and_(mask, pc.less_equal(table["start_ns"], end))
+    return mask
+
+
+def window(trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
+    """How many spans (counter samples aside) overlap [start, end], and the `max_spans`
+    longest of them (longest first, ties by start), with every column."""
+    files = _files(trace_id)
+    if not files:
+        return Spans(0, _empty(None))
+    light = [_read(path, _LIGHT) for path in files]
+    masks = [_overlapping(table, start, end) for table in light]
+    total = sum(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0 for mask in masks)
+    if len(files) == 1 and files[0].name.startswith("compact-"):
+        overview_file = _overview_of(files[0])
+        if overview_file.is_file():
+            overview = _read(overview_file, None)
+            inside = overview.filter(_overlapping(overview, start, end))
+            if inside.num_rows >= min(max_spans, total):
+                return Spans(total, inside.slice(0, max_spans))
+    # Rank the overlapping spans by the light columns, then read the rest of the kept rows.
+    ranked = []
+    for index, (table, mask) in enumerate(zip(light, masks, strict=True)):
+        rows = pc.indices_nonzero(mask)
+        if not len(rows):
+            continue
+        chosen = table.take(rows)
+        ranked.append(
+            pa.table(
+                {
+                    "file": pa.array(np.full(len(rows), index, dtype=np.int32)),
+                    "row": rows.cast(pa.int64()),
+                    "start_ns": chosen["start_ns"],
+                    "duration": pc.subtract(chosen["end_ns"], chosen["start_ns"]),
+                }
+            )
+        )
+    if not ranked:
+        return Spans(total, _empty(None))
+    order = pa.concat_tables(ranked).sort_by(
+        [("duration", "descending"), ("start_ns", "ascending")]
+    )
+    order = order.slice(0, max_spans)
+    kept = _rows(files, order["file"].to_numpy(), order["row"].to_numpy())
+    return Spans(total, kept)
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """A table read from one file in `SCHEMA`'s columns and types (columns added since the file
+    was written come as nulls)."""
+    for field in SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(SCHEMA.names).cast(SCHEMA)
+
+
+def _rows(files: list[Path], file_of: np.ndarray, row_of: np.ndarray) -> pa.Table:
+    """Rows by (file, row number), every column, in the order asked for: only the row groups
+    that hold them are read."""
+    pieces: list[pa.Table] = []
+    positions: list[np.ndarray] = []
+    for index in np.unique(file_of):
+        wanted = np.nonzero(file_of == index)[0]
+        rows = row_of[wanted]
+        parquet = pq.ParquetFile(files[index])
+        bounds = np.cumsum(
+            [0] + [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)]
+        )
+        groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
+        table = _conform(parquet.read_row_groups(groups.tolist(), use_threads=False))
+        # Row numbers within the groups read.
+        offsets = np.cumsum([0] + [bounds[g + 1] - bounds[g] for g in groups])
+        local = np.empty(len(rows), dtype=np.int64)
+        for position, group in enumerate(groups):
+            inside = (rows >= bounds[group]) & (rows < bounds[group + 1])
+            local[inside] = rows[inside] - bounds[group] + offsets[position]
+        pieces.append(table.take(pa.array(local)))
+        positions.append(wanted)
+    combined = pa.concat_tables(pieces)
+    order = np.argsort(np.concatenate(positions), kind="stable")
+    return combined.take(pa.array(order))
