@@ -135,7 +135,7 @@ def _parser() -> _Parser:
         default="model",
         help="each level adds to the ones before it: none; application: pipeline stages "
         "(load, read, preprocess, warm-up, predict, postprocess); model: one span per timed batch "
-        "(default); framework: one per layer; ml_library: framework ops (PyTorch aten ops); "
+        "(default); framework: one per layer; ml_library: framework ops and kernels; "
         "system_library: CUDA runtime calls, GPU kernels and copies (PyTorch on a GPU); "
         "hardware: CPU and GPU counters; full: also op input shapes",
     )

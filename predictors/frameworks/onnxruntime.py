@@ -45,6 +45,7 @@ class OnnxRuntimePredictor(Predictor):
         self._output = ""
         self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
         self._optimization: str | None = None
+        self._level = "none"
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -78,6 +79,7 @@ class OnnxRuntimePredictor(Predictor):
                 options.graph_optimization
             ]
         self._optimization = options.graph_optimization
+        self._level = options.trace_level
         if at_least(options.trace_level, "framework"):
             # ONNX Runtime's profiler times every node of every run; `take_layers` reads it.
             self._profile_dir = tempfile.TemporaryDirectory(prefix="mlms-ort-profile-")
@@ -129,7 +131,7 @@ class OnnxRuntimePredictor(Predictor):
             events = json.loads(path.read_text(encoding="utf-8"))
         finally:
             path.unlink(missing_ok=True)
-        return _runs(events)
+        return _runs(events, kernels=at_least(self._level, "ml_library"))
 
     def settings(self) -> dict[str, Any]:
         assert self._session is not None, "load() first"
@@ -149,9 +151,15 @@ class OnnxRuntimePredictor(Predictor):
             self._profile_dir = None
 
 
-def _runs(events: list[dict[str, Any]]) -> list[list[Layer]]:
+def _runs(events: list[dict[str, Any]], kernels: bool = False) -> list[list[Layer]]:
     """ONNX Runtime profile events (Chrome trace JSON, microseconds) as the layers of each run:
-    the `Node` events (`<node>_kernel_time`) within each `model_run` event, in run order."""
+    the `Node` events (`<node>_kernel_time`) within each `model_run` event, in run order.
+
+    With `kernels` (trace level ml_library), each node also gets its execution provider's
+    kernel as a step nested in it: the profiler times one kernel run per node, so the two
+    share their times, and the kernel carries how it ran — its provider, input shapes, the
+    bytes of its parameters, activations and output, and the intra-op threads that worked on
+    it (`mlms.threads`, with the calling thread's run and wait time in microseconds)."""
     runs = sorted(
         (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
         key=lambda e: e["ts"],
@@ -175,13 +183,48 @@ def _runs(events: list[dict[str, Any]]) -> list[list[Layer]]:
         }
         if shapes:
             attributes["mlms.output_shape"] = shapes[0] if len(shapes) == 1 else shapes
+        offset = (int(event["ts"]) - starts[index]) * 1000
+        duration = int(event["dur"]) * 1000
+        op_name = str(args.get("op_name", ""))
         layers[index].append(
-            Layer(
-                event["name"][: -len(suffix)],
-                str(args.get("op_name", "")),
-                (int(event["ts"]) - starts[index]) * 1000,
-                int(event["dur"]) * 1000,
-                attributes,
-            )
+            Layer(event["name"][: -len(suffix)], op_name, offset, duration, attributes)
         )
+        if kernels:
+            layers[index].append(
+                Layer(
+                    f"{op_name} ({str(args.get('provider', '')).removesuffix('ExecutionProvider')})",
+                    op_name,
+                    offset,
+                    duration,
+                    _kernel_attributes(args),
+                    level="ml_library",
+                    parent=len(layers[index]) - 1,
+                )
+            )
     return layers
+
+
+def _kernel_attributes(args: dict[str, Any]) -> dict[str, Any]:
+    """What ONNX Runtime's profiler says of how a node's kernel ran."""
+    attributes: dict[str, Any] = {
+        "mlms.clock": CLOCK_ORT_PROFILER,
+        "mlms.provider": args.get("provider", ""),
+    }
+    shapes = [list(s.values())[0] for s in args.get("input_type_shape") or [] if s]
+    if shapes:
+        attributes["mlms.input_shapes"] = shapes
+    for key, name in (
+        ("parameter_size", "mlms.parameter_bytes"),
+        ("activation_size", "mlms.activation_bytes"),
+        ("output_size", "mlms.output_bytes"),
+    ):
+        if str(args.get(key, "")).isdigit():
+            attributes[name] = int(args[key])
+    stats = args.get("thread_scheduling_stats") or {}
+    main = stats.get("main_thread") or {}
+    helpers = [t for t in (stats.get("sub_threads") or {}).values() if t.get("num_run")]
+    if main:
+        attributes["mlms.threads"] = 1 + len(helpers)
+        attributes["mlms.main_thread_run_us"] = main.get("Run", 0)
+        attributes["mlms.main_thread_wait_us"] = main.get("Wait", 0)
+    return attributes

@@ -282,3 +282,34 @@ def test_hardware_level_on_cuda_samples_nvml_counters(store: Path) -> None:
     assert sample["mlms.counter.gpu.mem_used_mib"] > 0
     assert 0 <= sample["mlms.counter.gpu.sm_util_pct"] <= 100
     assert sample["mlms.device"] == "cuda"
+
+
+# -- ONNX Runtime and TensorFlow below framework --------------------------------------------------
+
+
+@pytest.mark.frameworks
+def test_onnxruntime_ml_library_nests_each_nodes_kernel_in_it(store: Path) -> None:
+    evaluation = evaluate(
+        CATALOG.find_model("digits-cnn", "*", "onnxruntime"),
+        CATALOG.find_dataset("digits"),
+        EvaluationOptions(threads=1, trace_level="ml_library", batch_sizes=(8,), limit=16),
+        DataManager(store_dir=store).fetch,
+    )
+    spans = evaluation.spans
+    by_id = {s.span_id: s for s in spans}
+    nodes = by_level(spans, "framework")
+    kernels = by_level(spans, "ml_library")
+    assert len(kernels) == len(nodes) > 0
+    for kernel in kernels:
+        node = by_id[kernel.parent_id]
+        assert node.attributes["mlms.level"] == "framework"
+        assert (kernel.start_ns, kernel.end_ns) == (node.start_ns, node.end_ns)
+        assert kernel.attributes["mlms.op_type"] == node.attributes["mlms.op_type"]
+        assert kernel.name.endswith("(CPU)")
+        assert kernel.attributes["mlms.layer_name"] == node.name
+        # One intra-op thread: the profiler reports thread statistics only when a pool ran.
+        assert kernel.attributes.get("mlms.threads", 1) == 1
+    conv = next(k for k in kernels if k.attributes["mlms.op_type"] in ("Conv", "FusedConv"))
+    assert conv.attributes["mlms.parameter_bytes"] > 0
+    assert conv.attributes["mlms.input_shapes"][0][0] == 8  # the batch
+    assert not any("traces down to" in note for note in evaluation.result["notes"])
