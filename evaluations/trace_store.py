@@ -72,7 +72,8 @@ COMPACT_AT = 16
 ROW_GROUP = 16_384
 OVERVIEW_SPANS = 20_000
 _MERGED_KEY = b"mlms.merged"
-_LIGHT = ["start_ns", "end_ns", "level", "op_type"]
+_LIGHT = ["start_ns", "end_ns", "level", "op_type", "device", "counters"]
+_COUNTER_COLUMNS = ["start_ns", "end_ns", "device", "counters"]
 
 
 def chunk_folder(trace_id: str) -> str:
@@ -202,6 +203,12 @@ class Spans:
 
     total: int
     longest: pa.Table  # every column, longest first
+    # The trace's counter samples (start_ns, end_ns, device, counters), all of them, and the
+    # earliest start and latest end of any span (None for an empty trace): read with the
+    # window's columns, so that the timeline reads the trace once.
+    counters: pa.Table
+    start_ns: int | None = None
+    end_ns: int | None = None
 
 
 def _overlapping(table: pa.Table, start: int | None, end: int | None) -> pa.Array:
@@ -218,17 +225,23 @@ def window(trace_id: str, start: int | None, end: int | None, max_spans: int) ->
     longest of them (longest first, ties by start), with every column."""
     files = _files(trace_id)
     if not files:
-        return Spans(0, _empty(None))
+        return Spans(0, _empty(None), _empty(_COUNTER_COLUMNS))
     light = [_read(path, _LIGHT) for path in files]
     masks = [_overlapping(table, start, end) for table in light]
     total = sum(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0 for mask in masks)
+    every = pa.concat_tables(light)
+    counters = every.filter(pc.invert(_not_counter(every))).select(_COUNTER_COLUMNS)
+    bounds = {
+        "start_ns": pc.min(every["start_ns"]).as_py(),
+        "end_ns": pc.max(every["end_ns"]).as_py(),
+    }
     if len(files) == 1 and files[0].name.startswith("compact-"):
         overview_file = _overview_of(files[0])
         if overview_file.is_file():
             overview = _read(overview_file, None)
             inside = overview.filter(_overlapping(overview, start, end))
             if inside.num_rows >= min(max_spans, total):
-                return Spans(total, inside.slice(0, max_spans))
+                return Spans(total, inside.slice(0, max_spans), counters, **bounds)
     # Rank the overlapping spans by the light columns, then read the rest of the kept rows.
     ranked = []
     for index, (table, mask) in enumerate(zip(light, masks, strict=True)):
@@ -247,13 +260,13 @@ def window(trace_id: str, start: int | None, end: int | None, max_spans: int) ->
             )
         )
     if not ranked:
-        return Spans(total, _empty(None))
+        return Spans(total, _empty(None), counters, **bounds)
     order = pa.concat_tables(ranked).sort_by(
         [("duration", "descending"), ("start_ns", "ascending")]
     )
     order = order.slice(0, max_spans)
     kept = _rows(files, order["file"].to_numpy(), order["row"].to_numpy())
-    return Spans(total, kept)
+    return Spans(total, kept, counters, **bounds)
 
 
 def _conform(table: pa.Table) -> pa.Table:

@@ -516,25 +516,9 @@ def timeline(
     window is cut into `max_points` equal buckets and each keeps its largest sample."""
     spans = trace_store.window(trace_id, start, end, max_spans)
     rows = spans.longest.to_pylist()
-    window_start, window_end = start, end
-    counter_rows = read_table(
-        trace_id, ["start_ns", "end_ns", "level", "op_type", "device", "counters"]
-    )
-    if counter_rows.num_rows:
-        if window_start is None:
-            window_start = pc.min(counter_rows["start_ns"]).as_py()
-        if window_end is None:
-            window_end = pc.max(counter_rows["end_ns"]).as_py()
-    is_counter = pc.fill_null(
-        pc.and_(
-            pc.equal(counter_rows["level"], COUNTER_LEVEL),
-            pc.equal(counter_rows["op_type"], COUNTER_OP_TYPE),
-        ),
-        False,
-    )
-    counter_rows = counter_rows.filter(is_counter).select(
-        ["start_ns", "end_ns", "device", "counters"]
-    )
+    window_start = start if start is not None else spans.start_ns
+    window_end = end if end is not None else spans.end_ns
+    counter_rows = spans.counters
     samples: int = 0
     counters: dict[str, dict[str, Any]] = {}
     if window_start is not None and window_end is not None and counter_rows.num_rows:
