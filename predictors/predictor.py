@@ -64,8 +64,9 @@ class PredictorOptions:
     extended, all) is ONNX Runtime's graph optimization level (e.g. `none` for no fusion, so
     that the layers are the graph's nodes); None leaves the framework's default.
     `warmup_calls` is how many of the first `predict` calls are warm-up: a predictor that
-    traces through a profiler starts it after them, so that it records the timed calls only
-    and its start-up costs no timed call anything.
+    traces through a profiler starts it after them, so that its start-up costs no timed call
+    anything. The loop warms up again at each later batch size; those calls are profiled too,
+    and their steps dropped by the loop (`add_layer_spans` keeps the timed calls' only).
     """
 
     graph_file: Path

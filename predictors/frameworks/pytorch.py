@@ -254,8 +254,10 @@ class PyTorchPredictor(Predictor):
             os.unlink(path)
         steps, counts = steps_by_call(trace, calls, level, str(self._device))
         # torch.profiler's own count of the GPU activities it recorded (its FunctionEvent
-        # parse, not ours), to check the kernel spans against. Its device events also hold
-        # each call's annotation projected onto the GPU timeline, which is no activity.
+        # parse, not ours), to check ours (`gpu_activities_matched`) against: both cover every
+        # profiled call, later batch sizes' warm-up calls included, whose spans the loop
+        # drops. Its device events also hold each call's annotation projected onto the GPU
+        # timeline, which is no activity.
         device_events = [e for e in profiler.events() if e.device_type == DeviceType.CUDA]
         annotations = [
             e
