@@ -49,7 +49,7 @@ run: migrate zoo
 	$(BIN)/python manage.py load_manifests
 	@TOKEN_FILE=$$($(BIN)/python manage.py agent_token) && \
 	echo && echo "  MLModelScope hub: http://$(HOST):$(PORT)/   (API: http://$(HOST):$(PORT)/api/v1/manifests/)" && echo && \
-	{ $(BIN)/python -m predictors.agent --hub http://$(HOST):$(PORT) --token-file "$$TOKEN_FILE" & AGENT=$$!; \
+	{ $(BIN)/python -m predictors.agent --hub http://$(HOST):$(PORT) --token-file "$$TOKEN_FILE" --pool & AGENT=$$!; \
 	  trap 'kill $$AGENT 2>/dev/null; wait $$AGENT' EXIT INT TERM; \
 	  $(BIN)/daphne -b $(HOST) -p $(PORT) mlmodelscope.asgi:application; }
 

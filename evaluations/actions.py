@@ -199,6 +199,8 @@ def _check_dataset(model: Manifest, dataset: Manifest, split: str) -> None:
 def _dispatch(evaluation: Evaluation, where: placement.Placement, why: str) -> None:
     """Send the evaluation to its queue after commit, as a new dispatch."""
     evaluation.dispatches += 1
+    evaluation.dispatched_at = timezone.now()
+    evaluation.sent_at = None
     evaluation.queue = where.queue
     evaluation.target_host = where.host
     evaluation.host = None
@@ -215,8 +217,13 @@ def _dispatch(evaluation: Evaluation, where: placement.Placement, why: str) -> N
 
 
 def _send(evaluation_id: str, dispatch: int, queue: str) -> None:
+    """Send dispatch `dispatch` and mark it sent. A hub that stops before it marks the dispatch
+    sent leaves it in the outbox (`sent_at` null), which the sweep sends again."""
     try:
         tasks.send_evaluation(evaluation_id, dispatch, queue)
+        Evaluation.objects.filter(pk=evaluation_id, dispatches=dispatch).update(
+            sent_at=timezone.now()
+        )
     except Exception as exc:
         logger.exception("could not send evaluation %s to queue %s", evaluation_id, queue)
         with transaction.atomic():
@@ -243,6 +250,13 @@ def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluatio
     hub_actions.record_heartbeat(host)  # claiming shows that the host is alive
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
+        if not Host.objects.trusted_by(evaluation.user).filter(pk=host.pk).exists():
+            # Before anything else, and changing nothing: a host its launcher does not trust
+            # learns nothing of the evaluation, and cannot move it elsewhere either.
+            raise PermissionDenied(
+                f"host {host.name} may not run evaluation {evaluation.pk}: its launcher runs "
+                "jobs only on their own hosts, their groups' and the operators' shared pool"
+            )
         refusal = _claim_refusal(evaluation, host, dispatch)
         if refusal is None:
             # Taking over from a claimant that went silent says so.
@@ -419,16 +433,22 @@ def cancel_evaluation(evaluation_id: Any, user: AbstractBaseUser) -> Evaluation:
 
 
 def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
-    """Dispatch again (or fail) every evaluation whose host was lost:
+    """Dispatch again (or fail) every evaluation whose host or message was lost:
 
     - running, and its agent has not reported for HOST_LIVE_SECONDS: dispatched again, until
       EVALUATION_MAX_ATTEMPTS attempts have been lost; cancelled if a cancel was pending;
     - dispatched to a host that stopped heartbeating, or to a queue that no live host
       consumes any more, for HOST_LIVE_SECONDS: sent to another host that can run it, or
-      failed saying why none can.
+      failed saying why none can;
+    - dispatched but never sent (the hub stopped between its commit and the broker's answer)
+      for EVALUATION_SEND_SECONDS: sent again;
+    - dispatched and sent, but not claimed for EVALUATION_DISPATCH_SECONDS although a live host
+      that consumes its queue has been idle (no job) for HOST_LIVE_SECONDS: its message was
+      lost in the broker; sent again.
 
-    The hub runs it every EVALUATION_SWEEP_SECONDS (evaluations.sweeper). Returns the
-    evaluations it changed.
+    Every re-send is a new dispatch, so an old message that turns up later is refused when it
+    is claimed: at most one claim wins. The hub runs the sweep every EVALUATION_SWEEP_SECONDS
+    (evaluations.sweeper). Returns the evaluations it changed.
     """
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.HOST_LIVE_SECONDS)
@@ -437,33 +457,66 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
     )
     live = list(Host.objects.live())
     live_queues = {queue for host in live for queue in (host.queues or [])}
-    waiting = Evaluation.objects.filter(status=DISPATCHED, updated_at__lt=cutoff).select_related(
-        "target_host"
-    )
-    stranded = [
-        e.pk
-        for e in waiting
-        if (e.target_host is not None and not e.target_host.is_live)
-        or (e.target_host is None and e.queue not in live_queues)
-    ]
+    waiting = Evaluation.objects.filter(status=DISPATCHED).select_related("target_host")
+    why: dict[Any, str] = {}
+    idle = _idle_hosts(live, cutoff)
+    for evaluation in waiting:
+        since = evaluation.dispatched_at or evaluation.updated_at
+        age = (now - since).total_seconds()
+        if evaluation.updated_at < cutoff and evaluation.target_host is not None:
+            if not evaluation.target_host.is_live:
+                why[evaluation.pk] = (
+                    f"host {evaluation.target_host.name} stopped heartbeating before the job "
+                    "started"
+                )
+                continue
+        elif evaluation.updated_at < cutoff and evaluation.queue not in live_queues:
+            why[evaluation.pk] = (
+                f"no live host consumes queue {evaluation.queue} any more before the job started"
+            )
+            continue
+        if evaluation.sent_at is None and age >= settings.EVALUATION_SEND_SECONDS:
+            why[evaluation.pk] = (
+                f"the hub had not sent dispatch {evaluation.dispatches} to the broker after "
+                f"{age:.0f} s (was the hub restarted?)"
+            )
+        elif evaluation.sent_at is not None and age >= settings.EVALUATION_DISPATCH_SECONDS:
+            waiting_on = [h.name for h in idle if evaluation.queue in (h.queues or [])]
+            if waiting_on:
+                why[evaluation.pk] = (
+                    f"not claimed {age:.0f} s after dispatch {evaluation.dispatches} although "
+                    f"host {waiting_on[0]}, which consumes queue {evaluation.queue}, was idle: "
+                    "the broker lost its message"
+                )
     changed = []
-    for pk in [*silent.values_list("pk", flat=True), *stranded]:
+    for pk in [*silent.values_list("pk", flat=True), *why]:
         with transaction.atomic():
             evaluation = _locked(pk, skip_locked=True)
             if evaluation is None:
                 continue
             if evaluation.status == RUNNING and _is_silent(evaluation, now):
                 _lose(evaluation, _silence_reason(evaluation))
-            elif evaluation.status == DISPATCHED and pk in stranded:
-                if evaluation.target_host is not None:
-                    why = f"host {evaluation.target_host.name} stopped heartbeating"
-                else:
-                    why = f"no live host consumes queue {evaluation.queue} any more"
-                _lose(evaluation, f"{why} before the job started")
+            elif evaluation.status == DISPATCHED and pk in why:
+                _lose(evaluation, why[pk])
             else:
                 continue
             changed.append(evaluation)
     return changed
+
+
+def _idle_hosts(live: list[Host], cutoff: datetime) -> list[Host]:
+    """The live hosts that run no job and have claimed or finished none since `cutoff`."""
+    busy = set(
+        Evaluation.objects.filter(status=RUNNING, host__isnull=False).values_list(
+            "host_id", flat=True
+        )
+    )
+    recent = set(
+        StatusChange.objects.filter(at__gte=cutoff, host__isnull=False).values_list(
+            "host_id", flat=True
+        )
+    )
+    return [host for host in live if host.pk not in busy and host.pk not in recent]
 
 
 def _is_silent(evaluation: Evaluation, now: datetime) -> bool:

@@ -89,6 +89,12 @@ class Evaluation(models.Model):
     # current dispatch can be claimed. Each claim is an attempt, and gets a fresh claim id that
     # the agent's later reports must carry.
     dispatches = models.PositiveIntegerField(default=0)
+    # The transactional outbox of the current dispatch: when it was committed, and when the
+    # broker accepted its message (null until then). The sweep sends a dispatch that was never
+    # sent (the hub stopped between commit and send), and one whose message was lost (not
+    # claimed although a host that consumes its queue sat idle).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     claim = models.CharField(max_length=32, blank=True, default="")
     # When the claimant last reported (claim, progress): the agent reports at least every few

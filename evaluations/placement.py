@@ -9,11 +9,15 @@ agent registered as its host's `hardware` (the shape `predictors.introspection.s
 - `min_memory_gb`: the memory of the device the job runs on: one GPU's `memory_bytes` for
   device gpu, the host's `memory_bytes` for device cpu.
 
-Then it picks the queue. `hosts: one` goes to the capability queue `<framework>.<cpu|cuda>`
-so that Celery balances the job among equal hosts, provided every live host consuming that
-queue can run it; otherwise (a framework version or hardware constraint that only some of them
-meet) it is pinned to the eligible host with the fewest active jobs, on that host's own queue
-`host.<name>`. `hosts: all` pins one evaluation to each eligible host.
+The solver offers only hosts the launcher trusts (their own, their groups', the operators'
+shared pool; `Host.objects.trusted_by`). Then placement picks the queue. A request that names a
+`host` goes to that host's own queue `<scope>.host.<name>`. Otherwise `hosts: one` prefers the
+launcher's own hosts, then their groups', then the shared pool, and within that scope goes to
+the capability queue `<scope>.<framework>.<cpu|cuda>` so that Celery balances the job among
+equal hosts, provided every live host consuming that queue can run it; otherwise (a framework
+version or hardware constraint that only some of them meet) it is pinned to the eligible host
+with the fewest active jobs, on that host's own queue. `hosts: all` pins one evaluation to each
+eligible host.
 """
 
 from __future__ import annotations
@@ -55,12 +59,12 @@ def place(user: AbstractBaseUser | AnonymousUser, request: Mapping[str, Any]) ->
         placements: dict[int, Placement] = {}
         for match in matches:  # highest model version first
             if match.host.pk not in placements:
-                queue = host_queue(match.host.name)
+                queue = host_queue(match.host.scope, match.host.name)
                 placements[match.host.pk] = Placement(match.manifest, queue, match.host)
         return sorted(placements.values(), key=lambda p: p.host.name if p.host else "")
     manifest = matches[0].manifest
     eligible = [m.host for m in matches if m.manifest.pk == manifest.pk]
-    return [_choose(manifest, eligible, request)]
+    return [_choose(manifest, eligible, request, user.pk)]
 
 
 def replace(evaluation: Evaluation) -> Placement:
@@ -74,8 +78,8 @@ def replace(evaluation: Evaluation) -> Placement:
         if pinned is None or all(h.pk != pinned.pk for h in eligible):
             name = pinned.name if pinned is not None else "its host"
             raise Unsatisfiable("hosts", f"host {name} is no longer live")
-        return Placement(evaluation.model, host_queue(pinned.name), pinned)
-    return _choose(evaluation.model, eligible, evaluation.request)
+        return Placement(evaluation.model, host_queue(pinned.scope, pinned.name), pinned)
+    return _choose(evaluation.model, eligible, evaluation.request, evaluation.user_id)
 
 
 def eligible_hosts(evaluation: Evaluation) -> list[Host]:
@@ -117,24 +121,52 @@ def solver_request(request: Mapping[str, Any]) -> solver.Request:
     )
 
 
-def _choose(manifest: Manifest, eligible: list[Host], request: Mapping[str, Any]) -> Placement:
+def _choose(
+    manifest: Manifest, eligible: list[Host], request: Mapping[str, Any], user_id: int
+) -> Placement:
     if not eligible:
         raise Unsatisfiable("hosts", "no live host can run it")
-    queue = capability_queue(manifest.framework, request["device"])
-    eligible_ids = {host.pk for host in eligible}
-    consumers = [host for host in Host.objects.live() if queue in (host.queues or [])]
-    if consumers and all(host.pk in eligible_ids for host in consumers):
-        return Placement(manifest, queue, None)
-    # Some consumer of the shared queue could not run it: pin it to the least busy eligible host.
+    wanted = request.get("host") or ""
+    if wanted:
+        chosen = next((host for host in eligible if host.name == wanted), None)
+        if chosen is None:
+            able = ", ".join(sorted(host.name for host in eligible))
+            raise Unsatisfiable(
+                "host",
+                f"host {wanted} cannot run it: it is not live, not one you may use, or does "
+                f"not meet the request (hosts that can: {able})",
+            )
+        return Placement(manifest, host_queue(chosen.scope, chosen.name), chosen)
+    by_scope: dict[str, list[Host]] = {}
+    for host in eligible:
+        by_scope.setdefault(host.scope, []).append(host)
+    scopes = sorted(by_scope, key=lambda scope: (_scope_rank(scope, user_id), scope))
+    live = list(Host.objects.live())
+    for scope in scopes:
+        queue = capability_queue(scope, manifest.framework, request["device"])
+        eligible_ids = {host.pk for host in by_scope[scope]}
+        consumers = [host for host in live if queue in (host.queues or [])]
+        if consumers and all(host.pk in eligible_ids for host in consumers):
+            return Placement(manifest, queue, None)
+    # Some consumer of each shared queue could not run it: pin it to the least busy eligible
+    # host of the preferred scope.
+    preferred = by_scope[scopes[0]]
     active = Q(evaluations__status__in=("dispatched", "running"))
     load = {
         host.pk: host.active
-        for host in Host.objects.filter(pk__in=eligible_ids).annotate(
+        for host in Host.objects.filter(pk__in=[h.pk for h in preferred]).annotate(
             active=Count("evaluations", filter=active)
         )
     }
-    host = min(eligible, key=lambda h: (load.get(h.pk, 0), h.name))
-    return Placement(manifest, host_queue(host.name), host)
+    host = min(preferred, key=lambda h: (load.get(h.pk, 0), h.name))
+    return Placement(manifest, host_queue(host.scope, host.name), host)
+
+
+def _scope_rank(scope: str, user_id: int) -> int:
+    """The launcher's own hosts first, then their groups', then the shared pool."""
+    if scope == f"user-{user_id}":
+        return 0
+    return 1 if scope.startswith("group-") else 2
 
 
 def _gpus(host: Host) -> list[dict[str, Any]]:

@@ -2,11 +2,15 @@
 
 The hub defines no task: the agents (`predictors.agent`) run `predictors.hub_client.TASK_NAME`
 with the arguments [evaluation id, dispatch number]; everything else the agent learns from the
-hub over HTTP when it claims the job.
+hub over HTTP when it claims the job. A job is sent with the transport options of its host
+scope (with Redis: the scope's key prefix; see `evaluations.broker_access`).
 """
 
 from __future__ import annotations
 
+from kombu import Exchange, Queue
+
+from evaluations import broker_access
 from mlmodelscope.celery import app
 from predictors.broker import prepare_exchanges
 from predictors.hub_client import TASK_NAME
@@ -16,11 +20,22 @@ _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "i
 
 
 def send_evaluation(evaluation_id: str, dispatch: int, queue: str) -> None:
-    prepare_exchanges(app.conf.broker_url, app.conf.broker_transport_options or {}, [queue])
-    app.send_task(
-        TASK_NAME,
-        args=[evaluation_id, dispatch],
-        queue=queue,
-        retry=True,
-        retry_policy=_RETRY_POLICY,
-    )
+    scope = queue.split(".", 1)[0]
+    options = dict(app.conf.broker_transport_options or {})
+    options.update(broker_access.scope_options(app.conf.broker_url, scope))
+    prepare_exchanges(app.conf.broker_url, options, [queue])
+    with app.connection_for_write(transport_options=options) as connection:
+        connection.ensure_connection(max_retries=_RETRY_POLICY["max_retries"])
+        # Declared as the agents' workers declare it (a direct exchange named as the queue),
+        # so that a message sent before any agent of the scope started waits for one.
+        Queue(queue, Exchange(queue, type="direct"), routing_key=queue).bind(
+            connection.default_channel
+        ).declare()
+        app.send_task(
+            TASK_NAME,
+            args=[evaluation_id, dispatch],
+            queue=queue,
+            connection=connection,
+            retry=True,
+            retry_policy=_RETRY_POLICY,
+        )

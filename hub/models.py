@@ -160,14 +160,35 @@ class HostQuerySet(models.QuerySet["Host"]):
         cutoff = timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
         return self.filter(last_heartbeat__gte=cutoff)
 
+    def trusted_by(self, user: AbstractBaseUser | AnonymousUser) -> HostQuerySet:
+        """The hosts `user`'s jobs may run on: their own, their groups', and the operators'
+        shared pool. An anonymous caller trusts the pool only."""
+        if not user.is_authenticated:
+            return self.filter(pool=True)
+        return self.filter(
+            Q(pool=True) | Q(owner=user) | Q(group__in=user.groups.all())  # type: ignore[union-attr]
+        ).distinct()
+
 
 class Host(models.Model):
-    """A registered agent and the hardware/software stack it runs on."""
+    """A registered agent and the hardware/software stack it runs on.
+
+    A host belongs to exactly one *scope*, which decides whose jobs it may run and which broker
+    queues (and, with Redis, which broker credentials) its agent gets:
+
+    - the operators' shared pool (`pool`, set only by staff): every user's jobs;
+    - a group (`group`, set by a member): the jobs of that group's members;
+    - otherwise its owner alone: the owner's jobs (a self-hosted agent).
+    """
 
     name = models.CharField(max_length=128, unique=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="hosts"
     )
+    group = models.ForeignKey(
+        Group, null=True, blank=True, on_delete=models.SET_NULL, related_name="hosts"
+    )
+    pool = models.BooleanField(default=False)
     # The agent token that registered the host; only it may send the host's heartbeats.
     token = models.ForeignKey(ApiToken, null=True, on_delete=models.SET_NULL, related_name="hosts")
     hardware = models.JSONField(default=dict)
@@ -188,7 +209,20 @@ class Host(models.Model):
         return self.name
 
     @property
+    def scope(self) -> str:
+        """The prefix of the host's queues: `pool`, `group-<id>` or `user-<id>`."""
+        return host_scope(pool=self.pool, group_id=self.group_id, owner_id=self.owner_id)
+
+    @property
     def is_live(self) -> bool:
         if self.last_heartbeat is None:
             return False
         return self.last_heartbeat >= timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
+
+
+def host_scope(*, pool: bool, group_id: int | None, owner_id: int) -> str:
+    if pool:
+        return "pool"
+    if group_id is not None:
+        return f"group-{group_id}"
+    return f"user-{owner_id}"

@@ -106,8 +106,15 @@ def _host_offers(host: Host, framework: str) -> list[dict[str, Any]]:
 
 def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Match]:
     manifests = candidate_manifests(user, request)
-    hosts = list(Host.objects.live())
+    hosts = list(Host.objects.live().trusted_by(user))
     if not hosts:
+        if Host.objects.live().exists():
+            raise Unsatisfiable(
+                "hosts",
+                "no live host that you may use is registered: jobs run only on your own hosts, "
+                "your groups' hosts and the operators' shared pool (start an agent of your own "
+                "with `mlms agent`)",
+            )
         raise Unsatisfiable(
             "hosts", "no live host is registered (start an agent with `mlms agent`)"
         )

@@ -1,21 +1,26 @@
 """The agent: the daemon that runs a hub's evaluations on this host.
 
     mlms agent --hub URL [--token T | --token-file F] [--name NAME] [--frameworks F,...]
-               [--queues Q,...] [--concurrency 1] [--broker URL] [--cache DIR]
+               [--queues Q,...] [--pool | --group G] [--concurrency 1] [--broker URL]
+               [--cache DIR]
 
 (also `python -m predictors.agent …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
 the `agent` scope). The agent:
 
 1. reads the host's hardware and software stack (`predictors.introspection`) and the installed
    frameworks, with the devices each can use here;
-2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up;
-3. asks the hub for the broker and its timings (`GET /api/v1/agent/config/`), unless `--broker`
-   or $CELERY_BROKER_URL name one;
+2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up.
+   The host runs its owner's jobs only, or its group's with `--group`, or every user's with
+   `--pool` (the operators' shared pool: staff tokens only);
+3. asks the hub for the broker, the queues and its timings (`GET /api/v1/agent/config/`): the
+   broker credentials reach only the jobs of the host's scope (with Redis); `--broker` or
+   $CELERY_BROKER_URL replace the broker's address;
 4. sends the host's heartbeats from a thread;
-5. consumes the Celery queues `host.<name>` (jobs for this host only) and one per capability
-   (`onnxruntime.cpu`, `pytorch.cuda`, …; `--queues` replaces those), with a Celery worker of
-   its own: thread pool, `--concurrency` jobs at once (1 by default, so that one job's timings
-   are not disturbed by another's), late acknowledgement and a prefetch of one message.
+5. consumes the queues the hub named: `<scope>.host.<name>` (jobs for this host only) and one
+   per capability (`<scope>.onnxruntime.cpu`, …; `--queues` chooses among the capabilities),
+   with a Celery worker of its own: thread pool, `--concurrency` jobs at once (1 by default, so
+   that one job's timings are not disturbed by another's), late acknowledgement and a prefetch
+   of one message.
 
 A job (the task `mlmodelscope.evaluate` with [evaluation id, dispatch number]) is claimed over
 HTTP first: the hub answers with the manifests and options, or refuses a message that another
@@ -61,8 +66,6 @@ from predictors.hub_client import (
     HubClient,
     HubError,
     HubUnreachable,
-    capability_queue,
-    host_queue,
 )
 from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
 from predictors.tracing import Tracer
@@ -98,6 +101,8 @@ class Agent:
         queues: Sequence[str] | None = None,
         cache_dir: Path | None = None,
         concurrency: int = 1,
+        pool: bool = False,
+        group: str | None = None,
     ) -> None:
         self.client = client
         self.name = name
@@ -105,7 +110,11 @@ class Agent:
         self.requested_queues = list(queues) if queues else None
         self.cache_dir = cache_dir
         self.concurrency = concurrency
+        self.pool = pool
+        self.group = group
         self.host_id: int | None = None
+        # The queues the hub named for the host when it registered.
+        self.hub_queues: list[str] = []
         self.timings = Timings()
         self.stopping = threading.Event()
         self._registration: dict[str, Any] | None = None
@@ -129,11 +138,6 @@ class Agent:
             raise AgentError(
                 f"none of the frameworks {', '.join(self.wanted)} is installed on this host"
             )
-        capabilities = [
-            capability_queue(entry["name"], device)
-            for entry in frameworks
-            for device in entry["devices"]
-        ]
         self._registration = {
             "name": self.name,
             "frameworks": frameworks,
@@ -145,8 +149,12 @@ class Agent:
                 key: stack[key] for key in ("os", "python", "numpy", "frameworks", "container")
             }
             | {"agent": {"concurrency": self.concurrency}},
-            "queues": [host_queue(self.name), *(self.requested_queues or capabilities)],
+            "pool": self.pool,
         }
+        if self.group:
+            self._registration["group"] = self.group
+        if self.requested_queues:
+            self._registration["queues"] = list(self.requested_queues)
         return self._registration
 
     def register(self, wait_seconds: float = 60) -> int:
@@ -163,21 +171,24 @@ class Agent:
                 logger.info("waiting for the hub at %s", self.client.url)
                 self.stopping.wait(1)
         self.host_id = int(host["id"])
+        self.hub_queues = [str(queue) for queue in host.get("queues") or []]
         logger.info(
-            "registered host %s (id %s): %s; queues %s",
+            "registered host %s (id %s, scope %s): %s; queues %s",
             self.name,
             self.host_id,
+            host.get("scope"),
             ", ".join(
                 f"{f['name']} {f['version']} {'/'.join(f['devices'])}"
                 for f in payload["frameworks"]
             ),
-            ", ".join(payload["queues"]),
+            ", ".join(self.hub_queues),
         )
         return self.host_id
 
     @property
     def queues(self) -> list[str]:
-        return list(self.registration()["queues"])
+        """The queues the hub named for this host (after `register`)."""
+        return list(self.hub_queues)
 
     def configure(self, config: dict[str, Any]) -> None:
         self.timings = Timings(
@@ -489,9 +500,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--queues",
-        metavar="Q[,Q...]",
-        help="capability queues to consume instead of one per framework and device "
-        "(host.<name> is always consumed)",
+        metavar="C[,C...]",
+        help="the capabilities to serve (e.g. onnxruntime.cpu), instead of every framework "
+        "and device found; the host's own queue is always consumed",
+    )
+    placement = parser.add_mutually_exclusive_group()
+    placement.add_argument(
+        "--pool",
+        action="store_true",
+        help="put the host in the operators' shared pool, running every user's jobs "
+        "(the token's user must be staff)",
+    )
+    placement.add_argument(
+        "--group",
+        metavar="NAME",
+        help="lend the host to a group you belong to, running its members' jobs",
     )
     parser.add_argument(
         "--concurrency", type=int, default=1, metavar="N", help="jobs at once (default: 1)"
@@ -519,6 +542,16 @@ def _token(args: argparse.Namespace) -> str:
     return token
 
 
+def _broker(given: str | None, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The broker URL and transport options: the hub's, or `given` with the options that keep
+    to the host's scope (its key prefix; the filesystem folders belong to the hub's URL only)."""
+    options = dict(config.get("broker_transport_options") or {})
+    if not given or given == config["broker_url"]:
+        return str(config["broker_url"]), options
+    scoped = {key: options[key] for key in ("global_keyprefix",) if key in options}
+    return given, scoped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -542,14 +575,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             else None,
             cache_dir=args.cache,
             concurrency=args.concurrency,
+            pool=args.pool,
+            group=args.group,
         )
         agent.register(wait_seconds=args.wait)
-        config = client.agent_config()
+        assert agent.host_id is not None
+        config = client.agent_config(agent.host_id)
         agent.configure(config)
-        broker = args.broker or os.environ.get("CELERY_BROKER_URL") or config["broker_url"]
-        options = (
-            config.get("broker_transport_options", {}) if broker == config["broker_url"] else {}
-        )
+        broker, options = _broker(args.broker or os.environ.get("CELERY_BROKER_URL"), config)
     except (AgentError, HubError, HubUnreachable, OSError) as exc:
         print(f"mlms agent: error: {exc}", file=sys.stderr)
         return 1

@@ -24,6 +24,7 @@ __all__ = [
     "HubClient",
     "HubError",
     "HubUnreachable",
+    "capability",
     "capability_queue",
     "evaluate_remote",
     "host_queue",
@@ -36,15 +37,23 @@ FINISHED = ("succeeded", "failed", "cancelled")
 _RETRY_STATUSES = {502, 503, 504}
 
 
-def host_queue(host: str) -> str:
-    """The queue only the agent of `host` consumes."""
-    return f"host.{host}"
-
-
-def capability_queue(framework: str, device: str) -> str:
-    """The queue every agent that runs `framework` on `device` consumes (`onnxruntime.cpu`,
-    `pytorch.cuda`); the hub's `gpu` and the predictors' `cuda` name the same device."""
+def capability(framework: str, device: str) -> str:
+    """What an agent offers, as the hub registers it: `onnxruntime.cpu`, `pytorch.cuda`; the
+    hub's `gpu` and the predictors' `cuda` name the same device."""
     return f"{framework}.{'cpu' if device == 'cpu' else 'cuda'}"
+
+
+def host_queue(scope: str, host: str) -> str:
+    """The queue only the agent of `host` consumes. `scope` is the host's: `pool` (the
+    operators' shared pool), `group-<id>` or `user-<id>` (see hub.models.Host)."""
+    return f"{scope}.host.{host}"
+
+
+def capability_queue(scope: str, framework: str, device: str) -> str:
+    """The queue every agent of `scope` that runs `framework` on `device` consumes
+    (`pool.onnxruntime.cpu`, `user-7.pytorch.cuda`), so that Celery balances jobs among equal
+    hosts that the same users trust. An agent never consumes another scope's queues."""
+    return f"{scope}.{capability(framework, device)}"
 
 
 class HubError(Exception):
@@ -103,9 +112,10 @@ class HubClient:
 
     # -- the agent's calls ---------------------------------------------------------------------
 
-    def agent_config(self) -> dict[str, Any]:
-        """The broker to consume and the heartbeat period (`GET /agent/config/`)."""
-        return dict(self.request("GET", "agent/config/"))
+    def agent_config(self, host_id: int) -> dict[str, Any]:
+        """The broker, queues and heartbeat period of a registered host
+        (`GET /agent/config/?host=<id>`)."""
+        return dict(self.request("GET", f"agent/config/?host={host_id}"))
 
     def register_host(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """Register (or update) the host; no retries: the agent waits for the hub itself."""

@@ -1,32 +1,62 @@
-"""`GET /api/v1/agent/config/` (agent): what an agent needs besides the hub's URL and its token.
+"""`GET /api/v1/agent/config/?host=<id>` (agent): what an agent needs besides the hub's URL and
+its token, for the host it registered.
 
-The broker it consumes (AGENT_BROKER_URL, by default the hub's own CELERY_BROKER_URL, with its
-transport options: on the embedded default, the folder of the filesystem broker), the task
-name, and how often to heartbeat and report so that the hub keeps its host and jobs live.
+The broker it consumes, with credentials and transport options that reach only the jobs of the
+host's scope (`evaluations.broker_access`; on the embedded default: the folder of the
+filesystem broker), the queues the hub named at registration, the task name, and how often to
+heartbeat and report so that the hub keeps its host and jobs live.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from evaluations import broker_access
+from evaluations.permissions import agent_token
+from hub.api.errors import ApiError
+from hub.models import Host
 from predictors.hub_client import TASK_NAME
 
 
 class AgentConfig(APIView):
     required_scopes = {"GET": "agent"}
 
-    @extend_schema(summary="The broker and timings an agent uses", responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        summary="The broker, queues and timings of a registered host's agent",
+        parameters=[
+            OpenApiParameter(
+                "host", int, required=True, description="the id of the host this agent registered"
+            )
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request: Request) -> Response:
+        token = agent_token(request)
+        raw = request.query_params.get("host", "")
+        if not raw.isdigit() or len(raw) > 18:
+            raise ApiError(
+                [{"path": "host", "message": "the id of the host this agent registered is required"}]
+            )
+        host = Host.objects.select_related("group").filter(pk=int(raw)).first()
+        if host is None or host.token_id != token.pk:
+            raise PermissionDenied("This host is not registered with this agent token.")
+        try:
+            broker_url, options = broker_access.agent_broker(host)
+        except broker_access.BrokerAccessError as exc:
+            raise ApiError([{"path": "host", "message": str(exc)}], status_code=403) from None
         live = settings.HOST_LIVE_SECONDS
         return Response(
             {
-                "broker_url": settings.AGENT_BROKER_URL,
-                "broker_transport_options": settings.AGENT_BROKER_TRANSPORT_OPTIONS,
+                "broker_url": broker_url,
+                "broker_transport_options": options,
+                "queues": host.queues,
+                "scope": host.scope,
                 "task_name": TASK_NAME,
                 "host_live_seconds": live,
                 # Several beats and reports fit in the time the hub waits before it gives up.

@@ -48,6 +48,14 @@ def _nul_path(value: Any, path: str) -> str | None:
     return None
 
 
+def _visible(queryset: QuerySet[Host], request: Request) -> QuerySet[Host]:
+    """A user sees the hosts they may run jobs on (their own, their groups', the shared pool);
+    staff see every host."""
+    if request.user.is_staff:
+        return queryset
+    return queryset.filter(pk__in=Host.objects.trusted_by(request.user).values("pk"))
+
+
 def _agent_token(request: Request) -> ApiToken:
     if not isinstance(request.auth, ApiToken):
         raise PermissionDenied("Hosts register with an agent token (scope 'agent').")
@@ -62,11 +70,11 @@ def _agent_token(request: Request) -> ApiToken:
 )
 class HostList(generics.ListAPIView[Host]):
     serializer_class = HostSerializer
-    queryset = Host.objects.select_related("owner").all()
+    queryset = Host.objects.select_related("owner", "group").all()
     required_scopes = {"POST": "agent"}
 
     def get_queryset(self) -> QuerySet[Host]:
-        queryset = super().get_queryset()
+        queryset = _visible(super().get_queryset(), self.request)
         if self.request.query_params.get("live") in ("1", "true"):
             queryset = queryset.live()  # type: ignore[attr-defined]
         return queryset
@@ -95,7 +103,10 @@ class HostList(generics.ListAPIView[Host]):
 )
 class HostDetail(generics.RetrieveDestroyAPIView[Host]):
     serializer_class = HostSerializer
-    queryset = Host.objects.select_related("owner").all()
+    queryset = Host.objects.select_related("owner", "group").all()
+
+    def get_queryset(self) -> QuerySet[Host]:
+        return _visible(super().get_queryset(), self.request)
 
     def perform_destroy(self, instance: Host) -> None:
         if instance.owner_id != self.request.user.pk and not self.request.user.is_staff:

@@ -86,6 +86,20 @@ class HostSerializer(serializers.ModelSerializer[Host]):
     software = serializers.DictField(required=False)
     live = serializers.BooleanField(source="is_live", read_only=True)
     owner = serializers.SerializerMethodField()
+    pool = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="In the operators' shared pool, running every user's jobs (staff only).",
+    )
+    group = serializers.CharField(
+        max_length=150,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="The group whose members' jobs the host runs (a member registers it); empty "
+        "for a host that runs its owner's jobs only.",
+    )
+    scope = serializers.CharField(read_only=True)
 
     class Meta:
         model = Host
@@ -93,6 +107,9 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "id",
             "name",
             "owner",
+            "pool",
+            "group",
+            "scope",
             "live",
             "hardware",
             "software",
@@ -108,6 +125,11 @@ class HostSerializer(serializers.ModelSerializer[Host]):
 
     def get_owner(self, host: Host) -> str:
         return host.owner.get_username()
+
+    def to_representation(self, instance: Host) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["group"] = instance.group.name if instance.group_id and instance.group else None
+        return data
 
     def validate_hardware(self, value: Any) -> Any:
         return _bounded_json(value, "hardware")

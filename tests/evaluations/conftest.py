@@ -39,8 +39,8 @@ def bob_client(make_client, bob) -> APIClient:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def agent(make_client, django_user_model) -> APIClient:  # type: ignore[no-untyped-def]
-    """The agent token of the operator who runs the hosts."""
-    operator = django_user_model.objects.create_user("operator")
+    """The agent token of the operator who runs the hosts of the shared pool."""
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
     return make_client(operator, scopes=["agent"])  # type: ignore[no-any-return]
 
 

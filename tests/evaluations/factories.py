@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
+from evaluations import broker_access
 from hub.models import Host
 from tests.hub.factories import dataset_yaml, model_yaml, register_host, upload
 
@@ -41,7 +42,7 @@ def register_hosts(agent: APIClient) -> dict[str, Host]:
         ),
     ):
         response = register_host(
-            agent, name, frameworks, hardware=hardware, queues=[f"host.{name}", *queues]
+            agent, name, frameworks, hardware=hardware, queues=[f"host.{name}", *queues], pool=True
         )
         assert response.status_code == 201, response.content
     return {host.name: host for host in Host.objects.all()}
@@ -117,7 +118,10 @@ class Broker:
     def take(self, queue: str) -> list[tuple[str, list[Any]]]:
         """(task name, args) of every message waiting on `queue`, oldest first."""
         taken = []
-        with self.app.connection_for_read() as connection:
+        scope = queue.split(".", 1)[0]
+        options = dict(self.app.conf.broker_transport_options or {})
+        options.update(broker_access.scope_options(self.app.conf.broker_url, scope))
+        with self.app.connection_for_read(transport_options=options) as connection:
             simple = connection.SimpleQueue(queue)
             try:
                 while True:

@@ -33,14 +33,32 @@ def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job
     assert agent.get(FILE_URL).status_code == 404  # finished
 
 
-def test_the_agent_config_names_the_broker(agent, alice_client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_agent_config_names_the_broker_and_queues_of_its_host(
+    agent, alice_client, hosts, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.HOST_LIVE_SECONDS = 30
+    host = hosts["cpu-1"]
 
-    response = agent.get("/api/v1/agent/config/")
+    response = agent.get(f"/api/v1/agent/config/?host={host.pk}")
 
-    assert response.status_code == 200
+    assert response.status_code == 200, response.content
     body = response.json()
-    assert body["broker_url"] == settings.AGENT_BROKER_URL
+    if settings.AGENT_BROKER_URL.startswith("redis"):
+        # Credentials of the host's scope, and the key prefix of its jobs.
+        assert body["broker_url"].startswith("redis://mlms-pool:")
+        assert body["broker_transport_options"]["global_keyprefix"] == "pool:"
+    else:
+        assert body["broker_url"] == settings.AGENT_BROKER_URL
+    assert body["queues"] == ["pool.host.cpu-1", "pool.onnxruntime.cpu"]
+    assert body["scope"] == "pool"
     assert body["task_name"] == "mlmodelscope.evaluate"
     assert body["heartbeat_seconds"] == 6 and body["report_seconds"] == 2
-    assert alice_client.get("/api/v1/agent/config/").status_code == 403
+    assert alice_client.get(f"/api/v1/agent/config/?host={host.pk}").status_code == 403
+
+
+def test_the_agent_config_needs_a_host_of_the_token(agent, make_client, bob, hosts) -> None:  # type: ignore[no-untyped-def]
+    missing = agent.get("/api/v1/agent/config/")
+    assert missing.status_code == 400
+    assert missing.json()["errors"][0]["path"] == "host"
+    bobs_agent = make_client(bob, scopes=["agent"])
+    assert bobs_agent.get(f"/api/v1/agent/config/?host={hosts['cpu-1'].pk}").status_code == 403

@@ -33,7 +33,6 @@ from tests.predictors.zoo_store import zoo_store
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = ("e2e-a", "e2e-b")
-QUEUES = ("onnxruntime.cpu", *(f"host.{name}" for name in AGENTS))
 LIVE_SECONDS = 5
 
 pytestmark = pytest.mark.frameworks
@@ -116,11 +115,17 @@ class LiveHub:
             60,
         )
 
-    def start_agent(self, name: str) -> None:
+    def start_agent(self, name: str, token_file: Path | None = None) -> None:
+        """An agent of the operators' shared pool, or, with `token_file`, a self-hosted agent
+        of that token's user."""
         env = {k: v for k, v in self.env.items() if k not in ("DATABASE_URL", "MLMS_VAR_DIR")}
+        # The stock agent as a user runs it: the broker comes from the hub, never from here.
+        env.pop("CELERY_BROKER_URL", None)
         command = [sys.executable, "-m", "predictors.agent", "--hub", self.url]
-        command += ["--token-file", str(self.agent_token_file), "--name", name]
+        command += ["--token-file", str(token_file or self.agent_token_file), "--name", name]
         command += ["--frameworks", "onnxruntime", "--cache", str(self.folder / f"cache-{name}")]
+        if token_file is None:
+            command.append("--pool")
         self.spawn(name, command, env)
 
     def kill(self, name: str) -> None:
@@ -219,11 +224,15 @@ class LiveHub:
     def _purge_queues(self) -> None:
         broker = self.env.get("CELERY_BROKER_URL", "")
         if broker.startswith("redis"):  # jobs of earlier runs that no hub knows any more
-            from kombu import Connection
+            import redis
 
-            with Connection(broker) as connection:
-                for queue in QUEUES:
-                    connection.default_channel.queue_purge(queue)
+            client = redis.Redis.from_url(broker)
+            try:
+                for pattern in ("pool:*", "user-*", "group-*"):
+                    for key in client.scan_iter(match=pattern, count=1000):
+                        client.delete(key)
+            finally:
+                client.close()
 
 
 class WebSocket:
@@ -323,7 +332,7 @@ def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None
 
     assert [b["status"] for b in bodies] == ["succeeded"] * 10, hub.logs()
     assert {b["host"] for b in bodies} == set(AGENTS)
-    assert all(b["queue"] == "onnxruntime.cpu" and b["attempts"] == 1 for b in bodies)
+    assert all(b["queue"] == "pool.onnxruntime.cpu" and b["attempts"] == 1 for b in bodies)
 
 
 def test_evaluate_remote_launches_and_waits_for_the_result(hub: LiveHub) -> None:
@@ -499,6 +508,78 @@ def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) 
     assert [e["path"] for e in malformed.json()["errors"]] == ["traceparent"]
 
 
+def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
+    hub: LiveHub,
+) -> None:
+    """Bob runs the stock agent with the best token he can get (every scope, agent included);
+    Alice launches 20 evaluations of her private model. None reaches Bob's agent: not the job,
+    not the model file, not a span; Bob's own jobs run there."""
+    bob_token = hub.manage(
+        "create_token", "--user", "bob", "--create-user", "--scopes", "read,write,evaluate,agent"
+    ).splitlines()[-1]
+    bob_token_file = hub.folder / "bob.token"
+    bob_token_file.write_text(bob_token)
+    bob = {"Authorization": f"Bearer {bob_token}"}
+    hub.start_agent("bob-box", token_file=bob_token_file)
+    hub.wait(
+        lambda: any(
+            h["name"] == "bob-box" and h["live"]
+            for h in requests.get(f"{hub.url}/api/v1/hosts/", headers=bob, timeout=10).json()[
+                "results"
+            ]
+        ),
+        "Bob's agent to register",
+        60,
+    )
+    store = Path(hub.env["ARTIFACT_ROOT"])
+    graph = (store / "models/digits-cnn/1.0.0/digits-cnn.onnx").read_bytes()
+    text = (ROOT / "manifests/models/digits-cnn/onnxruntime.yaml").read_text()
+    text = text.replace("name: digits-cnn", "name: alice-digits")
+    text = text.replace("visibility: public", "visibility: private")
+    text = text.replace("repo://models/digits-cnn/", "repo://models/alice-digits/")
+    response = requests.post(
+        f"{hub.url}/api/v1/manifests/",
+        data={"manifest": text},
+        files={"files": ("digits-cnn.onnx", graph)},
+        headers=hub._auth(),
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+
+    ids = [hub.launch(model="alice-digits", limit=20) for _ in range(20)]
+    bodies = [hub.finished(evaluation_id) for evaluation_id in ids]
+
+    assert [b["status"] for b in bodies] == ["succeeded"] * 20, hub.logs()
+    assert {b["host"] for b in bodies} <= set(AGENTS)
+    bob_log = (hub.folder / "bob-box.log").read_text(errors="replace")
+    assert not [evaluation_id for evaluation_id in ids if evaluation_id in bob_log]
+    cached = [p for p in (hub.folder / "cache-bob-box").rglob("*") if p.is_file()]
+    assert not [p for p in cached if p.read_bytes() == graph or "alice" in str(p)]
+    for evaluation_id, body in zip(ids, bodies, strict=True):
+        assert requests.get(
+            f"{hub.url}/api/v1/evaluations/{evaluation_id}/", headers=bob, timeout=10
+        ).status_code == 404
+        assert requests.get(
+            f"{hub.url}/api/v1/traces/{body['trace_id']}/", headers=bob, timeout=10
+        ).status_code == 404
+    # Bob's agent is not deaf: Bob's own job runs on it.
+    launched = requests.post(
+        f"{hub.url}/api/v1/evaluations/",
+        json={"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", "limit": 20},
+        headers=bob,
+        timeout=30,
+    )
+    assert launched.status_code == 201, launched.text
+    own = launched.json()["evaluations"][0]["id"]
+    for _ in range(600):
+        mine = requests.get(f"{hub.url}/api/v1/evaluations/{own}/", headers=bob, timeout=10).json()
+        if mine["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.2)
+    assert mine["status"] == "succeeded" and mine["host"] == "bob-box", hub.logs()
+    hub.kill("bob-box")
+
+
 def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
     from celery import Celery
 
@@ -510,14 +591,16 @@ def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
     )
     # The same message again, on the queue both agents consume, from the broker the hub names.
     agent_token = hub.agent_token_file.read_text().strip()
+    _, hosts = hub.get("hosts/?live=1")
+    host_id = next(h["id"] for h in hosts["results"] if h["name"] == running["host"])
     config = requests.get(
-        f"{hub.url}/api/v1/agent/config/",
+        f"{hub.url}/api/v1/agent/config/?host={host_id}",
         headers={"Authorization": f"Bearer {agent_token}"},
         timeout=10,
     ).json()
     sender = Celery("duplicate", broker=config["broker_url"], fixups=[], set_as_current=False)
     sender.conf.broker_transport_options = config["broker_transport_options"]
-    sender.send_task(config["task_name"], args=[evaluation_id, 1], queue="onnxruntime.cpu")
+    sender.send_task(config["task_name"], args=[evaluation_id, 1], queue="pool.onnxruntime.cpu")
 
     body = hub.finished(evaluation_id)
     hub.wait(

@@ -159,7 +159,7 @@ def test_the_owner_of_a_private_model_can_evaluate_it(bob_client, hosts) -> None
 def test_hosts_one_is_queued_dispatched_and_sent_to_the_capability_queue(
     alice_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
-    broker.drain("onnxruntime.cpu")
+    broker.drain("pool.onnxruntime.cpu")
     with django_capture_on_commit_callbacks(execute=True):
         response = launch(alice_client, batch_sizes=[1, 32], repeat=2)
 
@@ -177,38 +177,38 @@ def test_hosts_one_is_queued_dispatched_and_sent_to_the_capability_queue(
         "framework": "onnxruntime",
     }
     assert [h["status"] for h in shown["history"]] == ["queued", "dispatched"]
-    assert evaluation.queue == "onnxruntime.cpu" and evaluation.target_host is None
+    assert evaluation.queue == "pool.onnxruntime.cpu" and evaluation.target_host is None
     assert evaluation.request["batch_sizes"] == [1, 32] and evaluation.request["repeat"] == 2
     assert len(evaluation.trace_id) == 32 and int(evaluation.trace_id, 16)
     assert list(StatusChange.objects.values_list("status", flat=True)) == ["queued", "dispatched"]
-    assert broker.take("onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 1])]
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 1])]
 
 
 def test_a_request_only_some_consumers_of_the_queue_meet_is_pinned_to_one_host(
     alice_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
-    broker.drain("host.gpu-1")
+    broker.drain("pool.host.gpu-1")
     with django_capture_on_commit_callbacks(execute=True):
         response = launch(alice_client, framework_version="^1.18")
 
     assert response.status_code == 201
     evaluation = Evaluation.objects.get()
-    assert evaluation.queue == "host.gpu-1"
+    assert evaluation.queue == "pool.host.gpu-1"
     assert evaluation.target_host == hosts["gpu-1"]
-    assert broker.take("host.gpu-1") == [(TASK_NAME, [str(evaluation.pk), 1])]
+    assert broker.take("pool.host.gpu-1") == [(TASK_NAME, [str(evaluation.pk), 1])]
 
 
 def test_a_gpu_request_goes_to_the_cuda_queue(alice_client, hosts) -> None:
     response = launch(alice_client, device="gpu", gpu_model="a100", min_memory_gb=40)
 
     assert response.status_code == 201, response.content
-    assert Evaluation.objects.get().queue == "onnxruntime.cuda"
+    assert Evaluation.objects.get().queue == "pool.onnxruntime.cuda"
 
 
 def test_hosts_all_fans_out_one_evaluation_per_matching_host(
     alice_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
-    broker.drain("host.cpu-1", "host.cpu-2", "host.gpu-1")
+    broker.drain("pool.host.cpu-1", "pool.host.cpu-2", "pool.host.gpu-1")
     with django_capture_on_commit_callbacks(execute=True):
         response = launch(alice_client, hosts="all")
 
@@ -218,7 +218,7 @@ def test_hosts_all_fans_out_one_evaluation_per_matching_host(
     evaluations = Evaluation.objects.filter(group=body["group"])
     assert sorted(e.target_host.name for e in evaluations) == ["cpu-1", "cpu-2", "gpu-1"]
     for evaluation in evaluations:
-        queue = f"host.{evaluation.target_host.name}"
+        queue = f"pool.host.{evaluation.target_host.name}"
         assert evaluation.queue == queue
         assert broker.take(queue) == [(TASK_NAME, [str(evaluation.pk), 1])]
 

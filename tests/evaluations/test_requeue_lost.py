@@ -41,7 +41,7 @@ def test_a_job_whose_agent_went_silent_is_dispatched_again(
     evaluation_id = launched_id(launch(alice_client))
     old = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     _silence(evaluation_id, hosts["cpu-1"])
-    broker.drain("onnxruntime.cpu")
+    broker.drain("pool.onnxruntime.cpu")
 
     with django_capture_on_commit_callbacks(execute=True):
         assert [e.pk for e in actions.requeue_lost()] == [uuid.UUID(evaluation_id)]
@@ -50,10 +50,10 @@ def test_a_job_whose_agent_went_silent_is_dispatched_again(
     assert evaluation.status == "dispatched" and evaluation.dispatches == 2
     assert evaluation.host is None
     assert evaluation.history.last().reason == (
-        "host cpu-1 stopped heartbeating; sent to queue onnxruntime.cpu, shared by the hosts "
+        "host cpu-1 stopped heartbeating; sent to queue pool.onnxruntime.cpu, shared by the hosts "
         "that can run it"
     )
-    assert broker.take("onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
     # The lost claimant is told to stop; the new message is claimed by another host.
     assert progress(agent, evaluation_id, old["claim"], 5, 10).status_code == 409
     new = claim(agent, evaluation_id, hosts["cpu-2"], dispatch=2).json()
@@ -148,7 +148,7 @@ def test_a_job_whose_queue_lost_all_its_hosts_is_failed(alice_client, hosts) -> 
 
     evaluation = Evaluation.objects.get(pk=evaluation_id)
     assert evaluation.status == "failed"
-    assert "no live host consumes queue onnxruntime.cpu" in evaluation.history.last().reason
+    assert "no live host consumes queue pool.onnxruntime.cpu" in evaluation.history.last().reason
 
 
 def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
@@ -157,8 +157,8 @@ def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
     # Launched while gpu-1 was away: only cpu-1 and cpu-2 consumed onnxruntime.cpu then.
     Host.objects.filter(pk=hosts["gpu-1"].pk).update(last_heartbeat=timezone.now() - LONG_AGO)
     evaluation_id = launched_id(launch(alice_client, framework_version="~1.17"))
-    assert Evaluation.objects.get(pk=evaluation_id).queue == "onnxruntime.cpu"
-    broker.drain("host.cpu-1", "host.cpu-2")
+    assert Evaluation.objects.get(pk=evaluation_id).queue == "pool.onnxruntime.cpu"
+    broker.drain("pool.host.cpu-1", "pool.host.cpu-2")
 
     with django_capture_on_commit_callbacks(execute=True):
         response = claim(agent, evaluation_id, hosts["gpu-1"])  # back, with onnxruntime 1.18
@@ -167,5 +167,67 @@ def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
     evaluation = Evaluation.objects.get(pk=evaluation_id)
     assert evaluation.status == "dispatched" and evaluation.dispatches == 2
     assert evaluation.target_host.name in ("cpu-1", "cpu-2")
-    queue = f"host.{evaluation.target_host.name}"
+    queue = f"pool.host.{evaluation.target_host.name}"
     assert broker.take(queue) == [(TASK_NAME, [evaluation_id, 2])]
+
+
+# -- the outbox and lost messages ------------------------------------------------------------
+
+
+def test_a_dispatch_the_hub_never_sent_is_sent_by_the_sweep(
+    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+) -> None:
+    broker.drain("pool.onnxruntime.cpu")
+    # The hub stopped between its commit and the send: the on-commit send never ran.
+    evaluation_id = launched_id(launch(alice_client))
+    assert Evaluation.objects.get(pk=evaluation_id).sent_at is None
+    assert actions.requeue_lost() == []  # not yet: a send may still be under way
+
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_SEND_SECONDS + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [e.pk for e in actions.requeue_lost(later)] == [uuid.UUID(evaluation_id)]
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert evaluation.sent_at is not None
+    assert "had not sent dispatch 1" in evaluation.history.last().reason
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
+    assert claim(agent, evaluation_id, hosts["cpu-1"], dispatch=1).status_code == 409
+    assert claim(agent, evaluation_id, hosts["cpu-1"], dispatch=2).status_code == 200
+
+
+def test_a_message_the_broker_lost_is_sent_again_when_a_consumer_sits_idle(
+    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+) -> None:
+    broker.drain("pool.onnxruntime.cpu")
+    with django_capture_on_commit_callbacks(execute=True):
+        evaluation_id = launched_id(launch(alice_client))
+    assert Evaluation.objects.get(pk=evaluation_id).sent_at is not None
+    broker.drain("pool.onnxruntime.cpu")  # the broker lost it
+
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_DISPATCH_SECONDS + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert [e.pk for e in actions.requeue_lost(later)] == [uuid.UUID(evaluation_id)]
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.dispatches == 2 and evaluation.status == "dispatched"
+    assert "the broker lost its message" in evaluation.history.last().reason
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
+    # Each dispatch is recorded in the history.
+    assert [h.status for h in evaluation.history.all()] == ["queued", "dispatched", "dispatched"]
+
+
+def test_a_job_waiting_behind_busy_hosts_is_left_alone(
+    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        busy = [launched_id(launch(alice_client)) for _ in hosts]
+        waiting = launched_id(launch(alice_client))
+    for evaluation_id, host in zip(busy, hosts.values(), strict=True):
+        assert claim(agent, evaluation_id, host).status_code == 200
+    broker.drain("pool.onnxruntime.cpu")
+
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_DISPATCH_SECONDS + 1)
+    Evaluation.objects.filter(pk__in=busy).update(last_report_at=later)
+    assert actions.requeue_lost(later) == []
+    assert Evaluation.objects.get(pk=waiting).dispatches == 1

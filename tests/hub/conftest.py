@@ -42,3 +42,9 @@ def alice_agent(make_client, alice):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def bob_agent(make_client, bob):  # type: ignore[no-untyped-def]
     return make_client(bob, scopes=["agent"])
+
+
+@pytest.fixture
+def operator_agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
+    """An agent of an operator (staff), whose hosts may join the shared pool."""
+    return make_client(django_user_model.objects.create_user("ops", is_staff=True), scopes=["agent"])

@@ -40,7 +40,7 @@ def test_an_agent_registers_its_host(alice_agent) -> None:
         hardware={"cpu": "Xeon", "gpus": [{"model": "H100", "memory_gb": 80}]},
         software={"os": "Ubuntu 24.04"},
         devices=["cpu", "gpu:0"],
-        queues=["onnxruntime.cpu", "onnxruntime.gpu"],
+        queues=["onnxruntime.cpu", "onnxruntime.cuda"],
     )
 
     assert response.status_code == 201, response.content
@@ -54,8 +54,74 @@ def test_an_agent_registers_its_host(alice_agent) -> None:
         {"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu", "gpu"]}
     ]
     assert host.hardware["gpus"][0]["model"] == "H100"
-    assert host.queues == ["onnxruntime.cpu", "onnxruntime.gpu"]
+    # The hub names the queues, in the host's scope: its owner's.
+    scope = f"user-{host.owner_id}"
+    assert body["scope"] == scope and body["pool"] is False and body["group"] is None
+    assert host.queues == [
+        f"{scope}.host.gpu-01",
+        f"{scope}.onnxruntime.cpu",
+        f"{scope}.onnxruntime.cuda",
+    ]
     assert host.last_heartbeat is not None
+
+
+def test_a_host_offers_every_capability_it_registers_unless_queues_choose(alice_agent) -> None:
+    response = register_host(alice_agent, "gpu-01", ONNX)
+
+    assert response.status_code == 201, response.content
+    scope = response.json()["scope"]
+    assert response.json()["queues"] == [
+        f"{scope}.host.gpu-01",
+        f"{scope}.onnxruntime.cpu",
+        f"{scope}.onnxruntime.cuda",
+    ]
+
+
+@pytest.mark.parametrize(
+    "queue", ["onnxruntime.gpu", "pytorch.cpu", "pool.onnxruntime.cpu", "user-1.onnxruntime.cpu"]
+)
+def test_a_queue_that_is_not_a_capability_of_the_host_is_refused(alice_agent, queue) -> None:
+    response = register_host(alice_agent, "gpu-01", ONNX, queues=["onnxruntime.cpu", queue])
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["queues.1"]
+    assert queue in response.json()["errors"][0]["message"]
+    assert not Host.objects.exists()
+
+
+def test_only_staff_put_a_host_in_the_shared_pool(alice_agent, make_client, django_user_model) -> None:
+    refused = register_host(alice_agent, "gpu-01", ONNX, pool=True)
+    assert refused.status_code == 403
+    assert error_paths(refused) == ["pool"]
+    assert not Host.objects.exists()
+
+    operator = make_client(
+        django_user_model.objects.create_user("ops", is_staff=True), scopes=["agent"]
+    )
+    accepted = register_host(operator, "gpu-01", ONNX, pool=True)
+    assert accepted.status_code == 201, accepted.content
+    assert accepted.json()["scope"] == "pool"
+    assert Host.objects.get().queues[0] == "pool.host.gpu-01"
+
+
+def test_a_host_is_lent_only_to_a_group_its_owner_belongs_to(alice, alice_agent) -> None:
+    from django.contrib.auth.models import Group
+
+    lab = Group.objects.create(name="lab")
+    refused = register_host(alice_agent, "gpu-01", ONNX, group="lab")
+    assert refused.status_code == 403
+    assert error_paths(refused) == ["group"]
+    unknown = register_host(alice_agent, "gpu-01", ONNX, group="nobody-has-this")
+    assert unknown.status_code == 403  # the same answer: group names are not revealed
+    assert not Host.objects.exists()
+
+    alice.groups.add(lab)
+    accepted = register_host(alice_agent, "gpu-01", ONNX, group="lab")
+    assert accepted.status_code == 201, accepted.content
+    assert accepted.json()["group"] == "lab"
+    assert accepted.json()["scope"] == f"group-{lab.pk}"
+    both = register_host(alice_agent, "gpu-01", ONNX, group="lab", pool=True)
+    assert both.status_code in (400, 403)
 
 
 def test_registering_the_same_name_again_updates_the_host(alice_agent, host) -> None:
@@ -240,7 +306,8 @@ def test_a_heartbeat_makes_a_silent_host_live_again(alice_agent, alice_client, h
 
 
 def test_only_the_owner_removes_a_host(alice_client, bob_client, host) -> None:
-    assert bob_client.delete(f"{HOSTS_URL}{host.pk}/").status_code == 403
+    # Bob does not even see Alice's own host: it runs Alice's jobs only.
+    assert bob_client.delete(f"{HOSTS_URL}{host.pk}/").status_code == 404
     assert Host.objects.filter(pk=host.pk).exists()
 
     assert alice_client.delete(f"{HOSTS_URL}{host.pk}/").status_code == 204

@@ -88,8 +88,9 @@ def public_model(alice_client) -> Manifest:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def onnx_host(bob_agent) -> Host:  # type: ignore[no-untyped-def]
-    response = register_host(bob_agent, "onnx-box", [("onnxruntime", "1.17.0")])
+def onnx_host(operator_agent) -> Host:  # type: ignore[no-untyped-def]
+    """A host of the operators' shared pool, which every user's jobs may use."""
+    response = register_host(operator_agent, "onnx-box", [("onnxruntime", "1.17.0")], pool=True)
     assert response.status_code == 201, response.content
     return Host.objects.get(name="onnx-box")
 

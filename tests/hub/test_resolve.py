@@ -38,12 +38,13 @@ HOSTS = [
 
 
 @pytest.fixture
-def catalog(alice_client, bob_agent) -> None:  # type: ignore[no-untyped-def]
+def catalog(alice_client, operator_agent) -> None:  # type: ignore[no-untyped-def]
     for name, version, framework, framework_range in CATALOG:
         text = model_yaml(name, version, framework, framework_range, visibility="public")
         assert upload(alice_client, text).status_code == 201
     for host, frameworks in HOSTS:
-        assert register_host(bob_agent, host, frameworks).status_code == 201
+        response = register_host(operator_agent, host, frameworks, pool=True)
+        assert response.status_code == 201
 
 
 def _resolve(client, **params):  # type: ignore[no-untyped-def]

@@ -70,14 +70,35 @@ def test_the_registration_describes_this_host_and_its_queues() -> None:
     assert onnx["devices"][0] == "cpu"
     assert registration["hardware"]["architecture"] == introspection.architecture()
     assert registration["hardware"]["memory_bytes"] > 0
-    assert registration["queues"][:2] == ["host.box-1", "onnxruntime.cpu"]
+    # The hub names the queues from the frameworks and devices; the agent asks for none.
+    assert "queues" not in registration
+    assert registration["pool"] is False and "group" not in registration
     assert registration["software"]["frameworks"]["onnxruntime"] == onnx["version"]
 
 
-def test_queues_given_replace_the_capability_queues_but_never_the_hosts_own() -> None:
-    agent = Agent(HubClient("http://hub.invalid", "t"), "box-1", queues=["special"])
+def test_queues_given_choose_the_capabilities_and_the_scope_is_asked_for() -> None:
+    agent = Agent(
+        HubClient("http://hub.invalid", "t"),
+        "box-1",
+        frameworks=["onnxruntime"],
+        queues=["onnxruntime.cpu"],
+        group="lab",
+    )
 
-    assert agent.queues == ["host.box-1", "special"]
+    registration = agent.registration()
+
+    assert registration["queues"] == ["onnxruntime.cpu"]
+    assert registration["group"] == "lab" and registration["pool"] is False
+
+
+def test_the_agent_consumes_the_queues_the_hub_named(hub: Any) -> None:
+    hub.answer = (201, {"id": 3, "scope": "user-4", "queues": ["user-4.host.box-1", "user-4.x"]})
+    agent = Agent(_client(hub), "box-1", frameworks=["onnxruntime"])
+
+    agent.register(wait_seconds=0)
+
+    assert agent.host_id == 3
+    assert agent.queues == ["user-4.host.box-1", "user-4.x"]
 
 
 def test_the_reporter_learns_of_a_cancel_from_the_hubs_answer(hub: Any) -> None:

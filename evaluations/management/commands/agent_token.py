@@ -3,7 +3,9 @@
     python manage.py agent_token [--user local-agent] [--file VAR_DIR/agent.token]
 
 The token (scope `agent` only) belongs to the user `--user`, created without a password when
-missing, and is written to `--file` (mode 600), whose path is printed. A file that holds an
+missing, and is written to `--file` (mode 600), whose path is printed. The user is an operator
+(staff), so that the local agent can put its host in the shared pool (`mlms agent --pool`) and
+run every user's jobs; it cannot sign in. A file that holds an
 active agent token already is kept as it is, so that restarting the hub keeps the agent's
 token; otherwise a new token is issued.
 """
@@ -38,14 +40,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["file"] or Path(settings.VAR_DIR) / "agent.token"
         username = options["user"]
-        if self._current(path, username):
-            self.stdout.write(str(path))
-            return
         User = get_user_model()
         user, created = User.objects.get_or_create(username=username)
         if created:
             user.set_unusable_password()
+        if created or not user.is_staff:
+            user.is_staff = True
             user.save()
+        if self._current(path, username):
+            self.stdout.write(str(path))
+            return
         _token, raw = ApiToken.issue(user, name="local agent", scopes=["agent"])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

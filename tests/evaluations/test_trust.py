@@ -1,0 +1,228 @@
+"""Trust: a job runs only on hosts its launcher trusts (their own, their groups', the operators'
+shared pool), and no other host, agent token or broker user learns of it or acts on it.
+
+Bob is an ordinary user who runs a self-hosted agent with the best token he can mint from his
+browser session (every scope, `agent` included). Alice launches evaluations of her private
+model. The operators' pool (`hosts` fixture) runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from evaluations.models import Evaluation, Result, StatusChange
+from hub.models import Host
+from tests.evaluations.factories import (
+    claim,
+    error_paths,
+    launch,
+    launched_id,
+    post_result,
+    progress,
+    result_body,
+    url,
+)
+from tests.evaluations.test_traces import PROTOBUF, export
+from tests.hub.factories import model_yaml, register_host, upload
+
+pytestmark = pytest.mark.django_db
+
+ONNX = [("onnxruntime", "1.17.0", ["cpu"])]
+PRIVATE_FILE = "/api/v1/artifacts/models/alice-net/1.0.0/net.onnx"
+
+
+@pytest.fixture
+def bobs_agent(bob) -> APIClient:  # type: ignore[no-untyped-def]
+    """The best token Bob's browser session can mint: every scope, agent included."""
+    session = APIClient()
+    session.force_login(bob)
+    response = session.post(
+        "/api/v1/tokens/",
+        {"name": "my box", "scopes": ["read", "write", "evaluate", "agent"]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {response.json()['token']}")
+    return client
+
+
+@pytest.fixture
+def bobs_box(bobs_agent, hosts) -> Host:  # type: ignore[no-untyped-def]
+    """Bob's self-hosted host, with the same capabilities as the pool's CPU hosts."""
+    response = register_host(bobs_agent, "bob-box", ONNX, queues=["onnxruntime.cpu"])
+    assert response.status_code == 201, response.content
+    return Host.objects.get(name="bob-box")
+
+
+@pytest.fixture
+def alice_private(make_client, alice) -> APIClient:  # type: ignore[no-untyped-def]
+    client = make_client(alice, scopes=["read", "write", "evaluate"])
+    text = model_yaml("alice-net", graph_file="net.onnx")
+    assert upload(client, text, {"net.onnx": b"alice's weights"}).status_code == 201
+    return client  # type: ignore[no-any-return]
+
+
+def _snapshot(evaluation_id: str) -> tuple[Any, ...]:
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    return (
+        evaluation.status,
+        evaluation.dispatches,
+        evaluation.attempts,
+        evaluation.host_id,
+        evaluation.claim,
+        StatusChange.objects.filter(evaluation=evaluation).count(),
+    )
+
+
+def test_none_of_20_private_launches_reaches_a_self_hosted_agent_of_another_user(
+    alice_private, bobs_box, broker, django_capture_on_commit_callbacks
+) -> None:
+    scope = bobs_box.scope
+    assert scope == f"user-{bobs_box.owner_id}"
+    broker.drain(*bobs_box.queues, "pool.onnxruntime.cpu")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ids = [launched_id(launch(alice_private, model="alice-net")) for _ in range(20)]
+
+    evaluations = Evaluation.objects.filter(pk__in=ids)
+    assert {e.queue.split(".", 1)[0] for e in evaluations} == {"pool"}
+    assert all(e.target_host_id != bobs_box.pk for e in evaluations)
+    for queue in bobs_box.queues:
+        assert broker.take(queue) == []
+    sent = [args[0] for _, args in broker.take("pool.onnxruntime.cpu")]
+    assert sorted(sent) == sorted(ids)
+
+
+def test_a_forged_claim_from_an_untrusted_host_is_refused_and_changes_nothing(
+    alice_private, bobs_agent, bobs_box
+) -> None:
+    evaluation_id = launched_id(launch(alice_private, model="alice-net"))
+    before = _snapshot(evaluation_id)
+
+    response = claim(bobs_agent, evaluation_id, bobs_box)
+
+    assert response.status_code == 403
+    assert "alice-net" not in response.content.decode()
+    assert "source" not in response.json()
+    assert _snapshot(evaluation_id) == before
+    assert bobs_agent.get(PRIVATE_FILE).status_code == 404
+
+
+def test_forged_progress_result_status_and_spans_for_another_users_job_are_refused(
+    alice_private, agent, bobs_agent, bobs_box, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_private, model="alice-net"))
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()  # the pool's host runs it
+    before = _snapshot(evaluation_id)
+    trace_id = Evaluation.objects.get(pk=evaluation_id).trace_id
+
+    # Bob does not know the claim id; even with it, his token holds no claim on the job.
+    for claim_id in ("f" * 32, job["claim"]):
+        assert progress(bobs_agent, evaluation_id, claim_id, 1, 2).status_code == 403
+        assert post_result(bobs_agent, evaluation_id, result_body(claim_id)).status_code == 403
+        body = {"claim": claim_id, "status": "failed", "reason": "forged"}
+        assert bobs_agent.post(url(evaluation_id, "status"), body, format="json").status_code == 403
+    spans = bobs_agent.post(
+        "/v1/traces", export(trace_id, ("forged", 0, 10, {})), content_type=PROTOBUF
+    )
+    assert spans.status_code == 403
+    assert bobs_agent.get(PRIVATE_FILE).status_code == 404
+    assert bobs_agent.get(url(evaluation_id)).status_code == 404
+    assert bobs_agent.get(f"/api/v1/traces/{trace_id}/").status_code == 404
+
+    assert _snapshot(evaluation_id) == before
+    assert not Result.objects.exists()
+    # The host that holds the claim still finishes it.
+    assert post_result(agent, evaluation_id, result_body(job["claim"])).status_code == 201
+
+
+def test_a_users_jobs_prefer_their_own_host_and_may_name_a_trusted_one(
+    bobs_agent, bobs_box, hosts
+) -> None:
+    on_own = launched_id(launch(bobs_agent))
+    assert Evaluation.objects.get(pk=on_own).queue == f"{bobs_box.scope}.onnxruntime.cpu"
+
+    named = launched_id(launch(bobs_agent, host="cpu-2"))
+    evaluation = Evaluation.objects.get(pk=named)
+    assert evaluation.queue == "pool.host.cpu-2" and evaluation.target_host == hosts["cpu-2"]
+
+
+def test_naming_a_host_the_launcher_may_not_use_is_refused(
+    alice_private, bobs_box
+) -> None:
+    count = Evaluation.objects.count()
+
+    response = launch(alice_private, model="alice-net", host="bob-box")
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["host"]
+    assert "bob-box" in response.json()["errors"][0]["message"]
+    assert Evaluation.objects.count() == count
+
+
+def test_with_only_untrusted_hosts_live_the_launch_says_so(
+    make_client, alice, bobs_agent, catalog
+) -> None:
+    assert register_host(bobs_agent, "bob-box", ONNX).status_code == 201
+    alice_client = make_client(alice, scopes=["read", "evaluate"])
+
+    response = launch(alice_client)
+
+    assert response.status_code == 400
+    assert error_paths(response) == ["hosts"]
+    assert "you may use" in response.json()["errors"][0]["message"]
+    assert not Evaluation.objects.exists()
+
+
+def test_a_group_members_jobs_run_on_the_groups_host(
+    make_client, alice, bob, bobs_agent, catalog
+) -> None:
+    lab = Group.objects.create(name="lab")
+    bob.groups.add(lab)
+    assert register_host(bobs_agent, "lab-box", ONNX, group="lab").status_code == 201
+    alice_client = make_client(alice, scopes=["read", "evaluate"])
+    assert launch(alice_client).status_code == 400  # not a member yet
+
+    alice.groups.add(lab)
+    evaluation_id = launched_id(launch(alice_client))
+
+    assert Evaluation.objects.get(pk=evaluation_id).queue == f"group-{lab.pk}.onnxruntime.cpu"
+    job = claim(bobs_agent, evaluation_id, Host.objects.get(name="lab-box"))
+    assert job.status_code == 200, job.content
+
+
+def test_another_users_self_hosted_host_is_not_listed(alice_private, bobs_box, hosts) -> None:
+    names = [h["name"] for h in alice_private.get("/api/v1/hosts/").json()["results"]]
+
+    assert "bob-box" not in names and {"cpu-1", "cpu-2", "gpu-1"} <= set(names)
+    assert alice_private.get(f"/api/v1/hosts/{bobs_box.pk}/").status_code == 404
+
+
+@pytest.mark.redis
+def test_a_scopes_broker_credentials_reach_only_its_own_keys(
+    bobs_agent, bobs_box, alice_private, broker, django_capture_on_commit_callbacks
+) -> None:
+    import redis
+
+    with django_capture_on_commit_callbacks(execute=True):
+        launched_id(launch(alice_private, model="alice-net"))
+    config = bobs_agent.get(f"/api/v1/agent/config/?host={bobs_box.pk}").json()
+    prefix = config["broker_transport_options"]["global_keyprefix"]
+    assert prefix == f"{bobs_box.scope}:"
+    client = redis.Redis.from_url(config["broker_url"])
+    try:
+        client.lpush(f"{prefix}{bobs_box.scope}.onnxruntime.cpu", b"mine")
+        assert client.lpop(f"{prefix}{bobs_box.scope}.onnxruntime.cpu") == b"mine"
+        for key in ("pool:pool.onnxruntime.cpu", "pool:unacked", "_kombu.binding.x", "x"):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.lrange(key, 0, -1)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.keys("*")
+    finally:
+        client.close()
+    broker.drain("pool.onnxruntime.cpu")
