@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from evaluations import actions
+from evaluations import actions, broker_access
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ def sweep_once() -> int:
     close_old_connections()
     try:
         changed = actions.requeue_lost()
+        # After a Redis restart the broker users of the agents' scopes are gone; their agents
+        # reconnect with the same credentials once the sweep has made them again.
+        broker_access.ensure_live_scopes()
     finally:
         close_old_connections()
     for evaluation in changed:

@@ -118,6 +118,12 @@ class Agent:
         self.timings = Timings()
         self.stopping = threading.Event()
         self._registration: dict[str, Any] | None = None
+        # False while the broker does not answer: the agent then sends no heartbeats, so that
+        # the hub offers its host no work (see `watch_broker`).
+        self.broker_ok = threading.Event()
+        self.broker_ok.set()
+        self.active_jobs = 0
+        self._jobs_lock = threading.Lock()
 
     # -- the host --------------------------------------------------------------------------------
 
@@ -198,6 +204,8 @@ class Agent:
 
     def heartbeat_forever(self) -> None:
         while not self.stopping.wait(self.timings.heartbeat_seconds):
+            if not self.broker_ok.is_set():
+                continue  # deaf to the broker: not offered work
             try:
                 assert self.host_id is not None
                 self.client.heartbeat(self.host_id)
@@ -222,6 +230,15 @@ class Agent:
 
     def run_job(self, evaluation_id: str, dispatch: int) -> str:
         """Claim and run one evaluation; what became of it (for the log and the tests)."""
+        with self._jobs_lock:
+            self.active_jobs += 1
+        try:
+            return self._run_job(evaluation_id, dispatch)
+        finally:
+            with self._jobs_lock:
+                self.active_jobs -= 1
+
+    def _run_job(self, evaluation_id: str, dispatch: int) -> str:
         assert self.host_id is not None
         try:
             job = self.client.claim(evaluation_id, self.host_id, dispatch)
@@ -330,6 +347,44 @@ class Agent:
             progress=reporter.progress,
             cancelled=reporter.cancelled.is_set,
         )
+
+    # -- the broker ------------------------------------------------------------------------------
+
+    def watch_broker(
+        self, broker_url: str, transport_options: dict[str, Any], restart: Any
+    ) -> threading.Thread:
+        """Probe the broker every heartbeat period from a thread of its own.
+
+        A Celery worker whose broker connection broke during a task may never consume again
+        (its ack fails, and it stays deaf while the agent heartbeats). So while the broker does
+        not answer, the agent stops heartbeating, and the hub stops offering the host work and
+        dispatches its waiting jobs elsewhere; once the broker answers again, the agent waits
+        for its running jobs (which report over HTTP) and calls `restart`, which starts the
+        agent afresh with a new worker.
+        """
+
+        def watch() -> None:
+            lost_since: float | None = None
+            while not self.stopping.wait(self.timings.heartbeat_seconds):
+                ok = broker_answers(broker_url, transport_options)
+                if not ok and lost_since is None:
+                    lost_since = time.monotonic()
+                    self.broker_ok.clear()
+                    logger.warning("the broker does not answer; heartbeats stop until it does")
+                elif ok and lost_since is not None:
+                    logger.warning(
+                        "the broker answers again after %.0f s; restarting the worker once the "
+                        "running jobs end",
+                        time.monotonic() - lost_since,
+                    )
+                    while self.active_jobs and not self.stopping.wait(0.5):
+                        pass
+                    restart()
+                    return
+
+        thread = threading.Thread(target=watch, name="broker-watch", daemon=True)
+        thread.start()
+        return thread
 
     # -- the worker ------------------------------------------------------------------------------
 
@@ -473,6 +528,32 @@ def result_payload(job: dict[str, Any], evaluation: Evaluation) -> dict[str, Any
 # -- command line ------------------------------------------------------------------------------
 
 
+def broker_answers(broker_url: str, transport_options: dict[str, Any]) -> bool:
+    """Whether the broker accepts a connection and answers (a ping, with Redis) within a few
+    seconds. The filesystem broker always answers."""
+    if broker_url.startswith("filesystem"):
+        return True
+    from kombu import Connection
+
+    try:
+        with Connection(
+            broker_url, transport_options=transport_options, connect_timeout=3
+        ) as connection:
+            connection.ensure_connection(max_retries=1, timeout=3)
+            client = getattr(connection.default_channel, "client", None)
+            if client is not None and hasattr(client, "ping"):
+                client.ping()
+        return True
+    except Exception:
+        return False
+
+
+def _restart(argv: Sequence[str]) -> None:
+    """Start the agent afresh in this process (same arguments, a new worker)."""
+    logging.shutdown()
+    os.execv(sys.executable, [sys.executable, "-m", "predictors.agent", *argv])  # noqa: S606
+
+
 def _default_name() -> str:
     name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:128].lstrip("._-")
     return name or "agent"
@@ -587,6 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mlms agent: error: {exc}", file=sys.stderr)
         return 1
     agent.start_heartbeat()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    agent.watch_broker(broker, options, lambda: _restart(arguments))
     agent.work(broker, options)
     return 0
 

@@ -41,7 +41,12 @@ class AgentConfig(APIView):
         raw = request.query_params.get("host", "")
         if not raw.isdigit() or len(raw) > 18:
             raise ApiError(
-                [{"path": "host", "message": "the id of the host this agent registered is required"}]
+                [
+                    {
+                        "path": "host",
+                        "message": "the id of the host this agent registered is required",
+                    }
+                ]
             )
         host = Host.objects.select_related("group").filter(pk=int(raw)).first()
         if host is None or host.token_id != token.pk:

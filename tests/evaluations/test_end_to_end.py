@@ -556,12 +556,18 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
     cached = [p for p in (hub.folder / "cache-bob-box").rglob("*") if p.is_file()]
     assert not [p for p in cached if p.read_bytes() == graph or "alice" in str(p)]
     for evaluation_id, body in zip(ids, bodies, strict=True):
-        assert requests.get(
-            f"{hub.url}/api/v1/evaluations/{evaluation_id}/", headers=bob, timeout=10
-        ).status_code == 404
-        assert requests.get(
-            f"{hub.url}/api/v1/traces/{body['trace_id']}/", headers=bob, timeout=10
-        ).status_code == 404
+        assert (
+            requests.get(
+                f"{hub.url}/api/v1/evaluations/{evaluation_id}/", headers=bob, timeout=10
+            ).status_code
+            == 404
+        )
+        assert (
+            requests.get(
+                f"{hub.url}/api/v1/traces/{body['trace_id']}/", headers=bob, timeout=10
+            ).status_code
+            == 404
+        )
     # Bob's agent is not deaf: Bob's own job runs on it.
     launched = requests.post(
         f"{hub.url}/api/v1/evaluations/",

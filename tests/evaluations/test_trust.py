@@ -152,9 +152,7 @@ def test_a_users_jobs_prefer_their_own_host_and_may_name_a_trusted_one(
     assert evaluation.queue == "pool.host.cpu-2" and evaluation.target_host == hosts["cpu-2"]
 
 
-def test_naming_a_host_the_launcher_may_not_use_is_refused(
-    alice_private, bobs_box
-) -> None:
+def test_naming_a_host_the_launcher_may_not_use_is_refused(alice_private, bobs_box) -> None:
     count = Evaluation.objects.count()
 
     response = launch(alice_private, model="alice-net", host="bob-box")

@@ -47,4 +47,6 @@ def bob_agent(make_client, bob):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def operator_agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
     """An agent of an operator (staff), whose hosts may join the shared pool."""
-    return make_client(django_user_model.objects.create_user("ops", is_staff=True), scopes=["agent"])
+    return make_client(
+        django_user_model.objects.create_user("ops", is_staff=True), scopes=["agent"]
+    )

@@ -89,7 +89,9 @@ def test_a_queue_that_is_not_a_capability_of_the_host_is_refused(alice_agent, qu
     assert not Host.objects.exists()
 
 
-def test_only_staff_put_a_host_in_the_shared_pool(alice_agent, make_client, django_user_model) -> None:
+def test_only_staff_put_a_host_in_the_shared_pool(
+    alice_agent, make_client, django_user_model
+) -> None:
     refused = register_host(alice_agent, "gpu-01", ONNX, pool=True)
     assert refused.status_code == 403
     assert error_paths(refused) == ["pool"]

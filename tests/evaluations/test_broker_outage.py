@@ -1,0 +1,94 @@
+"""A broker killed and restarted while agents run jobs: nothing is lost, stuck or duplicated.
+
+The hub and two agents (real processes, `test_end_to_end.LiveHub`) use a Redis server of this
+test's own, which the test kills (SIGKILL) in the middle of a job and starts again. The running
+job reports over HTTP and finishes; the agents stop heartbeating while the broker is away,
+start a fresh worker when it is back (the hub has made their broker users again), and run the
+jobs launched afterwards. Each evaluation ends succeeded with exactly one result.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.evaluations.test_end_to_end import LiveHub, _free_port
+
+pytestmark = [pytest.mark.frameworks, pytest.mark.redis]
+
+
+class RedisServer:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            pytest.skip("redis-server is not installed")
+        self.process = subprocess.Popen(
+            [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            + ["--appendonly", "no", "--dir", str(self.folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def outage_hub(tmp_path: Path) -> Iterator[tuple[LiveHub, RedisServer]]:
+    redis_server = RedisServer(tmp_path)
+    redis_server.start()
+    hub = LiveHub(tmp_path / "hub")
+    (tmp_path / "hub").mkdir()
+    hub.env["CELERY_BROKER_URL"] = redis_server.url
+    try:
+        hub.start()
+        yield hub, redis_server
+    finally:
+        hub.stop()
+        redis_server.kill()
+
+
+def test_a_broker_killed_during_a_job_loses_nothing_and_the_agents_hear_again(
+    outage_hub: tuple[LiveHub, RedisServer],
+) -> None:
+    hub, redis_server = outage_hub
+    running_id = hub.launch(batch_sizes=[1], repeat=60)
+    hub.wait(lambda: hub.evaluation(running_id)["status"] == "running", "the job to start", 60)
+
+    redis_server.kill()
+    time.sleep(3)
+    redis_server.start()
+
+    first = hub.finished(running_id, timeout=120)
+    assert first["status"] == "succeeded", f"{first['history']}\n{hub.logs()}"
+    after = [hub.launch(batch_sizes=[1], limit=20) for _ in range(6)]
+    bodies = [hub.finished(evaluation_id, timeout=180) for evaluation_id in after]
+
+    assert [b["status"] for b in bodies] == ["succeeded"] * 6, hub.logs()
+    for evaluation_id in [running_id, *after]:
+        assert hub.result_rows(evaluation_id) == 1
+    logs = "".join(p.read_text(errors="replace") for p in hub.folder.glob("e2e-*.log"))
+    assert "the broker does not answer" in logs
