@@ -5,6 +5,17 @@ Each accepted export writes, per trace id it carries, one Parquet chunk (zstd) a
 `Trace` row. Per-level, per-name aggregates (`SpanAggregate`) are recomputed lazily, when read
 after new chunks arrived, so an export costs one file write and one row update.
 
+Malformed spans: an export is refused (400, nothing stored) when a span's
+`startTimeUnixNano`/`endTimeUnixNano` is 2^63 or more (Parquet and the database keep signed
+64-bit nanoseconds; 2^63 ns is the year 2262) or ends before it starts, and when an OTLP JSON
+body nests deeper than `MAX_JSON_DEPTH` (protobuf bodies have protobuf's own limit). Two things
+are cleaned rather than refused, so that one odd attribute does not cost a client its whole
+batch, and every read of a stored span (timeline, layers, Chrome and OTLP exports) still
+answers: a double attribute value that is NaN or ±Infinity (strict JSON has no such number) is
+stored as the string "NaN", "Infinity" or "-Infinity", the names the OTLP JSON encoding gives
+them; a NUL character (PostgreSQL text cannot hold one) in a span name, scope name, status
+message, attribute key or string value is replaced by U+FFFD.
+
 Authorization: a trace id that belongs to an evaluation is written by the evaluation's user
 (token scope `write` or `evaluate`) or by an agent token whose host claimed that evaluation; a
 trace id of no evaluation belongs to the user whose token first wrote into it. Reads follow the
@@ -47,6 +58,7 @@ from evaluations.trace_store import (
     read_table,
 )
 from hub import storage
+from hub.api.parsers import MAX_JSON_DEPTH, too_deep_message
 from hub.models import ApiToken
 
 USER_SCOPES = frozenset({"write", "evaluate"})
@@ -64,22 +76,34 @@ LEVELS = (
 # attributes `mlms.counter.<name>` (the name ends in its unit: `gpu.power_w`) are the values read
 # at its start; it is stored with them, so that they are read without parsing attributes.
 COUNTER_PREFIX = "mlms.counter."
+# The largest value of the integer columns: span times (Unix ns), layer indexes.
+INT64_MAX = 2**63 - 1
+# What a NUL character becomes (PostgreSQL text, and so our JSON and aggregate columns, cannot
+# hold one).
+NUL_REPLACEMENT = "\ufffd"
 
 
 class TraceError(Exception):
-    """A refused export: `status` is the HTTP status to answer."""
+    """A refused export: `status` is the HTTP status to answer, `path` the field at fault in
+    OTLP JSON's names ("" for the body as a whole)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, path: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.path = path
 
 
 # --- Decoding ---------------------------------------------------------------------------------
 
 
-def _hex_ids_to_base64(node: Any) -> None:
-    """OTLP JSON writes trace and span ids in hex; protobuf's JSON mapping expects base64."""
+def _hex_ids_to_base64(node: Any, depth: int = 1) -> None:
+    """OTLP JSON writes trace and span ids in hex; protobuf's JSON mapping expects base64.
+    Refuses (400) a body nesting deeper than MAX_JSON_DEPTH on the way."""
+    if not isinstance(node, dict | list):
+        return
+    if depth > MAX_JSON_DEPTH:
+        raise TraceError(400, too_deep_message())
     if isinstance(node, dict):
         for key, value in node.items():
             if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
@@ -88,10 +112,10 @@ def _hex_ids_to_base64(node: Any) -> None:
                 except ValueError:
                     raise TraceError(400, f"{key} {value!r} is not hexadecimal.") from None
             else:
-                _hex_ids_to_base64(value)
-    elif isinstance(node, list):
+                _hex_ids_to_base64(value, depth + 1)
+    else:
         for item in node:
-            _hex_ids_to_base64(item)
+            _hex_ids_to_base64(item, depth + 1)
 
 
 def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServiceRequest:
@@ -107,6 +131,10 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
             raise TraceError(400, f"The body is not JSON: {error}") from None
+        except RecursionError:
+            raise TraceError(400, too_deep_message()) from None
+        if not isinstance(data, dict):
+            raise TraceError(400, "The body must be a JSON object (an OTLP export).")
         _hex_ids_to_base64(data)
         try:
             json_format.ParseDict(data, message)
@@ -116,19 +144,50 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
         raise TraceError(
             415, "Send OTLP as application/x-protobuf or application/json."
         )  # pragma: no cover - the view checks first
-    for resource_spans in message.resource_spans:
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                if len(span.trace_id) != 16 or not any(span.trace_id):
-                    raise TraceError(400, "A span's trace id must be 16 bytes, not all zero.")
-                if len(span.span_id) != 8 or not any(span.span_id):
-                    raise TraceError(400, "A span's span id must be 8 bytes, not all zero.")
-                if span.parent_span_id and len(span.parent_span_id) != 8:
-                    raise TraceError(400, "A span's parent span id must be 8 bytes.")
+    for r, resource_spans in enumerate(message.resource_spans):
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            for index, span in enumerate(scope_spans.spans):
+                _check_span(span, f"resourceSpans.{r}.scopeSpans.{s}.spans.{index}")
     return message
 
 
+def _check_span(span: trace_pb2.Span, path: str) -> None:
+    """TraceError(400) naming the first field of `span` (at `path`) that cannot be stored."""
+    if len(span.trace_id) != 16 or not any(span.trace_id):
+        raise TraceError(
+            400, "A span's trace id must be 16 bytes, not all zero.", f"{path}.traceId"
+        )
+    if len(span.span_id) != 8 or not any(span.span_id):
+        raise TraceError(400, "A span's span id must be 8 bytes, not all zero.", f"{path}.spanId")
+    if span.parent_span_id and len(span.parent_span_id) != 8:
+        raise TraceError(400, "A span's parent span id must be 8 bytes.", f"{path}.parentSpanId")
+    for field, value in (
+        ("startTimeUnixNano", span.start_time_unix_nano),
+        ("endTimeUnixNano", span.end_time_unix_nano),
+    ):
+        if value > INT64_MAX:
+            raise TraceError(
+                400,
+                f"A span's {field} must be below 2^63 (Unix nanoseconds before the year 2262), "
+                f"not {value}.",
+                f"{path}.{field}",
+            )
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        raise TraceError(
+            400,
+            f"A span's endTimeUnixNano ({span.end_time_unix_nano}) is before its "
+            f"startTimeUnixNano ({span.start_time_unix_nano}).",
+            f"{path}.endTimeUnixNano",
+        )
+
+
+def _clean(text: str) -> str:
+    """`text` storable anywhere: NUL characters replaced (PostgreSQL text cannot hold them)."""
+    return text.replace("\x00", NUL_REPLACEMENT) if "\x00" in text else text
+
+
 def _value(value: common_pb2.AnyValue) -> Any:
+    """An attribute value as stored: strict JSON (NaN and ±Infinity as strings), no NULs."""
     kind = value.WhichOneof("value")
     if kind is None:
         return None
@@ -138,11 +197,25 @@ def _value(value: common_pb2.AnyValue) -> Any:
         return _attributes(value.kvlist_value.values)
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode("ascii")
+    if kind == "string_value":
+        return _clean(value.string_value)
+    if kind == "double_value" and not math.isfinite(value.double_value):
+        # Strings, with the names OTLP JSON (protobuf's JSON mapping) gives these numbers.
+        number = value.double_value
+        return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
     return getattr(value, kind)
 
 
 def _attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
-    return {pair.key: _value(pair.value) for pair in pairs}
+    return {_clean(pair.key): _value(pair.value) for pair in pairs}
+
+
+def load_attributes(text: str | None) -> dict[str, Any]:
+    """Stored attributes (or resource) JSON. Chunks written before NaN and ±Infinity were
+    stored as strings may hold them as bare JSON constants: those come back as those strings
+    too, so that no read answers a number strict JSON cannot carry."""
+    result: dict[str, Any] = json.loads(text or "{}", parse_constant=str)
+    return result
 
 
 def _any_value(value: Any) -> common_pb2.AnyValue:
@@ -171,10 +244,12 @@ def _text(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int | None:
+    """`value` as a signed 64-bit integer (the column's type), else None."""
     try:
-        return None if value is None or isinstance(value, bool) else int(value)
-    except (TypeError, ValueError):
+        number = None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if number is not None and -INT64_MAX - 1 <= number <= INT64_MAX else None
 
 
 def _counter_values(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -205,7 +280,7 @@ def rows_by_trace(
     for resource_spans in message.resource_spans:
         resource = json.dumps(_attributes(resource_spans.resource.attributes), sort_keys=True)
         for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope.name
+            scope = _clean(scope_spans.scope.name)
             for span in scope_spans.spans:
                 attributes = _attributes(span.attributes)
                 trace_id = span.trace_id.hex()
@@ -214,7 +289,7 @@ def rows_by_trace(
                         "trace_id": trace_id,
                         "span_id": span.span_id.hex(),
                         "parent_span_id": span.parent_span_id.hex(),
-                        "name": span.name,
+                        "name": _clean(span.name),
                         "kind": int(span.kind),
                         "start_ns": int(span.start_time_unix_nano),
                         "end_ns": int(span.end_time_unix_nano),
@@ -222,7 +297,7 @@ def rows_by_trace(
                         "resource": resource,
                         "scope": scope,
                         "status": int(span.status.code),
-                        "status_message": span.status.message,
+                        "status_message": _clean(span.status.message),
                         "level": _text(attributes.get("mlms.level")),
                         "layer_index": _int(attributes.get("mlms.layer_index")),
                         "layer_name": _text(attributes.get("mlms.layer_name")),
@@ -378,8 +453,8 @@ def span_json(row: dict[str, Any]) -> dict[str, Any]:
         "op_type": row["op_type"],
         "status": row["status"],
         "status_message": row["status_message"],
-        "attributes": json.loads(row["attributes"] or "{}"),
-        "resource": json.loads(row["resource"] or "{}"),
+        "attributes": load_attributes(row["attributes"]),
+        "resource": load_attributes(row["resource"]),
     }
 
 
@@ -425,7 +500,7 @@ def chrome(trace_id: str) -> dict[str, Any]:
                     }
                 )
             continue
-        args = json.loads(row["attributes"] or "{}")
+        args = load_attributes(row["attributes"])
         args.update(span_id=row["span_id"], parent_span_id=row["parent_span_id"] or None)
         events.append(
             {
@@ -467,7 +542,7 @@ def otlp(trace_id: str) -> dict[str, Any]:
         resource = row["resource"] or "{}"
         if resource not in resources:
             resources[resource] = message.resource_spans.add()
-            resources[resource].resource.attributes.extend(_key_values(json.loads(resource)))
+            resources[resource].resource.attributes.extend(_key_values(load_attributes(resource)))
         key = (resource, row["scope"] or "")
         if key not in groups:
             groups[key] = resources[resource].scope_spans.add()
@@ -481,7 +556,7 @@ def otlp(trace_id: str) -> dict[str, Any]:
         span.kind = row["kind"]  # type: ignore[assignment]
         span.start_time_unix_nano = row["start_ns"]
         span.end_time_unix_nano = row["end_ns"]
-        span.attributes.extend(_key_values(json.loads(row["attributes"] or "{}")))
+        span.attributes.extend(_key_values(load_attributes(row["attributes"])))
         span.status.code = row["status"]  # type: ignore[assignment]
         span.status.message = row["status_message"] or ""
     result: dict[str, Any] = _hex_ids(json_format.MessageToDict(message))
@@ -666,9 +741,11 @@ def _aggregate(trace_id: str) -> list[dict[str, Any]]:
         count, total = int(row["duration_count"]), int(row["duration_sum"])
         made.append(
             {
-                "level": row["level"],
-                "name": row["name"][:255],
-                "op_type": row["op_type"][:128],
+                # Cut to the columns' lengths, and cleaned: chunks stored before NULs were
+                # replaced may hold them.
+                "level": _clean(row["level"])[:32],
+                "name": _clean(row["name"])[:255],
+                "op_type": _clean(row["op_type"])[:128],
                 "layer_index": row["layer_index_first"],
                 "count": count,
                 "total_ns": total,

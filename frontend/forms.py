@@ -172,6 +172,12 @@ class LaunchForm(forms.Form):
         initial="one",
         widget=forms.RadioSelect,
     )
+    host = forms.ChoiceField(
+        label="Host",
+        required=False,
+        help_text="Only hosts you may use are offered: your own, your groups' and the shared "
+        "pool. Any host lets the hub choose (yours first).",
+    )
     batch_sizes = forms.CharField(
         label="Batch sizes",
         initial="1",
@@ -205,9 +211,11 @@ class LaunchForm(forms.Form):
         frameworks: list[tuple[str, str]],
         datasets: list[tuple[str, str]],
         trace_levels: list[tuple[str, str]],
+        hosts: list[tuple[str, str]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["host"].choices = [("", "Any host you may use"), *(hosts or [])]  # type: ignore[attr-defined]
         self.fields["model"].choices = models  # type: ignore[attr-defined]
         self.fields["framework"].choices = frameworks  # type: ignore[attr-defined]
         self.fields["dataset"].choices = datasets  # type: ignore[attr-defined]

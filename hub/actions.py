@@ -11,15 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from hub import storage
 from hub.api.errors import ApiError, Conflict
-from hub.models import ApiToken, Artifact, Host, Manifest
+from hub.models import ApiToken, Artifact, Host, Manifest, host_scope
 from predictors import manifests as spec
+from predictors.hub_client import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
 
 _SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
@@ -85,6 +86,11 @@ def register_manifest(
         relative = path.removeprefix(namespace + "/")
         upload = uploads.get(relative)
         referenced.add(relative)
+        try:
+            storage.check_file(path)  # not a folder of the store, nor below one of its files
+        except storage.StorePathError as error:
+            errors.append({"path": field, "message": str(error)})
+            continue
         existing = Artifact.objects.filter(path=path).first()
         if (
             upload is None
@@ -247,20 +253,97 @@ def delete_manifest(manifest: Manifest) -> None:
 
 
 def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]:
-    """Create or update the host named in `payload` for the agent token's user."""
+    """Create or update the host named in `payload` for the agent token's user.
+
+    `pool: true` puts the host in the operators' shared pool (staff only); `group` (a group's
+    name) lends it to that group's members (members only). The hub, not the agent, names the
+    queues the host's agent consumes: its own `<scope>.host.<name>` and one `<scope>.<capability>`
+    per capability it offers (`queues` in the payload, by default every framework × device it
+    registers; each must be one of those).
+    """
     name = payload["name"]
+    user = token.user
+    pool = bool(payload.get("pool", False))
+    group_name = payload.get("group") or None
+    group = None
+    if pool and not user.is_staff:
+        raise ApiError(
+            [{"path": "pool", "message": "only operators (staff) add hosts to the shared pool"}],
+            status_code=403,
+        )
+    if pool and group_name:
+        raise ApiError(
+            [
+                {
+                    "path": "group",
+                    "message": "a host is in the shared pool or lent to a group, not both",
+                }
+            ]
+        )
+    if group_name:
+        group = Group.objects.filter(name=group_name).first()
+        if group is None or not (user.is_staff or user.groups.filter(pk=group.pk).exists()):
+            raise ApiError(
+                [
+                    {
+                        "path": "group",
+                        "message": f"you are not a member of a group named '{group_name}'",
+                    }
+                ],
+                status_code=403,
+            )
+    scope = host_scope(pool=pool, group_id=group.pk if group else None, owner_id=user.pk)
+    queues = [host_queue(scope, name)] + [
+        capability_queue(scope, *offer.split(".", 1))
+        for offer in _offered_capabilities(name, payload)
+    ]
     host = Host.objects.filter(name=name).first()
     if host is not None and host.owner_id != token.user_id:
         raise Conflict(f"host '{name}' is registered by another user", path="name")
     created = host is None
     if host is None:
-        host = Host(name=name, owner=token.user)
-    for field in ("hardware", "software", "frameworks", "devices", "queues"):
+        host = Host(name=name, owner=user)
+    for field in ("hardware", "software", "frameworks", "devices"):
         setattr(host, field, payload.get(field, getattr(host, field)))
+    host.queues = queues
+    host.pool = pool
+    host.group = group
     host.token = token
     host.last_heartbeat = timezone.now()
     host.save()
     return host, created
+
+
+def _offered_capabilities(name: str, payload: dict[str, Any]) -> list[str]:
+    """The capabilities (`onnxruntime.cpu`) the host serves: those its `queues` name, each one
+    of its frameworks × devices, or all of those; ApiError naming a queue it cannot serve."""
+    available = [
+        capability(str(entry.get("name")), device)
+        for entry in payload.get("frameworks", [])
+        for device in (entry.get("devices") or ["cpu"])
+    ]
+    asked = payload.get("queues")
+    if asked is None:
+        return list(dict.fromkeys(available))
+    offered: list[str] = []
+    errors = []
+    for index, queue in enumerate(asked):
+        if queue == f"host.{name}":
+            continue  # its own queue, which it always consumes
+        if queue not in available:
+            errors.append(
+                {
+                    "path": f"queues.{index}",
+                    "message": f"'{queue}' is not a capability of this host (it offers "
+                    f"{', '.join(dict.fromkeys(available)) or 'none'}); the hub names the "
+                    "queues, an agent only chooses among its capabilities",
+                }
+            )
+        elif queue not in offered:
+            offered.append(queue)
+    if errors:
+        raise ApiError(errors)
+    return offered
 
 
 def record_heartbeat(host: Host) -> Host:

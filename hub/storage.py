@@ -53,6 +53,24 @@ def resolve(path: str) -> Path:
     return target
 
 
+def check_file(path: str) -> Path:
+    """The absolute file for a store path that names a file or nothing yet; StorePathError
+    when it names a folder of the store, or a path below one of the store's files (neither can
+    be read as, nor written to, a file)."""
+    target = resolve(path)
+    if target.is_dir():
+        raise StorePathError(f"repo://{path} names a folder of the artifact store, not a file")
+    base = root().resolve()
+    for parent in target.parents:
+        if parent == base or not parent.is_relative_to(base):
+            break
+        if parent.exists() and not parent.is_dir():
+            raise StorePathError(
+                f"repo://{path} lies below repo://{parent.relative_to(base)}, which is a file"
+            )
+    return target
+
+
 def sha256_of(file: Path) -> str:
     digest = hashlib.sha256()
     with file.open("rb") as handle:

@@ -3,7 +3,13 @@
 WebSockets authenticate with the browser's session (from this site's own pages: an `Origin`
 header must name one of ALLOWED_HOSTS or CSRF_TRUSTED_ORIGINS) or with `?token=<API token>`,
 since a browser cannot set an Authorization header on a WebSocket. The consumers find the user
-in `scope["user"]` and the scopes it holds in `scope["auth_scopes"]`.
+in `scope["user"]` and the scopes it holds in `scope["auth_scopes"]`. A WebSocket path that
+names no route (`/ws/evaluations/None/`, `/ws/nope/`) is accepted and closed with 4404, like an
+evaluation the caller may not see.
+
+HTTP requests go to Django through `BodyLengthASGIHandler`, which gives a body sent without a
+Content-Length (`Transfer-Encoding: chunked`) the length it turned out to have; daphne answers
+a URL too long for it with 414 (mlmodelscope.daphne_limits).
 """
 
 import os
@@ -12,22 +18,54 @@ from urllib.parse import parse_qs, urlsplit
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlmodelscope.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest  # noqa: E402
+from django.http import HttpResponse  # noqa: E402
 
-# Django's set-up comes first: the imports below need the app registry.
-django_asgi_app = get_asgi_application()
+
+class BodyLengthASGIHandler(ASGIHandler):
+    """Django's ASGI handler, setting CONTENT_LENGTH for a body that came without one.
+
+    A chunked request (`Transfer-Encoding: chunked`, as `curl -T -` or a streaming client
+    sends) carries no Content-Length header, so Django's ASGIRequest has no CONTENT_LENGTH, and
+    both DRF (`Request._load_stream`) and Django's multipart parser read a missing length as
+    0: the body is parsed as empty although the server delivered it. By the time the request
+    is made, the handler has read the whole body into `body_file`, so its length is known; with
+    it set, the body parses, and every size limit that reads CONTENT_LENGTH applies to it too.
+    """
+
+    def create_request(
+        self, scope: dict[str, Any], body_file: Any
+    ) -> tuple[ASGIRequest | None, HttpResponse | None]:
+        request, error = super().create_request(scope, body_file)
+        if request is not None and not request.META.get("CONTENT_LENGTH"):
+            body_file.seek(0, os.SEEK_END)
+            size = body_file.tell()
+            body_file.seek(0)
+            if size:
+                request.META["CONTENT_LENGTH"] = str(size)
+        return request, error
+
+
+# Django's set-up comes first (as django.core.asgi.get_asgi_application does it): the imports
+# below need the app registry.
+django.setup(set_prefix=False)
+django_asgi_app = BodyLengthASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.db import database_sync_to_async  # noqa: E402
+from channels.generic.websocket import AsyncWebsocketConsumer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import AnonymousUser  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
+from django.urls import re_path  # noqa: E402
 from rest_framework.exceptions import AuthenticationFailed  # noqa: E402
 
 from evaluations.routing import websocket_urlpatterns  # noqa: E402
 from evaluations.sweeper import Sweeper  # noqa: E402
 from hub.authentication import SESSION_SCOPES, authenticate_token  # noqa: E402
+from mlmodelscope.daphne_limits import answer_overlong_lines  # noqa: E402
 
 
 def _token_user(raw: str) -> tuple[Any, frozenset[str]]:
@@ -68,10 +106,20 @@ class WebSocketAuthMiddleware:
         return await self.app(scope, receive, send)
 
 
+class NoSuchPath(AsyncWebsocketConsumer):  # type: ignore[misc]
+    """Any WebSocket path no route names: accepted, then closed with 4404 (unrouted, Channels
+    would raise, and daphne would drop the connection with no close code)."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=4404)
+
+
 websocket_application = AuthMiddlewareStack(
-    WebSocketAuthMiddleware(URLRouter(websocket_urlpatterns))
+    WebSocketAuthMiddleware(URLRouter([*websocket_urlpatterns, re_path(r"", NoSuchPath.as_asgi())]))
 )
 
+answer_overlong_lines()
 application = Sweeper(
     ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application})
 )

@@ -71,6 +71,13 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
         r"^[a-z0-9_]{0,32}$", allow_blank=True, default="", help_text="amd64, arm64, …"
     )
     hosts = serializers.ChoiceField(choices=["one", "all"], default="one")
+    host = serializers.RegexField(
+        r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127})?$",
+        allow_blank=True,
+        default="",
+        help_text="run on this host (one you may use: your own, your groups', the shared "
+        "pool); empty to let the hub choose",
+    )
     batch_sizes = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=MAX_BATCH_SIZE),
         min_length=1,
@@ -88,7 +95,10 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
-            raise serializers.ValidationError("the request must be a JSON object")
+            # A dict, as DRF's own non-field errors: a bare string here breaks `.errors`.
+            raise serializers.ValidationError(
+                {"non_field_errors": ["the request body must be a JSON object"]}
+            )
         unknown = sorted(set(data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
@@ -100,6 +110,10 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["host"] and attrs["hosts"] == "all":
+            raise serializers.ValidationError(
+                {"host": ["names one host; hosts 'all' runs on every host that can"]}
+            )
         if attrs["gpu_model"] and attrs["device"] != "gpu":
             raise serializers.ValidationError({"gpu_model": ["needs device gpu"]})
         if attrs["cold_start"]:

@@ -46,8 +46,10 @@ TOP_KERNELS = 50
 KERNEL_LEVELS = ("ml_library", "system_library", "hardware")
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JsonResponse:
-    body = {"detail": message, "errors": [{"path": "", "line": None, "message": message}]}
+def _error(
+    status: int, message: str, headers: dict[str, str] | None = None, path: str = ""
+) -> JsonResponse:
+    body = {"detail": message, "errors": [{"path": path, "line": None, "message": message}]}
     return JsonResponse(body, status=status, headers=headers)
 
 
@@ -98,7 +100,7 @@ def otlp_receiver(request: HttpRequest) -> HttpResponse:
         message = traces.decode(_body(request, settings.TRACE_MAX_BYTES), content_type)
         traces.ingest(token, message)
     except traces.TraceError as error:
-        return _error(error.status, error.message)
+        return _error(error.status, error.message, path=error.path)
     answer = trace_service_pb2.ExportTraceServiceResponse()
     if content_type == "application/json":
         return HttpResponse(b"{}", content_type="application/json")
@@ -167,6 +169,8 @@ class EvaluationTrace(TraceView):
 
 
 def _int_param(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
+    """An integer query parameter in [minimum, 2^63 - 1] (what the span columns hold), else
+    400 naming it."""
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
@@ -176,6 +180,10 @@ def _int_param(request: Request, name: str, default: int | None, minimum: int = 
         raise ApiError([{"path": name, "message": f"{name} must be an integer."}]) from None
     if value < minimum:
         raise ApiError([{"path": name, "message": f"{name} must be at least {minimum}."}])
+    if value > traces.INT64_MAX:
+        raise ApiError(
+            [{"path": name, "message": f"{name} must be at most {traces.INT64_MAX} (2^63 - 1)."}]
+        )
     return value
 
 
@@ -198,6 +206,8 @@ class TraceTimeline(TraceView):
         trace, _evaluation = _readable(request, trace_id)
         start = _int_param(request, "start", None)
         end = _int_param(request, "end", None)
+        if start is not None and end is not None and end < start:
+            raise ApiError([{"path": "end", "message": f"end ({end}) is before start ({start})."}])
         max_spans = _int_param(request, "max_spans", 1000, minimum=1)
         max_points = _int_param(request, "max_points", 1000, minimum=1)
         assert max_spans is not None and max_points is not None

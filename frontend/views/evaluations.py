@@ -97,7 +97,21 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         frameworks=[(f, display.framework_name(f)) for f in FRAMEWORKS],
         datasets=[(name, name) for name in catalog["datasets"]],
         trace_levels=[(t, f"{t} — {TRACE_LEVEL_MEANINGS.get(t, '')}") for t in TRACE_LEVELS],
+        hosts=[(host.name, _host_label(host)) for host in _trusted_hosts(request)],
     )
+
+
+def _trusted_hosts(request: HttpRequest) -> Any:
+    """The live hosts the user may run jobs on (never another user's own host)."""
+    return Host.objects.live().trusted_by(request.user).select_related("group")
+
+
+def _host_label(host: Host) -> str:
+    if host.pool:
+        return f"{host.name} (shared pool)"
+    if host.group is not None:
+        return f"{host.name} (group {host.group.name})"
+    return f"{host.name} (yours)"
 
 
 def _add_errors(form: LaunchForm, errors: list[dict[str, Any]]) -> None:
@@ -141,7 +155,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                     return redirect(reverse("evaluations") + f"?group={first.group}")
             else:
                 _add_errors(form, flatten_errors(serializer.errors))
-    hosts = Host.objects.live()
+    hosts = _trusted_hosts(request)
     return render(
         request,
         "frontend/launch.html",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
@@ -56,6 +58,16 @@ def _flatten(detail: Any, path: str = "") -> list[dict[str, Any]]:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RequestDataTooBig):  # Django's own limit on a body read in memory
+        exc = ApiError(
+            [
+                {
+                    "message": "The request body is larger than the limit of "
+                    f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+                }
+            ],
+            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -33,7 +33,7 @@ from django.contrib.auth import get_user_model
 from hub.models import ApiToken
 User = get_user_model()
 alice = User.objects.create_user("alice", password=os.environ["MLMS_TEST_PASSWORD"])
-operator = User.objects.create_user("operator")
+operator = User.objects.create_user("operator", is_staff=True)
 _, user_token = ApiToken.issue(alice, name="tests", scopes=["read", "write", "evaluate"])
 _, agent_token = ApiToken.issue(operator, name="agent", scopes=["agent"])
 print(json.dumps({"user_token": user_token, "agent_token": agent_token}))
@@ -104,6 +104,7 @@ class HubProcess:
                 "name": "cpu-1",
                 "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
                 "queues": ["host.cpu-1", "onnxruntime.cpu"],
+                "pool": True,
             },
             token=self.agent_token,
         )

@@ -35,7 +35,7 @@ def alice(django_user_model):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
-    operator = django_user_model.objects.create_user("operator")
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
     return make_client(operator, scopes=["agent"])
 
 

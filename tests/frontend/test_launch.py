@@ -26,7 +26,7 @@ def catalog(make_client, django_user_model):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def hosts(make_client, django_user_model, catalog):  # type: ignore[no-untyped-def]
-    operator = django_user_model.objects.create_user("operator")
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
     return register_hosts(make_client(operator, scopes=["agent"]))
 
 

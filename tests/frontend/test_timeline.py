@@ -30,7 +30,7 @@ def alice(django_user_model):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def launched(make_client, alice, django_user_model, broker) -> str:  # type: ignore[no-untyped-def]
     """Alice's evaluation of m on d, dispatched (so still live)."""
-    operator = django_user_model.objects.create_user("operator")
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
     bob = django_user_model.objects.create_user("bob")
     catalog_manifests(make_client(bob, scopes=["read", "write"]))
     register_hosts(make_client(operator, scopes=["agent"]))
