@@ -379,12 +379,11 @@ def record_result(
             host=evaluation.host,
         )
         evaluation.progress_done = evaluation.progress_total
-        record_status(
-            evaluation,
-            SUCCEEDED,
-            f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs",
-            host=evaluation.host,
-        )
+        reason = f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
+        if evaluation.cancel_requested:
+            # The cancel raced the end of the run and lost: say so rather than drop it.
+            reason += "; a cancel was requested, but the run finished before the agent saw it"
+        record_status(evaluation, SUCCEEDED, reason, host=evaluation.host)
     return result
 
 

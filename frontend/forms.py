@@ -203,6 +203,9 @@ class LaunchForm(forms.Form):
     cold_start = forms.BooleanField(
         label="Cold start: time the first predictions, with no warm-up", required=False
     )
+    # One per rendered form: the same form submitted twice (Enter pressed twice, a resubmitted
+    # POST) launches once.
+    nonce = forms.CharField(required=False, max_length=32, widget=forms.HiddenInput)
 
     def __init__(
         self,
@@ -227,6 +230,8 @@ class LaunchForm(forms.Form):
         data = self.cleaned_data
         request: dict[str, Any] = {}
         for name, value in data.items():
+            if name == "nonce":
+                continue
             if name == "cold_start":
                 request[name] = bool(value)
             elif name == "batch_sizes":

@@ -8,6 +8,8 @@ The launch form validates with the API's own request serializer and launches wit
 
 from __future__ import annotations
 
+import secrets
+
 from typing import Any
 from uuid import UUID
 
@@ -90,6 +92,7 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         )
         if model["dataset"] in catalog["datasets"]:
             initial["dataset"] = model["dataset"]
+    initial["nonce"] = secrets.token_hex(16)
     return LaunchForm(
         data,
         initial=initial,
@@ -114,6 +117,33 @@ def _host_label(host: Host) -> str:
     return f"{host.name} (yours)"
 
 
+_LAUNCHED = "frontend.launched"
+
+
+def _launched_before(request: HttpRequest) -> HttpResponse | None:
+    """Where the first submission of this form went, when the form was submitted before."""
+    nonce = str(request.POST.get("nonce", ""))
+    previous = (request.session.get(_LAUNCHED) or {}).get(nonce) if nonce else None
+    if not isinstance(previous, dict):
+        return None
+    if previous.get("count") == 1:
+        return redirect("evaluation", pk=previous["first"])
+    return redirect(reverse("evaluations") + f"?group={previous['group']}")
+
+
+def _remember_launch(request: HttpRequest, launched: list[Any]) -> None:
+    nonce = str(request.POST.get("nonce", ""))
+    if not nonce:
+        return
+    seen = dict(request.session.get(_LAUNCHED) or {})
+    seen[nonce] = {
+        "first": str(launched[0].pk),
+        "group": str(launched[0].group),
+        "count": len(launched),
+    }
+    request.session[_LAUNCHED] = dict(list(seen.items())[-50:])
+
+
 def _add_errors(form: LaunchForm, errors: list[dict[str, Any]]) -> None:
     """Show each error of the API's format beside the field its path names."""
     for error in errors:
@@ -135,6 +165,9 @@ def launch(request: HttpRequest) -> HttpResponse:
     form = _form(request, catalog)
     if request.method == "POST":
         form = _form(request, catalog, request.POST)
+        done = _launched_before(request)
+        if done is not None:
+            return done
         if form.is_valid():
             serializer = EvaluationRequestSerializer(data=form.request())
             if serializer.is_valid():
@@ -147,6 +180,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                     _add_errors(form, error.errors)
                 else:
                     first = launched[0]
+                    _remember_launch(request, launched)
                     if len(launched) == 1:
                         return redirect("evaluation", pk=first.pk)
                     messages.success(

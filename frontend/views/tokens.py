@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from frontend.forms import TokenForm
 from hub import actions
 from hub.models import ApiToken
 
 
+# The new token's id and value travel from the POST to the page it redirects to in the session,
+# and are removed when shown: reloading the page neither mints another token nor shows it again.
+_CREATED = "frontend.created_token"
+
+
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
     created = None
     form = TokenForm()
+    shown = request.session.pop(_CREATED, None)
+    if request.method == "GET" and isinstance(shown, dict):
+        token_row = ApiToken.objects.filter(pk=shown.get("pk"), user=request.user).first()
+        if token_row is not None:
+            created = {"token": token_row, "raw": str(shown.get("raw", ""))}
     if request.method == "POST" and "revoke" in request.POST:
         pk = request.POST["revoke"]
         if not (pk.isascii() and pk.isdigit()):
@@ -30,8 +40,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 scopes=form.cleaned_data["scopes"],
                 expires_in_days=form.cleaned_data["expires_in_days"],
             )
-            created = {"token": token, "raw": raw}
-            form = TokenForm()
+            request.session[_CREATED] = {"pk": token.pk, "raw": raw}
+            return redirect("tokens")
     tokens = ApiToken.objects.filter(user=request.user)
     return render(
         request, "frontend/tokens.html", {"form": form, "tokens": tokens, "created": created}

@@ -293,6 +293,22 @@ def test_cancelling_a_running_evaluation_reaches_its_agent(alice_client, agent, 
     )
 
 
+def test_a_cancel_that_loses_the_race_with_the_result_is_said_in_the_history(
+    alice_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+    assert alice_client.post(url(evaluation_id, "cancel")).status_code == 200
+
+    assert post_result(agent, evaluation_id, result_body(job["claim"])).status_code == 201
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "succeeded" and evaluation.cancel_requested
+    assert evaluation.history.last().reason.endswith(
+        "a cancel was requested, but the run finished before the agent saw it"
+    )
+
+
 def test_only_the_owner_or_staff_cancel(
     alice_client, bob_client, make_client, staff, hosts
 ) -> None:  # type: ignore[no-untyped-def]

@@ -114,3 +114,47 @@ def test_the_launch_form_refuses_a_post_without_its_csrf_token(alice, hosts) -> 
 
     assert response.status_code == 403
     assert not Evaluation.objects.exists()
+
+
+FORM = {
+    "model": "m",
+    "framework": "onnxruntime",
+    "dataset": "d",
+    "device": "cpu",
+    "hosts": "one",
+    "trace_level": "model",
+}
+
+
+def test_the_same_form_submitted_twice_launches_once(alice, hosts) -> None:
+    client = Client()
+    client.force_login(alice)
+    form = {**FORM, "nonce": "a1" * 16}
+
+    first = client.post("/evaluate/", form)
+    second = client.post("/evaluate/", form)  # Enter pressed twice
+
+    evaluation = Evaluation.objects.get()
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"] == f"/evaluations/{evaluation.pk}/"
+    assert client.post("/evaluate/", {**form, "nonce": "b2" * 16}).status_code == 302
+    assert Evaluation.objects.count() == 2
+
+
+def test_the_host_choice_offers_only_hosts_the_user_may_use(
+    alice, hosts, make_client, django_user_model
+) -> None:
+    from tests.hub.factories import register_host
+
+    carol = django_user_model.objects.create_user("carol")
+    own = [("onnxruntime", "1.17.0", ["cpu"])]
+    assert register_host(make_client(carol, scopes=["agent"]), "carol-box", own).status_code == 201
+    client = Client()
+    client.force_login(alice)
+
+    page = client.get("/evaluate/").content.decode()
+
+    assert "cpu-1 (shared pool)" in page and "carol-box" not in page
+    response = client.post("/evaluate/", {**FORM, "host": "cpu-2"})
+    assert response.status_code == 302
+    assert Evaluation.objects.get().target_host == hosts["cpu-2"]

@@ -41,6 +41,9 @@ def test_a_new_token_is_shown_once_and_works(page, sign_in, alice, shoot) -> Non
     expect(page.locator("#token-list tbody tr")).to_have_count(1)
     shoot(page, "tokens-created")
 
+    page.reload()  # a reload neither mints a second token nor shows this one again
+    expect(page.locator("#token-list tbody tr")).to_have_count(1)
+    assert ApiToken.objects.filter(user=alice).count() == 1
     page.goto("/tokens/")
 
     expect(page.locator("#new-token")).to_have_count(0)
