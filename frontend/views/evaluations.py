@@ -9,7 +9,6 @@ The launch form validates with the API's own request serializer and launches wit
 from __future__ import annotations
 
 import secrets
-
 from typing import Any
 from uuid import UUID
 
