@@ -10,7 +10,6 @@ from frontend.forms import TokenForm
 from hub import actions
 from hub.models import ApiToken
 
-
 # The new token's id and value travel from the POST to the page it redirects to in the session,
 # and are removed when shown: reloading the page neither mints another token nor shows it again.
 _CREATED = "frontend.created_token"
