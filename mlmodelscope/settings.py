@@ -90,8 +90,20 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = envurl("DATABASE_URL", ("sqlite", "postgres", "postgresql", "pgsql"))
+# Connections to PostgreSQL that one hub process holds at most: psycopg's pool, which a request
+# borrows from and gives back when it ends. Persistent connections (CONN_MAX_AGE > 0) do not
+# work under daphne: each request's sync code runs in a thread of its own, and the connection
+# it left open outlived the thread until garbage collection (docs/reliability.md).
+DATABASE_POOL_SIZE = envint("DATABASE_POOL_SIZE", 10, minimum=1)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # A request waits up to `timeout` seconds for a free connection, then fails (500).
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_SIZE,
+            "timeout": 30,
+        }
 else:
     DATABASES = {
         "default": {
@@ -138,6 +150,11 @@ AGENT_BROKER_TRANSPORT_OPTIONS = (
 EVALUATION_MAX_ATTEMPTS = envint("EVALUATION_MAX_ATTEMPTS", 3, minimum=1)
 # How often the hub looks for such evaluations (seconds; 0 turns the hub's own sweep off).
 EVALUATION_SWEEP_SECONDS = envint("EVALUATION_SWEEP_SECONDS", 5, minimum=0)
+# A dispatch the broker has not accepted this long after its commit is sent again (seconds).
+EVALUATION_SEND_SECONDS = envint("EVALUATION_SEND_SECONDS", 10, minimum=1)
+# A sent dispatch not claimed this long, while a host that consumes its queue sits idle, is
+# sent again: the broker lost its message (seconds).
+EVALUATION_DISPATCH_SECONDS = envint("EVALUATION_DISPATCH_SECONDS", 30, minimum=1)
 
 # --- Channels -------------------------------------------------------------------------------
 CHANNEL_LAYER_URL = envurl("CHANNEL_LAYER_URL", ("redis", "rediss"))
@@ -145,7 +162,20 @@ if CHANNEL_LAYER_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CHANNEL_LAYER_URL]},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": CHANNEL_LAYER_URL,
+                        # Each consumer waits for its next message in a 5 s BZPOPMIN
+                        # (RedisChannelLayer.brpop_timeout); redis-py's default socket timeout
+                        # is 5 s too, and when it fired first the idle consumer died and its
+                        # WebSocket closed with 1011 (docs/reliability.md). Reads may take
+                        # longer than the BZPOPMIN; connecting may not.
+                        "socket_timeout": 15,
+                        "socket_connect_timeout": 5,
+                    }
+                ]
+            },
         }
     }
 else:
@@ -184,6 +214,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["hub.permissions.HasScope"],
     "DEFAULT_PAGINATION_CLASS": "hub.api.pagination.Pagination",
+    # JSON bodies must be objects of bounded depth (hub.api.parsers); forms as DRF parses them.
+    "DEFAULT_PARSER_CLASSES": [
+        "hub.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "hub.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": [

@@ -128,6 +128,7 @@ class HubProcess:
                 frameworks,
                 "--cache",
                 str(self.folder / f"cache-{name}"),
+                "--pool",  # the operator's host, in the shared pool: it runs Alice's jobs
             ],
             cwd=ROOT,
             env=env,
