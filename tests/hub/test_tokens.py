@@ -251,8 +251,10 @@ def test_the_tokens_page_needs_a_signed_in_user(db) -> None:
 
 
 def test_the_tokens_page_shows_a_new_token_once(browser) -> None:
-    response = browser.post("/tokens/", {"name": "ci", "scopes": ["read", "evaluate"]})
+    response = browser.post("/tokens/", {"name": "ci", "scopes": ["read", "evaluate"]}, follow=True)
 
+    # Post, redirect, get: a reload of the page that shows it mints nothing.
+    assert response.redirect_chain == [("/tokens/", 302)]
     assert response.status_code == 200
     row = ApiToken.objects.get(name="ci")
     assert row.scopes == ["read", "evaluate"]
@@ -265,6 +267,7 @@ def test_the_tokens_page_shows_a_new_token_once(browser) -> None:
 
     assert raw.encode() not in reloaded.content
     assert row.prefix.encode() in reloaded.content
+    assert ApiToken.objects.count() == 1
 
 
 def test_the_tokens_page_refuses_a_token_without_scopes(browser) -> None:
