@@ -1,10 +1,14 @@
-"""A broker killed and restarted while agents run jobs: nothing is lost, stuck or duplicated.
+"""A broker killed while agents run jobs, and started again: nothing is lost, stuck or duplicated.
 
 The hub and two agents (real processes, `test_end_to_end.LiveHub`) use a Redis server of this
-test's own, which the test kills (SIGKILL) in the middle of a job and starts again. The running
-job reports over HTTP and finishes; the agents stop heartbeating while the broker is away,
-start a fresh worker when it is back (the hub has made their broker users again), and run the
-jobs launched afterwards. Each evaluation ends succeeded with exactly one result.
+test's own, which the test kills (SIGKILL) in the middle of a job and starts again only after the
+job has ended (its worker's acknowledgement fails meanwhile). The running job reports over HTTP
+and finishes; the jobs launched afterwards run; each evaluation has exactly one result.
+
+With Celery 5.7 / kombu 5.7 here, the worker recovers from this outage by itself: the test still
+passes with the agent's broker watch (`Agent.watch_broker`) turned off, except for its check
+that the agent noticed the outage. The deaf worker reported against the previous stack did not
+reproduce here; the watch is a guard for it, not a fix this test proves.
 """
 
 from __future__ import annotations
@@ -79,11 +83,12 @@ def test_a_broker_killed_during_a_job_loses_nothing_and_the_agents_hear_again(
     hub.wait(lambda: hub.evaluation(running_id)["status"] == "running", "the job to start", 60)
 
     redis_server.kill()
-    time.sleep(3)
-    redis_server.start()
-
+    # The job ends (it reports over HTTP) while the broker is still away, so its worker's
+    # acknowledgement fails: the case that left agents deaf.
     first = hub.finished(running_id, timeout=120)
     assert first["status"] == "succeeded", f"{first['history']}\n{hub.logs()}"
+    time.sleep(3)
+    redis_server.start()
     after = [hub.launch(batch_sizes=[1], limit=20) for _ in range(6)]
     bodies = [hub.finished(evaluation_id, timeout=180) for evaluation_id in after]
 
