@@ -39,6 +39,7 @@ from predictors.evaluation import (
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides
 from predictors.predictor import predictor_class, registered
+from predictors.zoo.build import default_store
 
 __all__ = ["main"]
 
@@ -58,13 +59,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def default_store() -> Path:
-    """$ARTIFACT_ROOT, or the repository's `var/artifacts` (where `python -m predictors.zoo
-    build` writes by default)."""
-    root = os.environ.get("ARTIFACT_ROOT")
-    return Path(root) if root else Path(__file__).resolve().parent.parent / "var" / "artifacts"
 
 
 def _parser() -> _Parser:

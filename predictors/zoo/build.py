@@ -32,9 +32,13 @@ STANDARD_MODELS = ("alexnet", "resnet-18", "resnet-50", "mobilenet-v2")
 
 
 def default_store() -> Path:
-    """$ARTIFACT_ROOT, or the repository's ``var/artifacts``."""
+    """$ARTIFACT_ROOT, or ``artifacts`` in $MLMS_VAR_DIR (the repository's ``var``): where
+    the hub's settings put the artifact store."""
     root = os.environ.get("ARTIFACT_ROOT")
-    return Path(root) if root else Path(__file__).resolve().parents[2] / "var" / "artifacts"
+    if root:
+        return Path(root)
+    var = os.environ.get("MLMS_VAR_DIR") or Path(__file__).resolve().parents[2] / "var"
+    return Path(var).resolve() / "artifacts"
 
 
 @dataclass(frozen=True)
