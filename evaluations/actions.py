@@ -458,7 +458,7 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
     live_queues = {queue for host in live for queue in (host.queues or [])}
     waiting = Evaluation.objects.filter(status=DISPATCHED).select_related("target_host")
     why: dict[Any, str] = {}
-    idle = _idle_hosts(live, cutoff)
+    idle: list[Host] | None = None  # read only when a sent dispatch has waited long
     for evaluation in waiting:
         since = evaluation.dispatched_at or evaluation.updated_at
         age = (now - since).total_seconds()
@@ -480,6 +480,8 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
                 f"{age:.0f} s (was the hub restarted?)"
             )
         elif evaluation.sent_at is not None and age >= settings.EVALUATION_DISPATCH_SECONDS:
+            if idle is None:
+                idle = _idle_hosts(live, cutoff)
             waiting_on = [h.name for h in idle if evaluation.queue in (h.queues or [])]
             if waiting_on:
                 why[evaluation.pk] = (

@@ -13,14 +13,14 @@ from kombu import Exchange, Queue
 from evaluations import broker_access
 from mlmodelscope.celery import app
 from predictors.broker import prepare_exchanges
-from predictors.hub_client import TASK_NAME
+from predictors.hub_client import TASK_NAME, queue_scope
 
 # A broker that does not answer fails the send within a few seconds instead of hanging a request.
 _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
 def send_evaluation(evaluation_id: str, dispatch: int, queue: str) -> None:
-    scope = queue.split(".", 1)[0]
+    scope = queue_scope(queue)
     options = dict(app.conf.broker_transport_options or {})
     options.update(broker_access.scope_options(app.conf.broker_url, scope))
     prepare_exchanges(app.conf.broker_url, options, [queue])

@@ -28,6 +28,7 @@ __all__ = [
     "capability_queue",
     "evaluate_remote",
     "host_queue",
+    "queue_scope",
 ]
 
 # The Celery task the hub sends (by name) and agents run: args [evaluation id, dispatch number].
@@ -47,6 +48,11 @@ def host_queue(scope: str, host: str) -> str:
     """The queue only the agent of `host` consumes. `scope` is the host's: `pool` (the
     operators' shared pool), `group-<id>` or `user-<id>` (see hub.models.Host)."""
     return f"{scope}.host.{host}"
+
+
+def queue_scope(queue: str) -> str:
+    """The scope a queue named by `host_queue` or `capability_queue` belongs to."""
+    return queue.split(".", 1)[0]
 
 
 def capability_queue(scope: str, framework: str, device: str) -> str:

@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from evaluations import broker_access
 from hub.models import Host
+from predictors.hub_client import queue_scope
 from tests.hub.factories import dataset_yaml, model_yaml, register_host, upload
 
 EVALUATIONS_URL = "/api/v1/evaluations/"
@@ -118,7 +119,7 @@ class Broker:
     def take(self, queue: str) -> list[tuple[str, list[Any]]]:
         """(task name, args) of every message waiting on `queue`, oldest first."""
         taken = []
-        scope = queue.split(".", 1)[0]
+        scope = queue_scope(queue)
         options = dict(self.app.conf.broker_transport_options or {})
         options.update(broker_access.scope_options(self.app.conf.broker_url, scope))
         with self.app.connection_for_read(transport_options=options) as connection:
