@@ -15,7 +15,7 @@ list, another scope's job ids.
   other scope is refused with a message saying so.
 
 The password of a scope's Redis user is derived from SECRET_KEY, so every hub process computes
-the same one and nothing is stored. `ensure_scopes` re-creates the users after a Redis restart
+the same one and nothing is stored. `ensure_host_scopes` re-creates the users after a Redis restart
 (the hub's sweep calls it); an agent that loses its connection reconnects with the same
 credentials.
 """
@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
 
-from hub.models import Host
+from hub.models import Host, host_scope
 
 logger = logging.getLogger(__name__)
 
@@ -116,12 +116,33 @@ def ensure_scopes(scopes: Iterable[str]) -> None:
         client.close()
 
 
-def ensure_live_scopes() -> None:
-    """Re-create the Redis users of every live host's scope (after a Redis restart)."""
-    scopes = {host.scope for host in Host.objects.live()}
-    if scopes:
+def ensure_host_scopes() -> None:
+    """Re-create the Redis user of every registered host's scope that Redis lacks (after a
+    Redis restart, which forgets them). Not only live hosts: an agent that lost its broker
+    stops heartbeating until it can connect again, with these very credentials. One `ACL USERS`
+    a call when nothing is missing. No-op unless the broker is Redis."""
+    if scheme(settings.CELERY_BROKER_URL) not in REDIS:
+        return
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=5)
+    try:
+        present = {
+            name.decode() if isinstance(name, bytes) else name for name in client.acl_users()
+        }
+    except redis.RedisError as exc:
+        logger.warning("could not list the broker's users: %s", exc)
+        return
+    finally:
+        client.close()
+    scopes = {
+        host_scope(pool=pool, group_id=group_id, owner_id=owner_id)
+        for pool, group_id, owner_id in Host.objects.values_list("pool", "group_id", "owner_id")
+    }
+    missing = {scope for scope in scopes if redis_user(scope) not in present}
+    if missing:
         try:
-            ensure_scopes(scopes)
+            ensure_scopes(missing)
         except BrokerAccessError as exc:
             logger.warning("%s", exc)
 

@@ -52,7 +52,7 @@ def sweep_once() -> int:
         changed = actions.requeue_lost()
         # After a Redis restart the broker users of the agents' scopes are gone; their agents
         # reconnect with the same credentials once the sweep has made them again.
-        broker_access.ensure_live_scopes()
+        broker_access.ensure_host_scopes()
     finally:
         close_old_connections()
     for evaluation in changed:
