@@ -187,11 +187,6 @@ def test_a_model_that_is_not_a_chain_traces_no_layers(tmp_path: Path) -> None:
     traced.close()
 
 
-@pytest.mark.xfail(
-    reason="on this session's machine TensorFlow's profiler reports no Pad/MaxPool op types "
-    "(Grappler/oneDNN fuse them differently); under investigation, see the session note",
-    strict=False,
-)
 def test_ml_library_nests_the_graphs_ops_in_their_keras_layers(
     store: Path, keras_layers: list[tuple[str, str]]
 ) -> None:
@@ -212,10 +207,14 @@ def test_ml_library_nests_the_graphs_ops_in_their_keras_layers(
         assert op.attributes["mlms.layer_name"] == layer.name
         # An op is named by its graph node, scoped by its Keras layer.
         assert f"/{layer.name}" in op.name
+    # The op types are the kernels TensorFlow ran, which depend on the CPU: the stock kernels
+    # (`Pad`, `MaxPool`, `_FusedConv2D`) or, where oneDNN takes over, its own
+    # (`_MklNativeMaxPool`, `_MklNativePadWithFusedConv2D`, the pad fused into the convolution).
     types = {op.attributes["mlms.op_type"] for op in ops}
-    assert {"Pad", "MaxPool"} <= types
+    assert any(t.endswith("MaxPool") for t in types), types
+    assert "Pad" in types or any("PadWithFusedConv2D" in t for t in types), types
     # Grappler fuses each convolution with the ReLU after it: the fused op is the ReLU's.
-    fused = [op for op in ops if op.attributes["mlms.op_type"] == "_FusedConv2D"]
+    fused = [op for op in ops if op.attributes["mlms.op_type"].endswith("FusedConv2D")]
     assert fused and all(op.attributes["mlms.layer_name"].startswith("relu") for op in fused)
     summary = evaluation.result["trace"]["profiler"]
     assert summary["calls"] == 4 and summary["ops"] == len(ops)
