@@ -169,11 +169,22 @@ class Load:
         return sum(count for status, count in self.statuses.items() if status >= 500)
 
 
-def drive(hub: ProductionHub, clients: int, seconds: float, spans_per_export: int = 64) -> Load:
-    """`clients` threads, each with a keep-alive connection, that alternate
-    `GET /api/v1/manifests/` and `POST /v1/traces` (an OTLP export of `spans_per_export` spans
-    into a trace of the client's own, as an agent sends them) for `seconds`, as fast as the hub
-    answers. A connection the hub drops is opened again."""
+TARGETS = ("both", "manifests", "otlp")
+
+
+def drive(
+    hub: ProductionHub,
+    clients: int,
+    seconds: float,
+    spans_per_export: int = 64,
+    target: str = "both",
+) -> Load:
+    """`clients` threads, each with a keep-alive connection, that send `GET /api/v1/manifests/`
+    (`target` "manifests"), `POST /v1/traces` (an OTLP export of `spans_per_export` spans into a
+    trace of the client's own, as an agent sends them; "otlp"), or the two in turn ("both") for
+    `seconds`, as fast as the hub answers. A connection the hub drops is opened again."""
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
     parts = urlsplit(hub.url)
     load = Load()
     deadline = time.monotonic() + seconds
@@ -185,6 +196,8 @@ def drive(hub: ProductionHub, clients: int, seconds: float, spans_per_export: in
             ("GET", "/api/v1/manifests/", None, {}),
             ("POST", "/v1/traces", export, {"Content-Type": "application/x-protobuf"}),
         ]
+        if target != "both":
+            requests = [r for r in requests if (r[1] == "/v1/traces") == (target == "otlp")]
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         sent = 0
         while time.monotonic() < deadline:

@@ -2,11 +2,12 @@
 it gives. A measurement, not a test; see docs/reliability.md and benchmarks/README.md.
 
     .venv/bin/python benchmarks/connections.py [--clients 4] [--seconds 60] [--pool-size N]
-        [--json]
+        [--target both|manifests|otlp] [--json]
 
 A hub of its own (`_production.production_hub`: daphne, a fresh PostgreSQL database, Redis as
-broker and channel layer); `--clients` threads alternate `GET /api/v1/manifests/` and an OTLP
-export of 64 spans (`POST /v1/traces`) for `--seconds`, as fast as the hub answers, while the
+broker and channel layer); `--clients` threads send `GET /api/v1/manifests/` (`--target
+manifests`), OTLP exports of 64 spans (`POST /v1/traces`, `--target otlp`), or the two in turn
+(`both`, the default) for `--seconds`, as fast as the hub answers, while the
 connections to the hub's database in pg_stat_activity are counted every 0.5 s. Prints the
 peak and the last count, the requests, and how many answers were 5xx or no answer at all.
 `--pool-size` sets the hub's DATABASE_POOL_SIZE (default: the hub's own default).
@@ -32,8 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--pool-size", type=int, default=None, help="DATABASE_POOL_SIZE")
+    parser.add_argument(
+        "--target",
+        choices=_production.TARGETS,
+        default="both",
+        help="the requests each client sends (default: both in turn)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
     args = parser.parse_args(argv)
+    if args.clients < 1:
+        parser.error("--clients must be at least 1")
+    if args.seconds <= 0:
+        parser.error("--seconds must be more than 0")
+    if args.pool_size is not None and args.pool_size < 1:
+        parser.error("--pool-size must be at least 1")
     settings = {"DATABASE_POOL_SIZE": str(args.pool_size)} if args.pool_size else {}
 
     machine = _hub.machine()
@@ -43,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
             sampler = _production.ConnectionSampler(hub.database)
             sampler.start()
             started = time.monotonic()
-            load = _production.drive(hub, args.clients, args.seconds)
+            load = _production.drive(hub, args.clients, args.seconds, target=args.target)
             elapsed = time.monotonic() - started
             samples = sampler.stop()
     figures = {
+        "target": args.target,
         "clients": args.clients,
         "seconds": round(elapsed, 1),
         "pool_size": args.pool_size or "unset (the hub's default)",

@@ -225,15 +225,17 @@ def _send(evaluation_id: str, dispatch: int, queue: str) -> None:
             sent_at=timezone.now()
         )
     except Exception as exc:
+        # The dispatch stays in the outbox (unsent): the sweep sends it again every
+        # EVALUATION_SEND_SECONDS, and fails it after EVALUATION_WAIT_SECONDS.
         logger.exception("could not send evaluation %s to queue %s", evaluation_id, queue)
         with transaction.atomic():
             evaluation = _locked(evaluation_id)
             if evaluation and evaluation.status == DISPATCHED and evaluation.dispatches == dispatch:
-                record_status(
+                _note_waiting(
                     evaluation,
-                    FAILED,
-                    f"the hub could not reach its Celery broker ({exc}); check that the "
-                    "broker (CELERY_BROKER_URL) is up, then launch the evaluation again",
+                    f"the hub could not reach its Celery broker ({exc})",
+                    f"the broker (CELERY_BROKER_URL), sent again every "
+                    f"{settings.EVALUATION_SEND_SECONDS} s",
                 )
 
 
@@ -458,6 +460,7 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
     live_queues = {queue for host in live for queue in (host.queues or [])}
     waiting = Evaluation.objects.filter(status=DISPATCHED).select_related("target_host")
     why: dict[Any, str] = {}
+    fail: dict[Any, str] = {}
     idle: list[Host] | None = None  # read only when a sent dispatch has waited long
     for evaluation in waiting:
         since = evaluation.dispatched_at or evaluation.updated_at
@@ -474,10 +477,16 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
                 f"no live host consumes queue {evaluation.queue} any more before the job started"
             )
             continue
-        if evaluation.sent_at is None and age >= settings.EVALUATION_SEND_SECONDS:
+        if evaluation.sent_at is None and age >= settings.EVALUATION_WAIT_SECONDS:
+            fail[evaluation.pk] = (
+                f"the broker did not take dispatch {evaluation.dispatches} within "
+                f"{settings.EVALUATION_WAIT_SECONDS} s; check that the broker "
+                "(CELERY_BROKER_URL) is up, then launch the evaluation again"
+            )
+        elif evaluation.sent_at is None and age >= settings.EVALUATION_SEND_SECONDS:
             why[evaluation.pk] = (
                 f"the hub had not sent dispatch {evaluation.dispatches} to the broker after "
-                f"{age:.0f} s (was the hub restarted?)"
+                f"{age:.0f} s (was the hub restarted, or the broker down?)"
             )
         elif evaluation.sent_at is not None and age >= settings.EVALUATION_DISPATCH_SECONDS:
             if idle is None:
@@ -490,18 +499,22 @@ def requeue_lost(now: datetime | None = None) -> list[Evaluation]:
                     "the broker lost its message"
                 )
     changed = []
-    for pk in [*silent.values_list("pk", flat=True), *why]:
+    for pk in [*silent.values_list("pk", flat=True), *why, *fail]:
         with transaction.atomic():
             evaluation = _locked(pk, skip_locked=True)
             if evaluation is None:
                 continue
             if evaluation.status == RUNNING and _is_silent(evaluation, now):
-                _lose(evaluation, _silence_reason(evaluation))
+                done = _lose(evaluation, _silence_reason(evaluation), now)
+            elif evaluation.status == DISPATCHED and pk in fail:
+                record_status(evaluation, FAILED, fail[pk])
+                done = True
             elif evaluation.status == DISPATCHED and pk in why:
-                _lose(evaluation, why[pk])
+                done = _lose(evaluation, why[pk], now)
             else:
                 continue
-            changed.append(evaluation)
+            if done:
+                changed.append(evaluation)
     return changed
 
 
@@ -534,18 +547,55 @@ def _silence_reason(evaluation: Evaluation) -> str:
     return f"the agent on host {host.name} stopped reporting on it (was it restarted?)"
 
 
-def _lose(evaluation: Evaluation, why: str) -> None:
-    """The (locked) evaluation's host cannot run it: cancel, dispatch again, or fail it."""
+def _lose(evaluation: Evaluation, why: str, now: datetime | None = None) -> bool:
+    """The (locked) evaluation's host cannot run it: cancel, dispatch again, or fail it; or,
+    when no live host can run it now, let it wait in its queue for one to come back (agents
+    restarting, a broker outage) for EVALUATION_WAIT_SECONDS after its dispatch. Whether it
+    changed."""
     if evaluation.status == RUNNING and evaluation.cancel_requested:
         record_status(evaluation, CANCELLED, f"cancelled; {why} before it stopped")
-        return
+        return True
     attempts = evaluation.attempts
     if evaluation.status == RUNNING and attempts >= settings.EVALUATION_MAX_ATTEMPTS:
         record_status(evaluation, FAILED, f"{why}; gave up after {attempts} attempts on lost hosts")
-        return
+        return True
     try:
         where = placement.replace(evaluation)
     except solver.Unsatisfiable as unmet:
+        now = now or timezone.now()
+        since = evaluation.dispatched_at or evaluation.created_at
+        waited = (now - since).total_seconds()
+        if evaluation.model is None or not evaluation.queue:
+            pass  # nothing to wait for
+        elif evaluation.status == RUNNING:
+            # Back to its queue, where a host that returns will find it.
+            again = placement.Placement(evaluation.model, evaluation.queue, evaluation.target_host)
+            _dispatch(evaluation, again, f"{why}; no live host can run it now ({unmet.message})")
+            _note_waiting(evaluation, "", _A_HOST)
+            return True
+        elif waited < settings.EVALUATION_WAIT_SECONDS:
+            why = f"{why}; no live host can run it now ({unmet.message})"
+            return _note_waiting(evaluation, why, _A_HOST)
         record_status(evaluation, FAILED, f"{why}, and no other host can run it: {unmet.message}")
-        return
+        return True
     _dispatch(evaluation, where, why)
+    return True
+
+
+_WAITS = "it waits"
+_A_HOST = "a host that can run it"
+
+
+def _note_waiting(evaluation: Evaluation, why: str, what: str) -> bool:
+    """Say once in the (locked, dispatched) evaluation's history why it waits, for `what` and
+    how long (appended to the last entry when `why` is empty); whether it said so now."""
+    last = evaluation.history.order_by("-at", "-id").first()
+    if last is not None and _WAITS in last.reason:
+        return False
+    wait = f"{_WAITS} up to {settings.EVALUATION_WAIT_SECONDS} s after its dispatch for {what}"
+    if not why and last is not None:
+        last.reason = f"{last.reason}; {wait}"
+        last.save(update_fields=["reason"])
+        return True
+    record_status(evaluation, DISPATCHED, f"{why}; {wait}")
+    return True

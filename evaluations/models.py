@@ -183,4 +183,4 @@ class Result(models.Model):
 
 
 # The traces' models live in their own module; importing them here registers them with the app.
-from evaluations.trace_models import SpanAggregate, Trace  # noqa: E402, F401
+from evaluations.trace_models import SpanAggregate, SpanExport, Trace  # noqa: E402, F401

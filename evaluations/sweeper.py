@@ -2,7 +2,8 @@
 
 It runs inside every hub process, on the server's own event loop, every
 EVALUATION_SWEEP_SECONDS (0 turns it off): started by the first connection the ASGI application
-receives (mlmodelscope.asgi wraps the application in `Sweeper`). Running in the hub process
+receives (mlmodelscope.asgi wraps the application in `Sweeper`), its first pass no sooner than
+HOST_LIVE_SECONDS later, so that a restarted hub does not take its own absence for its agents'. Running in the hub process
 means that its WebSocket events reach browsers through the in-process channel layer of the
 embedded default as well as through Redis. Several hub processes may sweep at once: each
 evaluation is changed under a row lock, and a locked one is skipped.
@@ -38,8 +39,13 @@ class Sweeper:
 
 
 async def sweep_forever(interval: float) -> None:
+    # The first sweep waits HOST_LIVE_SECONDS at least: while this hub was down (a restart),
+    # agents could neither heartbeat nor report, and their jobs must not be judged lost before
+    # they have had the time to do so again.
+    delay = max(interval, float(settings.HOST_LIVE_SECONDS))
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(delay)
+        delay = interval
         try:
             await sync_to_async(sweep_once)()
         except Exception:

@@ -65,3 +65,38 @@ class SpanAggregate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.level}/{self.name} × {self.count}"
+
+
+class SpanExport(models.Model):
+    """One accepted export's spans of one trace: how many, for which evaluation and attempt,
+    under which export id (`X-MLMS-Export`, unique within the trace: an export sent again after
+    its answer was lost is stored once). The spans stored for an evaluation's attempt are the
+    sum of its rows."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="exports")
+    evaluation = models.ForeignKey(
+        "evaluations.Evaluation",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="span_exports",
+    )
+    attempt = models.PositiveIntegerField(default=0)
+    key = models.CharField(max_length=32, blank=True, default="")
+    spans = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        app_label = "evaluations"
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trace", "key"],
+                condition=~models.Q(key=""),
+                name="span_export_once_per_trace",
+            )
+        ]
+        indexes = [models.Index(fields=["evaluation", "attempt"])]
+
+    def __str__(self) -> str:
+        return f"{self.spans} spans into {self.trace_id}"

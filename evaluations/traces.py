@@ -16,6 +16,13 @@ stored as the string "NaN", "Infinity" or "-Infinity", the names the OTLP JSON e
 them; a NUL character (PostgreSQL text cannot hold one) in a span name, scope name, status
 message, attribute key or string value is replaced by U+FFFD.
 
+Exactly once: an export that carries an id (`X-MLMS-Export`, see `predictors.span_delivery`)
+is stored once per trace however often it arrives; each stored export is a `SpanExport` row
+(the evaluation and attempt it counts for, its span count), which is what `spans_stored`
+sums. An export that carries an agent's claim (`X-MLMS-Claim`) is refused (409) once the hub
+has given the job to another attempt, so an evaluation's spans are those of the attempt that
+produced its result.
+
 Authorization: a trace id that belongs to an evaluation is written by the evaluation's user
 (token scope `write` or `evaluate`) or by an agent token whose host claimed that evaluation; a
 trace id of no evaluation belongs to the user whose token first wrote into it. Reads follow the
@@ -40,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
+from django.db.models import Sum
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -48,7 +56,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from evaluations import events, trace_store
 from evaluations.models import Evaluation
-from evaluations.trace_models import SpanAggregate, Trace
+from evaluations.trace_models import SpanAggregate, SpanExport, Trace
 from evaluations.trace_store import (
     COUNTER_LEVEL,
     COUNTER_OP_TYPE,
@@ -135,7 +143,8 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
             raise TraceError(400, too_deep_message()) from None
         if not isinstance(data, dict):
             raise TraceError(400, "The body must be a JSON object (an OTLP export).")
-        _hex_ids_to_base64(data)
+        _hex_ids_to_base64(data)  # refuses too deep a body first
+        _check_json_shape(data, message.DESCRIPTOR, "")
         try:
             json_format.ParseDict(data, message)
         except json_format.ParseError as error:
@@ -149,6 +158,27 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
             for index, span in enumerate(scope_spans.spans):
                 _check_span(span, f"resourceSpans.{r}.scopeSpans.{s}.spans.{index}")
     return message
+
+
+def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
+    """400 unless every message of the OTLP JSON `node` is a JSON object and every repeated
+    message field an array of them (protobuf's own parser takes `[]` for a message)."""
+    if not isinstance(node, dict):
+        where = path or "the body"
+        raise TraceError(400, f"{where} must be a JSON object (an OTLP message).", path)
+    fields = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
+    for key, value in node.items():
+        field = fields.get(key)
+        if field is None or field.message_type is None or value is None:
+            continue
+        where = f"{path}.{key}" if path else key
+        if field.is_repeated:
+            if not isinstance(value, list):
+                raise TraceError(400, f"{where} must be a JSON array.", where)
+            for index, item in enumerate(value):
+                _check_json_shape(item, field.message_type, f"{where}.{index}")
+        else:
+            _check_json_shape(value, field.message_type, where)
 
 
 def _check_span(span: trace_pb2.Span, path: str) -> None:
@@ -325,8 +355,12 @@ def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
     return Evaluation.objects.select_related("host").filter(trace_id=trace_id).first()
 
 
-def authorize_write(token: ApiToken, trace_ids: Iterable[str]) -> list[Target]:
-    """The traces `token` may write into, or TraceError(403) naming the first it may not."""
+def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "") -> list[Target]:
+    """The traces `token` may write into, or TraceError(403) naming the first it may not.
+
+    With `claim` (an agent's `X-MLMS-Claim`), an evaluation's trace takes the spans only for the
+    evaluation that claim currently holds: TraceError(409) when the hub has given the job to
+    another attempt since."""
     scopes = set(token.scopes)
     targets = []
     for trace_id in sorted(trace_ids):
@@ -335,12 +369,22 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str]) -> list[Target]:
         if evaluation is not None:
             # Evaluations launched with one `traceparent` share its trace id (`hosts: all`
             # launches several): the token may write when it may write into any of them, and
-            # the spans are counted for the first of those.
+            # the spans are counted for the one its claim holds, else the first of them.
             sharing = Evaluation.objects.select_related("host").filter(trace_id=trace_id)
             writable = [e for e in [evaluation, *sharing] if _may_write(token, scopes, e)]
             allowed = bool(writable)
             if writable:
                 evaluation = writable[0]
+            if writable and claim:
+                current = [e for e in writable if e.claim == claim]
+                if not current:
+                    raise TraceError(
+                        409,
+                        f"Claim {claim} is no longer current for the evaluation of trace "
+                        f"{trace_id}: the hub gave the job to another attempt, whose spans "
+                        "replace these.",
+                    )
+                evaluation = current[0]
         elif trace is not None:
             allowed = bool(scopes & USER_SCOPES) and trace.owner_id == token.user_id
         else:
@@ -386,19 +430,40 @@ def _parquet(rows: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def ingest(token: ApiToken, message: trace_service_pb2.ExportTraceServiceRequest) -> int:
-    """Store an export's spans (authorized first: on any refusal nothing is stored)."""
+def ingest(
+    token: ApiToken,
+    message: trace_service_pb2.ExportTraceServiceRequest,
+    *,
+    key: str = "",
+    claim: str = "",
+) -> int:
+    """Store an export's spans (authorized first: on any refusal nothing is stored); the number
+    of spans it carried.
+
+    `key` (`X-MLMS-Export`) identifies the export: one that a trace has stored already is not
+    stored again (its sender did not get the first answer). `claim` (`X-MLMS-Claim`): see
+    `authorize_write`."""
     grouped = rows_by_trace(message)
-    targets = authorize_write(token, grouped)
+    targets = authorize_write(token, grouped, claim=claim)
     written: list[str] = []
     try:
         with transaction.atomic():
             for target in targets:
                 rows = grouped[target.trace_id]
+                trace = _locked_trace(token, target)
+                if key and SpanExport.objects.filter(trace=trace, key=key).exists():
+                    continue  # sent again after a lost answer: stored already
                 path = f"{chunk_folder(target.trace_id)}/{secrets.token_hex(8)}.parquet"
                 storage.write(path, [_parquet(rows)])
                 written.append(path)
-                _account(token, target, rows)
+                _account(trace, target, rows)
+                SpanExport.objects.create(
+                    trace=trace,
+                    evaluation=target.evaluation,
+                    attempt=target.evaluation.attempts if target.evaluation is not None else 0,
+                    key=key,
+                    spans=len(rows),
+                )
                 if target.evaluation is not None:
                     events.spans_received(target.evaluation, _levels(rows))
     except BaseException:
@@ -406,6 +471,14 @@ def ingest(token: ApiToken, message: trace_service_pb2.ExportTraceServiceRequest
             storage.remove(path)
         raise
     return sum(len(rows) for rows in grouped.values())
+
+
+def spans_stored(evaluation: Evaluation) -> int:
+    """How many spans the hub stored for the evaluation's current attempt."""
+    total = SpanExport.objects.filter(evaluation=evaluation, attempt=evaluation.attempts).aggregate(
+        total=Sum("spans")
+    )["total"]
+    return int(total or 0)
 
 
 def _levels(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -416,7 +489,8 @@ def _levels(rows: list[dict[str, Any]]) -> dict[str, int]:
     return dict(levels)
 
 
-def _account(token: ApiToken, target: Target, rows: list[dict[str, Any]]) -> None:
+def _locked_trace(token: ApiToken, target: Target) -> Trace:
+    """The target's `Trace` row, made if new, locked until the transaction ends."""
     owner_id = target.evaluation.user_id if target.evaluation is not None else token.user_id
     trace, _created = Trace.objects.select_for_update().get_or_create(
         trace_id=target.trace_id,
@@ -425,6 +499,10 @@ def _account(token: ApiToken, target: Target, rows: list[dict[str, Any]]) -> Non
     if target.evaluation is None and trace.owner_id != token.user_id:
         # Another user's token created it in the meantime.
         raise TraceError(403, f"This token may not write spans into trace {target.trace_id}.")
+    return trace
+
+
+def _account(trace: Trace, target: Target, rows: list[dict[str, Any]]) -> None:
     start = min(row["start_ns"] for row in rows)
     end = max(row["end_ns"] for row in rows)
     trace.span_count += len(rows)

@@ -6,4 +6,4 @@ class HubConfig(AppConfig):
     verbose_name = "Registry"
 
     def ready(self) -> None:
-        from hub.api import schema_extensions  # noqa: F401  (registers the OpenAPI auth scheme)
+        from hub.api import schema_extensions  # noqa: F401  (registers the OpenAPI auth schemes)

@@ -155,6 +155,10 @@ EVALUATION_SEND_SECONDS = envint("EVALUATION_SEND_SECONDS", 10, minimum=1)
 # A sent dispatch not claimed this long, while a host that consumes its queue sits idle, is
 # sent again: the broker lost its message (seconds).
 EVALUATION_DISPATCH_SECONDS = envint("EVALUATION_DISPATCH_SECONDS", 30, minimum=1)
+# A dispatched evaluation that no live host can run (its hosts stopped heartbeating, or the
+# broker does not take its message) waits this long after its dispatch for one to come back
+# before it fails (seconds).
+EVALUATION_WAIT_SECONDS = envint("EVALUATION_WAIT_SECONDS", 600, minimum=1)
 
 # --- Channels -------------------------------------------------------------------------------
 CHANNEL_LAYER_URL = envurl("CHANNEL_LAYER_URL", ("redis", "rediss"))
@@ -220,7 +224,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The schema states each operation's security and error answers (hub/api/openapi.py).
+    "DEFAULT_SCHEMA_CLASS": "hub.api.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "hub.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
@@ -241,6 +246,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # POST /v1/traces, the OTLP/HTTP receiver, is a plain Django view: the hook adds it.
+    # One name per choice set that several serializers share.
+    "ENUM_NAME_OVERRIDES": {
+        "EvaluationStatusEnum": "evaluations.models.Evaluation.STATUSES",
+        "FrameworkEnum": ["pytorch", "tensorflow", "onnxruntime"],
+        "DeviceEnum": ["cpu", "gpu"],
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "hub.api.openapi.add_otlp_receiver",
+    ],
 }
 
 # --- Static files, i18n ---------------------------------------------------------------------

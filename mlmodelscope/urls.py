@@ -18,3 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("frontend.urls")),
 ]
+
+# Under /api/ and /v1/ a URL that names nothing answers in the API's JSON error format.
+handler404 = "hub.api.errors.not_found"
+handler500 = "hub.api.errors.server_error"

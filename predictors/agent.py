@@ -30,7 +30,13 @@ sends the progress every few seconds, which also tells the hub the job is alive,
 the answer when the user cancelled: the evaluation then stops between two predictions and the
 agent reports `cancelled`. A failure is reported with its message; success with the result.
 Before it posts a result, the agent exports the evaluation's spans to the hub's OTLP receiver
-under the job's `trace_id` (and the caller's `parent_span_id`, if any); see `_export_trace`.
+under the job's `trace_id` (and the caller's `parent_span_id`, if any), each export sent once
+under the job's claim and retried while the hub does not answer, for `SPAN_RETRY_SECONDS`; what
+is still undelivered then waits in the spool (`<cache>/spool`), which the agent sends again at
+its start and every minute (see `predictors.span_delivery`). The result says how many spans were
+sent and how many the hub took (`details.spans`). The final report (result, failure or
+cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
+restart during a job loses neither its spans nor its result.
 
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
 """
@@ -52,7 +58,7 @@ from typing import Any
 
 from predictors import introspection, manifests
 from predictors.broker import prepare_exchanges
-from predictors.data import DataManager
+from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
     TRACE_LEVELS,
     USER_ERRORS,
@@ -68,6 +74,7 @@ from predictors.hub_client import (
     HubUnreachable,
 )
 from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.span_delivery import drain
 from predictors.tracing import Tracer
 from predictors.versioning import is_valid_version
 
@@ -79,8 +86,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # The hub refuses these answers to a claim or report for good: the job is not (or no longer)
 # this agent's.
 _NOT_OURS = (403, 404, 409)
-# How long the agent waits for its spans to reach the hub before it posts the result.
-TRACE_FLUSH_MS = 30_000
+# How long the agent keeps sending a job's spans, and its final report, while the hub does not
+# answer (a restart, an outage), before it gives up (spans then wait in the spool).
+SPAN_RETRY_SECONDS = 300.0
+REPORT_RETRY_SECONDS = 300.0
+# How often the agent sends the spool's exports again.
+SPOOL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,7 @@ class Agent:
         self.wanted = list(frameworks)
         self.requested_queues = list(queues) if queues else None
         self.cache_dir = cache_dir
+        self.spool_dir = (cache_dir or default_cache_dir()) / "spool"
         self.concurrency = concurrency
         self.pool = pool
         self.group = group
@@ -226,6 +238,24 @@ class Agent:
         thread.start()
         return thread
 
+    def drain_spool_forever(self) -> None:
+        """Send the spool's exports again: all at once now (a previous run left them), then
+        every `SPOOL_SECONDS` those that their job gave up on."""
+        older_than = 0.0
+        while True:
+            try:
+                drain(self.spool_dir, self.client.url, self.client.token, older_than=older_than)
+            except OSError as exc:
+                logger.warning("cannot read the span spool %s: %s", self.spool_dir, exc)
+            older_than = SPAN_RETRY_SECONDS
+            if self.stopping.wait(SPOOL_SECONDS):
+                return
+
+    def start_spool(self) -> threading.Thread:
+        thread = threading.Thread(target=self.drain_spool_forever, name="spool", daemon=True)
+        thread.start()
+        return thread
+
     # -- a job -----------------------------------------------------------------------------------
 
     def run_job(self, evaluation_id: str, dispatch: int) -> str:
@@ -253,10 +283,10 @@ class Agent:
         reporter.start()
         outcome: tuple[str, str] | None = None
         evaluation: Evaluation | None = None
-        trace_note: str | None = None
+        spans: dict[str, Any] | None = None
         try:
             evaluation = self._evaluate(job, reporter)
-            trace_note = self._export_trace(job, evaluation)
+            spans = self._export_trace(job, evaluation)
         except EvaluationCancelled:
             outcome = ("cancelled", "")
         except USER_ERRORS as exc:
@@ -269,31 +299,44 @@ class Agent:
         if reporter.lost:
             logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
             return "lost"
+        retries = _report_retries(REPORT_RETRY_SECONDS)
         try:
             if outcome is not None:
-                self.client.report_status(evaluation_id, claim, *outcome)
+                self.client.report_status(evaluation_id, claim, *outcome, retries=retries)
                 logger.info("evaluation %s %s %s", evaluation_id, *outcome)
                 return outcome[0]
             assert evaluation is not None
             payload = result_payload(job, evaluation)
-            if trace_note is not None:
-                payload["details"]["trace_export"] = trace_note
-            self.client.post_result(evaluation_id, claim, payload)
+            if spans is not None:
+                payload["details"]["spans"] = spans
+                if spans.get("note"):
+                    payload["details"]["trace_export"] = spans["note"]
+            self.client.post_result(evaluation_id, claim, payload, retries=retries)
         except (HubError, HubUnreachable) as exc:
             logger.error("could not report evaluation %s: %s", evaluation_id, exc)
             return "unreported"
         logger.info("evaluation %s succeeded", evaluation_id)
         return "succeeded"
 
-    def _export_trace(self, job: dict[str, Any], evaluation: Evaluation) -> str | None:
-        """Send the evaluation's spans to the hub (OTLP/HTTP, in the background, then flushed
-        within `TRACE_FLUSH_MS`) under the job's `trace_id`, its root span the child of the
-        job's `parent_span_id` when the launch carried a `traceparent`. A failure is logged and
-        returned as a note for the result's details; it never fails the evaluation."""
+    def _export_trace(self, job: dict[str, Any], evaluation: Evaluation) -> dict[str, Any] | None:
+        """Send the evaluation's spans to the hub (OTLP/HTTP, batched) under the job's
+        `trace_id` and claim, its root span the child of the job's `parent_span_id` when the
+        launch carried a `traceparent`; wait until the hub has taken them, or refused them, or
+        `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`, `stored`,
+        `refused`, `spooled`, `retries`, and a `note` when not all were stored), for the
+        result's details; a failure never fails the evaluation."""
         if not evaluation.spans or not job.get("trace_id"):
             return None
+        counts: dict[str, Any] = {}
         try:
-            tracer = Tracer(hub=self.client.url, token=self.client.token, service="mlms-agent")
+            tracer = Tracer(
+                hub=self.client.url,
+                token=self.client.token,
+                service="mlms-agent",
+                claim=job.get("claim") or None,
+                spool=self.spool_dir,
+                retry_seconds=SPAN_RETRY_SECONDS,
+            )
             try:
                 tracer.record(
                     evaluation.spans,
@@ -308,20 +351,31 @@ class Agent:
                     trace_id=job["trace_id"],
                     parent_span_id=job.get("parent_span_id") or None,
                 )
-                flushed = tracer.flush(TRACE_FLUSH_MS)
+                tracer.flush()  # blocks while the delivery retries
             finally:
                 tracer.shutdown()
+                assert tracer.delivery is not None
+                counts = dict(tracer.delivery.counts.as_dict())
+                refusals = list(tracer.delivery.refusals)
         except Exception as exc:
             note = f"spans not exported: {type(exc).__name__}: {exc}"
         else:
-            if not flushed:
-                note = f"spans not exported within {TRACE_FLUSH_MS / 1000:g} s"
-            elif tracer.export_failures:
-                note = f"spans not exported: {tracer.export_failures} export(s) failed"
-            else:
-                return None
+            if counts["stored"] == counts["sent"]:
+                return counts
+            parts = []
+            if counts["refused"]:
+                parts.append(f"{counts['refused']} refused ({refusals[0]})")
+            if counts["spooled"]:
+                parts.append(
+                    f"{counts['spooled']} not delivered within {SPAN_RETRY_SECONDS:g} s, "
+                    "kept in the agent's spool to be sent again"
+                )
+            lost = counts["sent"] - counts["stored"] - counts["refused"] - counts["spooled"]
+            if lost > 0:
+                parts.append(f"{lost} not delivered")
+            note = f"{counts['stored']} of {counts['sent']} spans stored: " + "; ".join(parts)
         logger.warning("evaluation %s: %s", job["id"], note)
-        return note
+        return counts | {"note": note}
 
     def _evaluate(self, job: dict[str, Any], reporter: _Reporter) -> Evaluation:
         model = manifests.load(job["model"]["source"], kind="model")
@@ -437,6 +491,16 @@ class Agent:
             worker.start()
         finally:
             self.stopping.set()
+
+
+def _report_retries(seconds: float) -> int:
+    """How many retries of `HubClient.request` (0.5 s, 1 s, 2 s, … then every 15 s) span
+    about `seconds`."""
+    retries, waited = 0, 0.0
+    while waited < seconds:
+        waited += min(0.5 * 2**retries, 15.0)
+        retries += 1
+    return retries
 
 
 class AgentError(Exception):
@@ -668,6 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mlms agent: error: {exc}", file=sys.stderr)
         return 1
     agent.start_heartbeat()
+    agent.start_spool()
     arguments = list(sys.argv[1:] if argv is None else argv)
     agent.watch_broker(broker, options, lambda: _restart(arguments))
     agent.work(broker, options)

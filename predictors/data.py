@@ -79,6 +79,12 @@ class DatasetError(ValueError):
     """A dataset file cannot be read, or is not in the expected format."""
 
 
+def default_cache_dir() -> Path:
+    """`$MLMS_CACHE_DIR`, else `~/.cache/mlmodelscope`."""
+    env = os.environ.get("MLMS_CACHE_DIR")
+    return (Path(env) if env else Path.home() / ".cache" / "mlmodelscope").expanduser()
+
+
 def _sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -182,10 +188,7 @@ class DataManager:
         store_dir: Path | None = None,
         timeout: float = 30,
     ) -> None:
-        if cache_dir is None:
-            env = os.environ.get("MLMS_CACHE_DIR")
-            cache_dir = Path(env) if env else Path.home() / ".cache" / "mlmodelscope"
-        self.cache_dir = Path(cache_dir).expanduser()
+        self.cache_dir = Path(cache_dir or default_cache_dir()).expanduser()
         self.hub_url = hub_url.rstrip("/") if hub_url else None
         self.token = token
         self.store_dir = Path(store_dir).expanduser() if store_dir is not None else None

@@ -99,7 +99,8 @@ class HubClient:
     ) -> Any:
         """The JSON the hub answers to `method path`; HubError or HubUnreachable otherwise.
 
-        Connection failures and 502/503/504 are retried `retries` times (0.5 s, 1 s, 2 s, …).
+        Connection failures and 502/503/504 are retried `retries` times (0.5 s, 1 s, 2 s, …,
+        at most 15 s apart).
         """
         url = f"{self.url}/api/v1/{path.lstrip('/')}"
         attempts = 1 + (self.retries if retries is None else retries)
@@ -113,7 +114,7 @@ class HubClient:
             else:
                 if response.status_code not in _RETRY_STATUSES or last:
                     return _answer(response)
-            time.sleep(0.5 * 2**attempt)
+            time.sleep(min(0.5 * 2**attempt, 15.0))
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the agent's calls ---------------------------------------------------------------------
@@ -141,13 +142,30 @@ class HubClient:
         answer = self.request("POST", f"evaluations/{evaluation}/progress/", body, retries=1)
         return bool(answer.get("cancel_requested"))
 
-    def report_status(self, evaluation: str, claim: str, status: str, reason: str) -> None:
+    def report_status(
+        self,
+        evaluation: str,
+        claim: str,
+        status: str,
+        reason: str,
+        *,
+        retries: int | None = None,
+    ) -> None:
         """Finish an evaluation as `failed` or `cancelled`, saying why."""
         body = {"claim": claim, "status": status, "reason": reason}
-        self.request("POST", f"evaluations/{evaluation}/status/", body)
+        self.request("POST", f"evaluations/{evaluation}/status/", body, retries=retries)
 
-    def post_result(self, evaluation: str, claim: str, result: Mapping[str, Any]) -> None:
-        self.request("POST", f"evaluations/{evaluation}/result/", {"claim": claim, **result})
+    def post_result(
+        self,
+        evaluation: str,
+        claim: str,
+        result: Mapping[str, Any],
+        *,
+        retries: int | None = None,
+    ) -> None:
+        """Store the result (posting the same claim's result again is harmless)."""
+        body = {"claim": claim, **result}
+        self.request("POST", f"evaluations/{evaluation}/result/", body, retries=retries)
 
     # -- a user's calls ------------------------------------------------------------------------
 

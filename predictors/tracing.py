@@ -10,8 +10,9 @@ The loop records spans as plain `Span` values (cheap to make in a timed loop); `
 finished evaluation's spans into OpenTelemetry spans, nested as recorded (layer spans in their
 batch span, batch spans in one `evaluation` span), kept in memory and, when a hub is given,
 exported asynchronously and in batches over OTLP/HTTP (protobuf) to `{hub}/v1/traces` with a
-bearer token. A `Tracer` is a context object: it holds its own `TracerProvider`, and nothing is
-registered globally.
+bearer token, through `predictors.span_delivery` (each export sent once, retried with backoff
+while the hub does not answer, spooled to disk when a spool folder is given). A `Tracer` is a
+context object: it holds its own `TracerProvider`, and nothing is registered globally.
 
 Our attributes: `mlms.level` (the level that records the span), `mlms.clock` (what the times
 were read from), `mlms.layer_index`, `mlms.layer_name`, `mlms.op_type`, `mlms.output_shape`,
@@ -21,9 +22,13 @@ were read from), `mlms.layer_index`, `mlms.layer_name`, `mlms.op_type`, `mlms.ou
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from predictors.span_delivery import RETRY_SECONDS, SpanDelivery
 
 __all__ = [
     "CLOCK_ORT_PROFILER",
@@ -67,6 +72,8 @@ CLOCK_ORT_PROFILER = (
     "start of their batch span"
 )
 
+
+logger = logging.getLogger(__name__)
 
 # The batch span processor's queue and export size (OTLP requests of 512 spans, the SDK's
 # default size).
@@ -124,7 +131,12 @@ def _attribute(value: Any) -> Any:
 
 class Tracer:
     """OpenTelemetry spans of evaluations: kept in memory (`finished()`), and exported to a hub
-    (OTLP/HTTP, batched, in a background thread) when `hub` is given. `shutdown()` flushes."""
+    (OTLP/HTTP, batched, in a background thread) when `hub` is given. `shutdown()` flushes.
+
+    `claim` (an agent's claim on the evaluation) goes with every export, so that the hub takes
+    the spans only from the current attempt; `spool` is the folder for exports waiting to be
+    sent again; `retry_seconds` how long to keep trying while the hub does not answer (see
+    `predictors.span_delivery`). `delivery.counts` says what became of the spans."""
 
     def __init__(
         self,
@@ -133,6 +145,9 @@ class Tracer:
         token: str | None = None,
         service: str = "mlms-predictor",
         resource: Mapping[str, Any] | None = None,
+        claim: str | None = None,
+        spool: Path | None = None,
+        retry_seconds: float | None = None,
     ) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -147,18 +162,22 @@ class Tracer:
             resource=Resource.create(attributes), id_generator=self._ids
         )
         self.export_failures = 0
+        self.delivery: SpanDelivery | None = None
         self._batch: Any = None
         self._memory = InMemorySpanExporter()
         self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
         if hub is not None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            headers = {"Authorization": f"Bearer {token}"} if token else None
-            exporter = OTLPSpanExporter(endpoint=f"{hub.rstrip('/')}/v1/traces", headers=headers)
+            self.delivery = SpanDelivery(
+                hub,
+                token,
+                claim=claim,
+                spool=spool,
+                retry_seconds=RETRY_SECONDS if retry_seconds is None else retry_seconds,
+            )
             # The batch processor drops what does not fit its queue; an evaluation's spans are
             # recorded at once, so `record` waits for the queue to drain before it would fill.
             self._batch = BatchSpanProcessor(
-                _Counting(exporter, self),
+                _Delivering(self.delivery, self),
                 max_queue_size=QUEUE_SPANS,
                 max_export_batch_size=EXPORT_BATCH_SPANS,
             )
@@ -265,26 +284,31 @@ def _span_exporter_base() -> Any:
     return SpanExporter
 
 
-class _Counting(_span_exporter_base()):  # type: ignore[misc]
-    """A span exporter that counts its failed exports on the tracer (`export_failures`)."""
+class _Delivering(_span_exporter_base()):  # type: ignore[misc]
+    """A span exporter that encodes each batch as OTLP protobuf and hands it to a
+    `SpanDelivery` (retries, spool, exactly-once headers); it counts the batches not delivered
+    on the tracer (`export_failures`)."""
 
-    def __init__(self, inner: Any, tracer: Tracer) -> None:
-        self._inner = inner
+    def __init__(self, delivery: SpanDelivery, tracer: Tracer) -> None:
+        self._delivery = delivery
         self._tracer = tracer
 
     def export(self, spans: Any) -> Any:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         try:
-            result = self._inner.export(spans)
+            body = encode_spans(spans).SerializeToString()
+            delivered = self._delivery.deliver(body, len(spans))
         except Exception:
-            result = SpanExportResult.FAILURE
-        if result != SpanExportResult.SUCCESS:
+            logger.exception("span export failed")
+            delivered = False
+        if not delivered:
             self._tracer.export_failures += 1
-        return result
+        return SpanExportResult.SUCCESS if delivered else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
-        self._inner.shutdown()
+        self._delivery.stopping.set()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return bool(self._inner.force_flush(timeout_millis))
+        return True

@@ -9,6 +9,8 @@ heartbeat and report so that the hub keeps its host and jobs live.
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -23,6 +25,9 @@ from hub.api.errors import ApiError
 from hub.models import Host
 from predictors.hub_client import TASK_NAME
 
+# A host id: plain ASCII digits (str.isdigit() also takes "²", which int() refuses), 18 at most.
+_HOST_ID = re.compile(r"[0-9]{1,18}")
+
 
 class AgentConfig(APIView):
     required_scopes = {"GET": "agent"}
@@ -31,7 +36,10 @@ class AgentConfig(APIView):
         summary="The broker, queues and timings of a registered host's agent",
         parameters=[
             OpenApiParameter(
-                "host", int, required=True, description="the id of the host this agent registered"
+                "host",
+                {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+                required=True,
+                description="the id of the host this agent registered",
             )
         ],
         responses=OpenApiTypes.OBJECT,
@@ -39,7 +47,7 @@ class AgentConfig(APIView):
     def get(self, request: Request) -> Response:
         token = agent_token(request)
         raw = request.query_params.get("host", "")
-        if not raw.isdigit() or len(raw) > 18:
+        if not _HOST_ID.fullmatch(raw):
             raise ApiError(
                 [
                     {

@@ -18,13 +18,19 @@ from rest_framework.views import APIView
 from evaluations import actions
 from evaluations.api.evaluations import visible_evaluations
 from evaluations.api.serializers import EvaluationDetailSerializer
+from hub.api.openapi import error_response
 
 
 class EvaluationCancel(APIView):
     required_scopes = {"POST": "evaluate"}
 
     @extend_schema(
-        summary="Cancel an evaluation", request=None, responses=EvaluationDetailSerializer
+        summary="Cancel an evaluation",
+        request=None,
+        responses={
+            200: EvaluationDetailSerializer,
+            409: error_response(409, "The evaluation has finished already."),
+        },
     )
     def post(self, request: Request, pk: UUID) -> Response:
         get_object_or_404(visible_evaluations(request), pk=pk)

@@ -22,6 +22,7 @@ from evaluations import actions
 from evaluations.api.serializers import ClaimSerializer
 from evaluations.models import Evaluation
 from evaluations.permissions import agent_token
+from hub.api.openapi import error_response
 from hub.models import Host, Manifest
 
 # What the agent needs of the request to run the evaluation loop.
@@ -44,7 +45,14 @@ class EvaluationClaim(APIView):
     @extend_schema(
         summary="Claim a dispatched evaluation (agents)",
         request=ClaimSerializer,
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            409: error_response(
+                409,
+                "Another claim holds the evaluation, the dispatch was superseded, or the "
+                "evaluation was cancelled or finished meanwhile: drop the message.",
+            ),
+        },
     )
     def post(self, request: Request, pk: UUID) -> Response:
         token = agent_token(request)

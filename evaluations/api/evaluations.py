@@ -6,13 +6,19 @@ hosts and dispatches one evaluation (`hosts: one`) or one per matching host (`ho
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import generics, status
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -25,6 +31,8 @@ from evaluations.api.serializers import (
 from evaluations.models import Evaluation
 from evaluations.traceparent import TraceParentError, parse_traceparent
 from hub.api.errors import ApiError
+from hub.api.openapi import error_response
+from hub.api.query import choice, flag, flag_parameter
 
 READ_SCOPES = ("read", "evaluate")
 
@@ -48,11 +56,32 @@ def visible_evaluations(request: Request) -> QuerySet[Evaluation]:
     )
 
 
+_FILTER_TYPES: dict[str, dict[str, Any]] = {
+    "status": {"enum": [value for value, _ in Evaluation.STATUSES]},
+    "group": {"type": OpenApiTypes.UUID},
+}
+
+
+LAUNCHED = inline_serializer(
+    "LaunchedEvaluations",
+    {
+        "group": serializers.UUIDField(help_text="the launch's id: `?group=` lists them"),
+        "count": serializers.IntegerField(min_value=1),
+        "evaluations": EvaluationDetailSerializer(many=True),
+    },
+)
+
+
 @extend_schema_view(
     get=extend_schema(
         summary="List your evaluations (staff: everyone's)",
         parameters=[
-            OpenApiParameter(name, OpenApiTypes.STR, description=text)
+            OpenApiParameter(
+                name,
+                _FILTER_TYPES.get(name, {}).get("type", OpenApiTypes.STR),
+                enum=_FILTER_TYPES.get(name, {}).get("enum"),
+                description=text,
+            )
             for name, (_, text) in _FILTERS.items()
         ],
     ),
@@ -64,24 +93,37 @@ class EvaluationList(generics.ListAPIView[Evaluation]):
     def get_queryset(self) -> QuerySet[Evaluation]:
         queryset = visible_evaluations(self.request)
         params = self.request.query_params
-        statuses = {value for value, _ in Evaluation.STATUSES}
-        if params.get("status") and params["status"] not in statuses:
-            raise ApiError(
-                [{"path": "status", "message": f"must be one of {', '.join(sorted(statuses))}"}]
-            )
+        choice(self.request, "status", sorted(value for value, _ in Evaluation.STATUSES))
+        group = params.get("group")
+        if group is not None:
+            try:
+                uuid.UUID(group)
+            except ValueError:
+                raise ApiError(
+                    [{"path": "group", "message": f"group must be a UUID, not {group[:40]!r}"}]
+                ) from None
         for name, (lookup, _) in _FILTERS.items():
             value = params.get(name)
             if value:
-                try:
-                    queryset = queryset.filter(**{lookup: value})
-                except Exception:  # a malformed UUID for `group`
-                    raise ApiError([{"path": name, "message": f"'{value}' is not valid"}]) from None
+                queryset = queryset.filter(**{lookup: value})
         return queryset
 
     @extend_schema(
         summary="Launch an evaluation",
+        parameters=[
+            OpenApiParameter(
+                "traceparent",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="W3C trace context: the evaluations join the caller's trace",
+                pattern="^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$",
+            )
+        ],
         request=EvaluationRequestSerializer,
-        responses={201: OpenApiTypes.OBJECT},
+        responses={
+            201: LAUNCHED,
+            404: error_response(404, "No such model or dataset (that you may use)."),
+        },
     )
     def post(self, request: Request) -> Response:
         parent = None
@@ -117,11 +159,7 @@ class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
     @extend_schema(
         summary="One evaluation with its request, status history, progress and result",
         parameters=[
-            OpenApiParameter(
-                "predictions",
-                OpenApiTypes.BOOL,
-                description="include the per-input predictions in the result",
-            )
+            flag_parameter("predictions", "include the per-input predictions in the result")
         ],
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -132,5 +170,5 @@ class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
-        context["predictions"] = self.request.query_params.get("predictions") in ("1", "true")
+        context["predictions"] = flag(self.request, "predictions")
         return context

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from evaluations import actions
 from evaluations.api.serializers import ProgressSerializer
 from evaluations.permissions import agent_token
+from hub.api.openapi import error_response
 
 
 class EvaluationProgress(APIView):
@@ -27,7 +28,12 @@ class EvaluationProgress(APIView):
     @extend_schema(
         summary="Report progress (agents)",
         request=ProgressSerializer,
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            409: error_response(
+                409, "The claim is no longer current: the hub gave the job to another attempt."
+            ),
+        },
     )
     def post(self, request: Request, pk: UUID) -> Response:
         token = agent_token(request)

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from evaluations import actions
 from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
 from evaluations.permissions import agent_token
+from hub.api.openapi import error_response
 
 
 class EvaluationResult(APIView):
@@ -28,7 +29,12 @@ class EvaluationResult(APIView):
     @extend_schema(
         summary="Post an evaluation's result (agents)",
         request=ResultUploadSerializer,
-        responses={201: ResultSerializer},
+        responses={
+            201: ResultSerializer,
+            409: error_response(
+                409, "The claim is no longer current: the hub gave the job to another attempt."
+            ),
+        },
     )
     def post(self, request: Request, pk: UUID) -> Response:
         token = agent_token(request)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from evaluations import traces
 from evaluations.models import Evaluation, Result, StatusChange
 from predictors.predictor import FRAMEWORKS
 from predictors.versioning import InvalidRange, validate_range
@@ -126,7 +128,7 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = StatusChange
@@ -135,7 +137,7 @@ class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
 
 class ResultSerializer(serializers.ModelSerializer[Result]):
     accuracy = serializers.SerializerMethodField()
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Result
@@ -166,7 +168,7 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
     user = serializers.SerializerMethodField()
     model = serializers.SerializerMethodField()
     dataset = serializers.SerializerMethodField()
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     progress = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
     accuracy = serializers.SerializerMethodField()
@@ -236,15 +238,35 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
         return {"top1": result.top1, "top5": result.top5, "count": result.count}
 
 
+class SpanCountsSerializer(serializers.Serializer[dict[str, Any]]):
+    sent = serializers.IntegerField(
+        allow_null=True,
+        help_text="the spans the agent sent for the attempt that produced the result "
+        "(null until a result says)",
+    )
+    stored = serializers.IntegerField(
+        help_text="the spans the hub stored for the evaluation's current attempt"
+    )
+
+
 class EvaluationDetailSerializer(EvaluationSerializer):
-    """One evaluation with its request, status history and result."""
+    """One evaluation with its request, status history, result and span counts."""
 
     history = StatusChangeSerializer(many=True, read_only=True)
     result = serializers.SerializerMethodField()
+    spans = serializers.SerializerMethodField()
 
     class Meta(EvaluationSerializer.Meta):
-        fields = [*EvaluationSerializer.Meta.fields, "request", "history", "result"]
+        fields = [*EvaluationSerializer.Meta.fields, "request", "history", "result", "spans"]
         read_only_fields = fields
+
+    @extend_schema_field(SpanCountsSerializer)
+    def get_spans(self, evaluation: Evaluation) -> dict[str, Any]:
+        result = getattr(evaluation, "result", None)
+        sent = None
+        if result is not None and isinstance(result.details.get("spans"), dict):
+            sent = result.details["spans"].get("sent")
+        return {"sent": sent, "stored": traces.spans_stored(evaluation)}
 
     def get_result(self, evaluation: Evaluation) -> dict[str, Any] | None:
         result = getattr(evaluation, "result", None)
@@ -340,5 +362,15 @@ class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
         if len(attrs["predictions"]["labels"]) != attrs["accuracy"]["count"]:
             raise serializers.ValidationError(
                 {"predictions": ["must hold one row per input that accuracy counts"]}
+            )
+        spans = attrs["details"].get("spans")
+        if spans is not None and not (
+            isinstance(spans, dict)
+            and isinstance(spans.get("sent"), int)
+            and not isinstance(spans.get("sent"), bool)
+            and spans["sent"] >= 0
+        ):
+            raise serializers.ValidationError(
+                {"details": ["spans must be an object whose 'sent' is a count (0 or more)"]}
             )
         return attrs

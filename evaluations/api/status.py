@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from evaluations import actions
 from evaluations.api.serializers import AgentStatusSerializer, EvaluationSerializer
 from evaluations.permissions import agent_token
+from hub.api.openapi import error_response
 
 
 class EvaluationStatus(APIView):
@@ -25,7 +26,12 @@ class EvaluationStatus(APIView):
     @extend_schema(
         summary="Report that an evaluation failed or was cancelled (agents)",
         request=AgentStatusSerializer,
-        responses=EvaluationSerializer,
+        responses={
+            200: EvaluationSerializer,
+            409: error_response(
+                409, "The claim is no longer current: the hub gave the job to another attempt."
+            ),
+        },
     )
     def post(self, request: Request, pk: UUID) -> Response:
         token = agent_token(request)

@@ -3,6 +3,8 @@
 - `POST /v1/traces`: an OTLP ExportTraceServiceRequest (application/x-protobuf or
   application/json, optionally gzip), `Authorization: Bearer <token>` of scope `write`,
   `evaluate` or `agent`; answers an ExportTraceServiceResponse in the request's encoding.
+  Optional headers: `X-MLMS-Export` (an id per export, stored once however often it is sent)
+  and `X-MLMS-Claim` (an agent's claim: refused with 409 once another attempt holds the job).
 - `GET /api/v1/traces/<trace_id>?format=chrome|otlp` and `GET /api/v1/evaluations/<id>/trace`:
   every span of the trace.
 - `GET /api/v1/traces/<trace_id>/timeline?start=&end=&max_spans=&max_points=`: the longest spans
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Any
 from uuid import UUID
@@ -76,6 +79,21 @@ def _body(request: HttpRequest, limit: int) -> bytes:
     return body
 
 
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _delivery_headers(request: HttpRequest) -> tuple[str, str]:
+    """`X-MLMS-Export` (the export's id: stored once however often sent) and `X-MLMS-Claim`
+    (the sender's claim on the evaluation), each 32 lowercase hex digits when given."""
+    values = []
+    for header in ("X-MLMS-Export", "X-MLMS-Claim"):
+        value = request.headers.get(header, "").strip()
+        if value and not _HEX32.match(value):
+            raise traces.TraceError(400, f"{header} must be 32 lowercase hex digits.", header)
+        values.append(value)
+    return values[0], values[1]
+
+
 @csrf_exempt
 @require_POST
 def otlp_receiver(request: HttpRequest) -> HttpResponse:
@@ -97,8 +115,9 @@ def otlp_receiver(request: HttpRequest) -> HttpResponse:
     if content_type not in ("application/x-protobuf", "application/json"):
         return _error(415, "Send OTLP as application/x-protobuf or application/json.")
     try:
+        key, claim = _delivery_headers(request)
         message = traces.decode(_body(request, settings.TRACE_MAX_BYTES), content_type)
-        traces.ingest(token, message)
+        traces.ingest(token, message, key=key, claim=claim)
     except traces.TraceError as error:
         return _error(error.status, error.message, path=error.path)
     answer = trace_service_pb2.ExportTraceServiceResponse()
@@ -144,12 +163,24 @@ class TraceView(APIView):
 FORMAT = OpenApiParameter(
     "format", OpenApiTypes.STR, enum=["chrome", "otlp"], description="default chrome"
 )
+TRACE_ID = OpenApiParameter(
+    "trace_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern="^[0-9a-f]{32}$",
+    description="32 lowercase hex digits; 404 for a trace you may not read",
+)
+
+
+def _int_schema(minimum: int) -> dict[str, Any]:
+    """What `_int_param` takes, as an OpenAPI schema."""
+    return {"type": "integer", "minimum": minimum, "maximum": traces.INT64_MAX}
 
 
 class TraceExport(TraceView):
     @extend_schema(
         summary="Export a trace (Chrome trace JSON or OTLP JSON)",
-        parameters=[FORMAT],
+        parameters=[TRACE_ID, FORMAT],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, trace_id: str) -> Response:
@@ -168,16 +199,20 @@ class EvaluationTrace(TraceView):
         return _export(evaluation.trace_id, request.query_params.get("format", "chrome"))
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _int_param(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
     """An integer query parameter in [minimum, 2^63 - 1] (what the span columns hold), else
     400 naming it."""
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError([{"path": name, "message": f"{name} must be an integer."}]) from None
+    # Plain digits: int() would also take "", " 7", "1_000" and other scripts' digits.
+    if not _INTEGER.fullmatch(raw):
+        raise ApiError([{"path": name, "message": f"{name} must be an integer."}])
+    # More than 20 digits is out of range either way (and int() refuses 4,300 and more).
+    value = int(raw) if len(raw) <= 20 else (-1 if raw[0] == "-" else 1) * 2**64
     if value < minimum:
         raise ApiError([{"path": name, "message": f"{name} must be at least {minimum}."}])
     if value > traces.INT64_MAX:
@@ -191,13 +226,19 @@ class TraceTimeline(TraceView):
     @extend_schema(
         summary="The longest spans and the hardware counters of a trace in a time window",
         parameters=[
-            OpenApiParameter("start", OpenApiTypes.INT, description="Unix ns"),
-            OpenApiParameter("end", OpenApiTypes.INT, description="Unix ns"),
-            OpenApiParameter("max_spans", OpenApiTypes.INT, description="default 1000"),
+            TRACE_ID,
+            OpenApiParameter("start", _int_schema(0), description="Unix ns"),
+            OpenApiParameter("end", _int_schema(0), description="Unix ns, not before start"),
+            OpenApiParameter(
+                "max_spans",
+                _int_schema(1),
+                description=f"default 1000; at most {MAX_TIMELINE_SPANS} are answered",
+            ),
             OpenApiParameter(
                 "max_points",
-                OpenApiTypes.INT,
-                description="points per counter, default 1000 (each the max of its bucket)",
+                _int_schema(1),
+                description="points per counter, default 1000 (each the max of its bucket); "
+                f"at most {MAX_COUNTER_POINTS}",
             ),
         ],
         responses={200: OpenApiTypes.OBJECT},
@@ -236,6 +277,7 @@ class TraceTimeline(TraceView):
 class TraceLayers(TraceView):
     @extend_schema(
         summary="Per-level, per-name span aggregates of a trace, and its top kernels",
+        parameters=[TRACE_ID],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, trace_id: str) -> Response:

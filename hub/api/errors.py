@@ -11,10 +11,58 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from rest_framework import status
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+# Paths whose answers are the API's, in its JSON error format even when no view is reached.
+API_PREFIXES = ("/api/", "/v1/")
+
+
+class ErrorItemSerializer(serializers.Serializer[dict[str, Any]]):
+    """One problem of an error response (for the OpenAPI schema)."""
+
+    path = serializers.CharField(
+        help_text='The dotted path of the field at fault; "" for the request as a whole.'
+    )
+    line = serializers.IntegerField(
+        allow_null=True, help_text="The manifest's YAML line, where there is one."
+    )
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    """Every error response of the API (for the OpenAPI schema): `detail` is the first
+    error's message."""
+
+    detail = serializers.CharField()
+    errors = ErrorItemSerializer(many=True)
+
+
+def error_body(message: str, path: str = "") -> dict[str, Any]:
+    """The API's error body for one problem."""
+    return {"detail": message, "errors": [{"path": path, "line": None, "message": message}]}
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's 404 handler: under the API's paths a URL that names no endpoint (or an id of
+    the wrong form, `/api/v1/manifests/abc/`) answers in the API's error format; elsewhere the
+    site's 404 page."""
+    if request.path.startswith(API_PREFIXES):
+        return JsonResponse(
+            error_body("Not found: nothing of the API answers at this URL."), status=404
+        )
+    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500 handler: the API's error format under its paths, the site's page elsewhere."""
+    if request.path.startswith(API_PREFIXES):
+        return JsonResponse(error_body("Internal server error."), status=500)
+    return defaults.server_error(request)
 
 
 class ApiError(APIException):

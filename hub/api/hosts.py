@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -20,6 +20,8 @@ from rest_framework.views import APIView
 
 from hub import actions
 from hub.api.errors import ApiError
+from hub.api.openapi import error_response
+from hub.api.query import flag, flag_parameter
 from hub.api.serializers import HostSerializer
 from hub.models import ApiToken, Host
 
@@ -63,9 +65,18 @@ def _agent_token(request: Request) -> ApiToken:
 
 
 @extend_schema_view(
-    get=extend_schema(summary="List registered hosts"),
+    get=extend_schema(
+        summary="List the hosts you may run jobs on",
+        parameters=[flag_parameter("live", "only the hosts whose agent sent a heartbeat lately")],
+    ),
     post=extend_schema(
-        summary="Register (or re-register) the calling agent's host", request=HostSerializer
+        summary="Register (or re-register) the calling agent's host",
+        request=HostSerializer,
+        responses={
+            200: OpenApiResponse(HostSerializer, description="Updated: the host was registered."),
+            201: OpenApiResponse(HostSerializer, description="Registered."),
+            409: error_response(409, "Another user's host has this name."),
+        },
     ),
 )
 class HostList(generics.ListAPIView[Host]):
@@ -75,7 +86,7 @@ class HostList(generics.ListAPIView[Host]):
 
     def get_queryset(self) -> QuerySet[Host]:
         queryset = _visible(super().get_queryset(), self.request)
-        if self.request.query_params.get("live") in ("1", "true"):
+        if flag(self.request, "live"):
             queryset = queryset.live()  # type: ignore[attr-defined]
         return queryset
 

@@ -21,6 +21,8 @@ from rest_framework.response import Response
 
 from hub import actions
 from hub.api.errors import ApiError
+from hub.api.openapi import error_response
+from hub.api.query import choice
 from hub.api.serializers import ManifestSerializer, ManifestSummarySerializer
 from hub.models import Manifest
 from predictors import manifests as spec
@@ -60,7 +62,7 @@ class TextYamlParser(YamlParser):
 
 _FILTERS = [
     OpenApiParameter("name", OpenApiTypes.STR, description="exact name"),
-    OpenApiParameter("kind", OpenApiTypes.STR, enum=["model", "dataset"]),
+    OpenApiParameter("kind", OpenApiTypes.STR, enum=[Manifest.MODEL, Manifest.DATASET]),
     OpenApiParameter(
         "framework", OpenApiTypes.STR, description="pytorch, tensorflow or onnxruntime"
     ),
@@ -123,7 +125,7 @@ def create_manifest(request: Request, *, kind: str | None) -> Response:
                 ]
             )
         uploads[upload.name] = upload
-    visibility = request.query_params.get("visibility") or (
+    visibility = choice(request, "visibility", VISIBILITIES) or (
         request.data.get("visibility")
         if hasattr(request.data, "get") and "visibility" in request.data
         else None
@@ -158,6 +160,27 @@ def visible_of_kind(request: Request, kind: str | None) -> QuerySet[Manifest]:
     return queryset.filter(kind=kind) if kind else queryset
 
 
+VISIBILITIES = (Manifest.PUBLIC, Manifest.PRIVATE)
+_YAML_BODY = {
+    "type": "object",
+    "description": "The manifest in YAML: a mapping, as /api/v1/schema/manifest.json describes.",
+}
+_MULTIPART_BODY = {
+    "type": "object",
+    "properties": {
+        "manifest": {"type": "string", "description": "The manifest, in YAML (a file or text)."},
+        "files": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "Files the manifest names as repo://, each stored at the "
+            "manifest's namespace under its file name.",
+        },
+        "visibility": {"type": "string", "enum": list(VISIBILITIES)},
+    },
+    "required": ["manifest"],
+}
+
+
 class _ManifestParsers:
     parser_classes = [YamlParser, ApplicationYamlParser, TextYamlParser, parsers.MultiPartParser]
 
@@ -166,11 +189,26 @@ class _ManifestParsers:
     get=extend_schema(parameters=_FILTERS, summary="List the manifests you can see"),
     post=extend_schema(
         summary="Upload a manifest (YAML body, or multipart with model files)",
+        parameters=[
+            OpenApiParameter(
+                "visibility",
+                OpenApiTypes.STR,
+                enum=list(VISIBILITIES),
+                description="private unless the manifest or this says otherwise",
+            )
+        ],
         request={
-            "application/x-yaml": OpenApiTypes.STR,
-            "multipart/form-data": OpenApiTypes.OBJECT,
+            **{media_type: _YAML_BODY for media_type in YAML_TYPES},
+            "multipart/form-data": _MULTIPART_BODY,
         },
-        responses={201: ManifestSerializer},
+        responses={
+            201: ManifestSerializer,
+            409: error_response(
+                409,
+                "The manifest's name belongs to another publisher, its identity (name, "
+                "version, framework) exists already, or a file exists with other content.",
+            ),
+        },
     ),
 )
 class ManifestList(_ManifestParsers, generics.ListAPIView[Manifest]):
@@ -179,6 +217,7 @@ class ManifestList(_ManifestParsers, generics.ListAPIView[Manifest]):
     kind: str | None = None
 
     def get_queryset(self) -> QuerySet[Manifest]:
+        choice(self.request, "kind", (Manifest.MODEL, Manifest.DATASET))
         queryset = visible_of_kind(self.request, self.kind)
         return filter_manifests(queryset, self.request.query_params).order_by(
             "kind", "name", "framework", "id"

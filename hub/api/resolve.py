@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 
 from hub import solver
 from hub.api.errors import ApiError
+from hub.api.openapi import error_response
 
 
 class Resolve(APIView):
@@ -24,7 +25,14 @@ class Resolve(APIView):
             OpenApiParameter("framework_version", OpenApiTypes.STR, description="npm range"),
             OpenApiParameter("device", OpenApiTypes.STR, enum=list(solver.DEVICES)),
         ],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            404: error_response(
+                404,
+                "No manifest and live host satisfy the constraints; the error's `path` names "
+                "the one left unmet.",
+            ),
+        },
     )
     def get(self, request: Request) -> Response:
         values = {

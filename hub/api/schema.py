@@ -15,6 +15,9 @@ from predictors import manifests as spec
 class ManifestSchema(APIView):
     permission_classes = [AllowAny]
 
-    @extend_schema(summary="The manifest JSON Schema", responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="The manifest JSON Schema",
+        responses={(200, "application/schema+json"): OpenApiTypes.OBJECT},
+    )
     def get(self, request: Request) -> Response:
         return Response(spec.published_schema(), content_type="application/schema+json")

@@ -74,7 +74,10 @@ class HostFrameworkSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class HostSerializer(serializers.ModelSerializer[Host]):
-    name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", max_length=128)
+    # Not trimmed: " cpu-1" is refused (the pattern), not taken for "cpu-1".
+    name = serializers.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", max_length=128, trim_whitespace=False
+    )
     frameworks = HostFrameworkSerializer(many=True)
     devices = serializers.ListField(
         child=serializers.CharField(max_length=64), max_length=64, required=False
@@ -158,7 +161,8 @@ class TokenSerializer(serializers.ModelSerializer[ApiToken]):
 
 
 class TokenCreateSerializer(serializers.Serializer[dict[str, Any]]):
-    name = serializers.CharField(max_length=100)
+    # Kept as sent: trimmed first, a name of 101 characters would pass a limit of 100.
+    name = serializers.CharField(max_length=100, trim_whitespace=False)
     scopes = serializers.ListField(
         child=serializers.ChoiceField(choices=list(SCOPES)), min_length=1, max_length=len(SCOPES)
     )

@@ -1,8 +1,10 @@
-"""Fixtures of the evaluations tests: users and their clients, a small catalog, hosts, and the
-hub's broker, from which a test reads what the hub sent."""
+"""Fixtures of the evaluations tests: users and their clients, a small catalog, hosts, the
+hub's broker, from which a test reads what the hub sent, and a live hub on a Redis server of the
+test's own (`outage_hub`), for the fault tests."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +59,25 @@ def hosts(agent, catalog) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     onnxruntime.cpu) and gpu-1 (onnxruntime 1.18 on cpu and an A100 40 GB, arm64, consuming
     onnxruntime.cpu and onnxruntime.cuda)."""
     return register_hosts(agent)
+
+
+@pytest.fixture
+def outage_hub(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """A hub and two agents in real processes (`LiveHub`) on a Redis server of the test's own
+    (`RedisServer`), which the test may kill and start again."""
+    from tests.evaluations.test_broker_outage import RedisServer
+    from tests.evaluations.test_end_to_end import LiveHub
+
+    redis_server = RedisServer(tmp_path)
+    redis_server.start()
+    hub = LiveHub(tmp_path / "hub")
+    (tmp_path / "hub").mkdir()
+    hub.env["CELERY_BROKER_URL"] = redis_server.url
+    # A message the outage took from the broker is sent again 10 s after its dispatch.
+    hub.env["EVALUATION_DISPATCH_SECONDS"] = "10"
+    try:
+        hub.start()
+        yield hub, redis_server
+    finally:
+        hub.stop()
+        redis_server.kill()

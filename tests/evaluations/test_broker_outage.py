@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,21 +58,6 @@ class RedisServer:
         assert self.process is not None
         self.process.kill()
         self.process.wait(timeout=10)
-
-
-@pytest.fixture
-def outage_hub(tmp_path: Path) -> Iterator[tuple[LiveHub, RedisServer]]:
-    redis_server = RedisServer(tmp_path)
-    redis_server.start()
-    hub = LiveHub(tmp_path / "hub")
-    (tmp_path / "hub").mkdir()
-    hub.env["CELERY_BROKER_URL"] = redis_server.url
-    try:
-        hub.start()
-        yield hub, redis_server
-    finally:
-        hub.stop()
-        redis_server.kill()
 
 
 def test_a_broker_killed_during_a_job_loses_nothing_and_the_agents_hear_again(

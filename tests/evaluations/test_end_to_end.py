@@ -91,7 +91,7 @@ class LiveHub:
         return done.stdout.strip()
 
     def spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        log = (self.folder / f"{name}.log").open("wb")
+        log = (self.folder / f"{name}.log").open("ab")  # a restarted process adds to its log
         self.processes[name] = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
@@ -104,9 +104,7 @@ class LiveHub:
         ).splitlines()[-1]
         self.agent_token_file = Path(self.manage("agent_token"))
         self._purge_queues()
-        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-        self.spawn("hub", [*daphne, "mlmodelscope.asgi:application"], self.env)
-        self.wait(lambda: self.get("manifests/")[0] == 200, "the hub to answer", 30)
+        self.start_hub()
         for name in AGENTS:
             self.start_agent(name)
         self.wait(
@@ -114,6 +112,12 @@ class LiveHub:
             "both agents to register",
             60,
         )
+
+    def start_hub(self) -> None:
+        """Serve the hub with daphne (again, after `kill("hub")`) and wait until it answers."""
+        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        self.spawn("hub", [*daphne, "mlmodelscope.asgi:application"], self.env)
+        self.wait(lambda: self.get("manifests/")[0] == 200, "the hub to answer", 30)
 
     def start_agent(self, name: str, token_file: Path | None = None) -> None:
         """An agent of the operators' shared pool, or, with `token_file`, a self-hosted agent
@@ -477,6 +481,9 @@ def test_a_framework_level_evaluations_spans_reach_the_hub_under_its_trace(
     batch_ids = {s["spanId"] for s in spans if _attributes(s).get("mlms.level") == "model"}
     assert {span["parentSpanId"] for span in layers} <= batch_ids
     assert "trace_export" not in json.dumps(body["result"])
+    # The result says how many spans the agent sent; the hub stored as many.
+    assert body["spans"] == {"sent": len(spans), "stored": len(spans)}
+    assert body["result"]["details"]["spans"]["refused"] == 0
 
 
 def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) -> None:

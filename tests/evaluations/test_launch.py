@@ -223,10 +223,10 @@ def test_hosts_all_fans_out_one_evaluation_per_matching_host(
         assert broker.take(queue) == [(TASK_NAME, [str(evaluation.pk), 1])]
 
 
-def test_an_unreachable_broker_fails_the_evaluation_saying_so(
-    alice_client, hosts, broker, django_capture_on_commit_callbacks, monkeypatch
+def test_an_unreachable_broker_keeps_the_dispatch_to_send_again_saying_so(
+    alice_client, hosts, broker, django_capture_on_commit_callbacks, monkeypatch, settings
 ) -> None:
-    from evaluations import tasks
+    from evaluations import actions, tasks
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise ConnectionRefusedError("connection refused")
@@ -237,5 +237,16 @@ def test_an_unreachable_broker_fails_the_evaluation_saying_so(
 
     assert response.status_code == 201
     evaluation = Evaluation.objects.get()
-    assert evaluation.status == "failed"
-    assert "broker" in evaluation.history.last().reason
+    assert evaluation.status == "dispatched" and evaluation.sent_at is None
+    reason = evaluation.history.last().reason
+    assert reason.startswith("the hub could not reach its Celery broker (connection refused)")
+    assert "it waits up to 600 s" in reason
+    # The broker is back: the sweep sends the dispatch again.
+    monkeypatch.undo()
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_SEND_SECONDS + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.requeue_lost(later)
+    evaluation.refresh_from_db()
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert evaluation.sent_at is not None
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 2])]

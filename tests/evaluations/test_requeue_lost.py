@@ -124,31 +124,87 @@ def test_a_lost_job_that_was_being_cancelled_is_cancelled(alice_client, agent, h
     assert Evaluation.objects.get(pk=evaluation_id).status == "cancelled"
 
 
-def test_a_job_waiting_for_a_dead_host_of_hosts_all_fails_naming_it(alice_client, hosts) -> None:
+def test_a_job_waiting_for_a_dead_host_of_hosts_all_waits_then_fails_naming_it(
+    alice_client, hosts, settings
+) -> None:
     launch(alice_client, hosts="all")
     gpu_job = Evaluation.objects.get(target_host=hosts["gpu-1"])
     _silence(str(gpu_job.pk), hosts["gpu-1"])
 
-    changed = actions.requeue_lost()
+    # The host may come back (an agent restarting): the job waits for it, saying so once.
+    assert [e.pk for e in actions.requeue_lost()] == [gpu_job.pk]
+    assert actions.requeue_lost() == []
+    gpu_job.refresh_from_db()
+    assert gpu_job.status == "dispatched"
+    assert gpu_job.history.last().reason == (
+        "host gpu-1 stopped heartbeating before the job started; no live host can run it now "
+        "(host gpu-1 is no longer live); it waits up to 600 s after its dispatch for a host that "
+        "can run it"
+    )
+    assert Evaluation.objects.filter(status="dispatched").count() == 3
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_WAIT_SECONDS)
+    assert gpu_job.pk in [e.pk for e in actions.requeue_lost(later)]
 
-    assert [e.pk for e in changed] == [gpu_job.pk]
     gpu_job.refresh_from_db()
     assert gpu_job.status == "failed"
     assert gpu_job.history.last().reason.startswith(
         "host gpu-1 stopped heartbeating before the job started, and no other host can run it"
     )
-    assert Evaluation.objects.filter(status="dispatched").count() == 2
 
 
-def test_a_job_whose_queue_lost_all_its_hosts_is_failed(alice_client, hosts) -> None:
+def test_a_job_whose_queue_lost_all_its_hosts_waits_then_fails(
+    alice_client, hosts, settings
+) -> None:
     evaluation_id = launched_id(launch(alice_client))
     _silence(evaluation_id, *hosts.values())
 
     actions.requeue_lost()
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched"
+    assert "it waits up to 600 s" in evaluation.history.last().reason
+    actions.requeue_lost(timezone.now() + timedelta(seconds=settings.EVALUATION_WAIT_SECONDS))
 
     evaluation = Evaluation.objects.get(pk=evaluation_id)
     assert evaluation.status == "failed"
     assert "no live host consumes queue pool.onnxruntime.cpu" in evaluation.history.last().reason
+
+
+def test_a_running_job_whose_hosts_all_died_goes_back_to_its_queue_to_wait(
+    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    claim(agent, evaluation_id, hosts["cpu-1"])
+    broker.drain("pool.onnxruntime.cpu")
+    _silence(evaluation_id, *hosts.values())
+
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.requeue_lost()
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert evaluation.queue == "pool.onnxruntime.cpu"
+    reason = evaluation.history.last().reason
+    assert reason.startswith("host cpu-1 stopped heartbeating; no live host can run it now")
+    assert "it waits up to 600 s" in reason
+    assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [evaluation_id, 2])]
+    # A host that comes back takes it.
+    Host.objects.filter(pk=hosts["cpu-2"].pk).update(last_heartbeat=timezone.now())
+    assert claim(agent, evaluation_id, hosts["cpu-2"], dispatch=2).status_code == 200
+
+
+def test_a_dispatch_the_broker_does_not_take_is_tried_again_then_failed(
+    alice_client, hosts, settings
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))  # never sent (no on-commit here)
+    later = timezone.now() + timedelta(seconds=settings.EVALUATION_WAIT_SECONDS)
+
+    actions.requeue_lost(later)
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "failed"
+    assert evaluation.history.last().reason.startswith(
+        "the broker did not take dispatch 1 within 600 s"
+    )
 
 
 def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(

@@ -189,6 +189,28 @@ def test_bad_exports_are_refused_and_nothing_is_stored(
     assert not (Path(settings.ARTIFACT_ROOT) / "traces").exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"resourceSpans": [[]]}, "resourceSpans.0"),
+        ({"resourceSpans": {}}, "resourceSpans"),
+        ({"resourceSpans": [{"resource": []}]}, "resourceSpans.0.resource"),
+        (
+            {"resourceSpans": [{"scopeSpans": [{"spans": [7]}]}]},
+            "resourceSpans.0.scopeSpans.0.spans.0",
+        ),
+    ],
+)
+def test_otlp_json_whose_messages_are_not_objects_is_refused_naming_where(
+    bob_client, body: Any, path: str
+) -> None:  # type: ignore[no-untyped-def]
+    response = post(bob_client, json.dumps(body).encode(), "application/json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"][0]["path"] == path
+    assert not Trace.objects.exists()
+
+
 def test_a_span_with_a_bad_trace_id_is_refused(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
     body = export("00" * 16, ("a", 0, 10, {}))
 

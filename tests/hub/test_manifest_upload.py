@@ -267,8 +267,11 @@ def test_list_filters_by_name_kind_framework_task_and_search(alice) -> None:  # 
     assert names("framework=pytorch") == ["beta"]
     assert names("task=image_classification") == ["alpha", "beta", "gamma"]
     assert names("search=conv") == ["alpha"]
-    assert names("kind=nonsense") == []
-    assert alice.get("/api/v1/manifests/?page=999").status_code == 404
+    nonsense = alice.get("/api/v1/manifests/?kind=nonsense")
+    assert nonsense.status_code == 400  # the schema's enum, not an empty list
+    assert nonsense.json()["errors"][0]["path"] == "kind"
+    past = alice.get("/api/v1/manifests/?page=999")
+    assert past.status_code == 404 and past.json()["errors"][0]["path"] == "page"
 
 
 def test_the_manifest_schema_is_published_and_validates_a_corpus_manifest(client) -> None:  # type: ignore[no-untyped-def]

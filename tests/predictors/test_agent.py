@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -239,6 +240,7 @@ def _traced_job() -> dict[str, Any]:
     return {
         "id": "e1",
         "attempt": 1,
+        "claim": "c" * 32,
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
         "parent_span_id": "00f067aa0ba902b7",
         "model": {"name": "digits-cnn", "framework": "onnxruntime"},
@@ -259,14 +261,20 @@ def _spans_only() -> Any:
     )
 
 
-def test_the_agent_exports_a_jobs_spans_under_its_trace_and_parent(otlp_hub: Any) -> None:
+def test_the_agent_exports_a_jobs_spans_under_its_trace_and_parent(
+    otlp_hub: Any, tmp_path: Path
+) -> None:
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-    agent = Agent(_client(otlp_hub), "a1")
-    assert agent._export_trace(_traced_job(), _spans_only()) is None
+    agent = Agent(_client(otlp_hub), "a1", cache_dir=tmp_path)
+    counts = agent._export_trace(_traced_job(), _spans_only())
+    assert counts == {"sent": 3, "stored": 3, "refused": 0, "spooled": 0, "retries": 0}
 
     ((path, headers, body),) = otlp_hub.received
     assert path == "/v1/traces" and headers["Authorization"] == "Bearer mlms_test"
+    # Sent once under an id of its own, and under the job's claim.
+    assert re.fullmatch(r"[0-9a-f]{32}", headers["X-MLMS-Export"])
+    assert headers["X-MLMS-Claim"] == "c" * 32
     message = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
     spans = {s.name: s for r in message.resource_spans for g in r.scope_spans for s in g.spans}
     assert set(spans) == {"evaluation", "batch", "conv"}
@@ -276,11 +284,15 @@ def test_the_agent_exports_a_jobs_spans_under_its_trace_and_parent(otlp_hub: Any
     assert spans["conv"].parent_span_id == spans["batch"].span_id
 
 
-def test_a_refused_export_is_a_note_not_a_failure(otlp_hub: Any) -> None:
+def test_a_refused_export_is_a_note_not_a_failure(otlp_hub: Any, tmp_path: Path) -> None:
     otlp_hub.status = 403
-    agent = Agent(_client(otlp_hub), "a1")
+    agent = Agent(_client(otlp_hub), "a1", cache_dir=tmp_path)
 
-    note = agent._export_trace(_traced_job(), _spans_only())
+    counts = agent._export_trace(_traced_job(), _spans_only())
 
-    assert note == "spans not exported: 1 export(s) failed"
+    assert counts is not None
+    assert counts["sent"] == counts["refused"] == 3 and counts["stored"] == 0
+    assert counts["note"] == "0 of 3 spans stored: 3 refused (403: Forbidden)"
+    assert len(otlp_hub.received) == 1  # a refusal is not retried
+    assert not (tmp_path / "spool").exists() or not any((tmp_path / "spool").iterdir())
     assert agent._export_trace(_traced_job() | {"trace_id": None}, _spans_only()) is None
