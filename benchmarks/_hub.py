@@ -1,11 +1,12 @@
 """Helpers of the tracing benchmarks (`ingest.py`, `first_paint.py`): a hub of their own, and OTLP
 exports shaped like the ones the agents send.
 
-A benchmark's hub lives in a fresh temporary folder (`MLMS_VAR_DIR`: its SQLite database and
-artifact store, the embedded default of `make run`), is migrated with `manage.py migrate`, and
-is served by daphne on a free port in a process of its own. The benchmark's own process points
-Django at the same folder (`use_hub_django`), so that it can seed users, tokens and evaluations
-with the ORM and call the hub's ingest path in-process, as the baselines do.
+A benchmark's hub (`mlmodelscope.testing.livehub`, the suite's live hub) lives in a fresh
+temporary folder (`MLMS_VAR_DIR`: its SQLite database and artifact store, the embedded default
+of `make run`, without the sweep), is migrated with `manage.py migrate`, and is served by daphne
+on a free port in a process of its own. The benchmark's own process points Django at the same
+folder (`use_hub_django`), so that it can seed users, tokens and evaluations with the ORM and
+call the hub's ingest path in-process, as the baselines do.
 """
 
 from __future__ import annotations
@@ -14,31 +15,23 @@ import itertools
 import os
 import platform
 import secrets
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from predictors.protocol import Attr
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-_HUB_VARIABLES = (
-    "DATABASE_URL",
-    "CELERY_BROKER_URL",
-    "CHANNEL_LAYER_URL",
-    "ARTIFACT_ROOT",
-    "AGENT_BROKER_URL",
-    "DJANGO_SETTINGS_MODULE",
-    "DJANGO_ALLOW_ASYNC_UNSAFE",
-)
+from mlmodelscope.testing.livehub import LiveHub  # noqa: E402
+
+# The benchmarks' hub: the embedded default, without the sweep.
+SETTINGS = {"EVALUATION_SWEEP_SECONDS": "0"}
 
 
 def log(message: str) -> None:
@@ -68,86 +61,22 @@ def machine() -> str:
     )
 
 
-def hub_env(folder: Path) -> dict[str, str]:
-    """The environment of a hub on the embedded default in `folder`."""
-    env = {k: v for k, v in os.environ.items() if k not in _HUB_VARIABLES}
-    env.update(
-        MLMS_VAR_DIR=str(folder / "var"),
-        DJANGO_SETTINGS_MODULE="mlmodelscope.settings",
-        EVALUATION_SWEEP_SECONDS="0",
-    )
-    return env
-
-
 def migrate(folder: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=REPO_ROOT,
-        env=hub_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py migrate failed:\n{done.stderr}")
+    """Migrate a fresh hub in `folder`."""
+    LiveHub(folder, settings=SETTINGS).migrate()
 
 
 def use_hub_django(folder: Path) -> None:
     """Configure Django in this process on the hub in `folder` (migrated first)."""
-    for key in _HUB_VARIABLES:
-        os.environ.pop(key, None)
-    os.environ.update(
-        {k: v for k, v in hub_env(folder).items() if k.startswith(("MLMS_", "DJANGO_", "EVAL"))}
-    )
-    import django
-
-    django.setup()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    LiveHub(folder, settings=SETTINGS).use_django()
 
 
 @contextmanager
 def serve(folder: Path) -> Iterator[str]:
     """daphne serving the hub in `folder` (as `make run` does); yields its base URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    stderr = (folder / "daphne.log").open("wb")
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        + ["mlmodelscope.asgi:application"],
-        cwd=REPO_ROOT,
-        env=hub_env(folder),
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/api/v1/manifests/", timeout=5):  # noqa: S310
-                    break
-            except urllib.error.HTTPError:
-                break  # it answers
-            except OSError:
-                if daphne.poll() is not None:
-                    text = (folder / "daphne.log").read_text(errors="replace")[-4000:]
-                    raise RuntimeError(f"daphne stopped:\n{text}") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError("daphne did not answer within 60 s") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        daphne.terminate()
-        try:
-            daphne.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            daphne.kill()
-            daphne.wait()
-        stderr.close()
+    with LiveHub(folder, settings=SETTINGS) as hub:
+        hub.start()
+        yield hub.url
 
 
 # --- seeding (after use_hub_django) -----------------------------------------------------------
@@ -249,9 +178,9 @@ def iter_agent_spans(
     root_id = secrets.token_bytes(8)
     batches = max(1, -(-(count - 1) // SPANS_PER_BATCH))
     root = {
-        "mlms.evaluation": "00000000-0000-0000-0000-000000000000",
-        "mlms.attempt": 1,
-        "mlms.level": "application",
+        Attr.EVALUATION: "00000000-0000-0000-0000-000000000000",
+        Attr.ATTEMPT: 1,
+        Attr.LEVEL: "application",
         "framework": "onnxruntime",
         "model": "resnet-18",
         "dataset": "shapes-color",
@@ -277,7 +206,7 @@ def iter_agent_spans(
                     "inputs": 8,
                     "repetition": 0,
                     "batch_index": batch,
-                    "mlms.level": "model",
+                    Attr.LEVEL: "model",
                 },
             )
         ]
@@ -296,14 +225,14 @@ def iter_agent_spans(
                         "framework": "onnxruntime",
                         "batch_size": 8,
                         "batch_index": batch,
-                        "mlms.level": "framework",
-                        "mlms.layer_index": index,
-                        "mlms.layer_name": name,
-                        "mlms.op_type": op_type,
-                        "mlms.device": "cpu",
-                        "mlms.clock": CLOCK,
-                        "mlms.provider": "CPUExecutionProvider",
-                        "mlms.output_shape": shape,
+                        Attr.LEVEL: "framework",
+                        Attr.LAYER_INDEX: index,
+                        Attr.LAYER_NAME: name,
+                        Attr.OP_TYPE: op_type,
+                        Attr.DEVICE: "cpu",
+                        Attr.CLOCK: CLOCK,
+                        Attr.PROVIDER: "CPUExecutionProvider",
+                        Attr.OUTPUT_SHAPE: shape,
                     },
                 )
             )
@@ -318,10 +247,10 @@ def iter_agent_spans(
                         start + k * part,
                         start + (k + 1) * part,
                         {
-                            "mlms.level": "ml_library",
-                            "mlms.op_type": kernel,
-                            "mlms.layer_name": name,
-                            "mlms.device": "cpu",
+                            Attr.LEVEL: "ml_library",
+                            Attr.OP_TYPE: kernel,
+                            Attr.LAYER_NAME: name,
+                            Attr.DEVICE: "cpu",
                         },
                     )
                 )
@@ -374,7 +303,7 @@ def export_bodies(trace_id: str, spans: Iterable[SpanSpec], per_request: int) ->
 
     trace = bytes.fromhex(trace_id)
     resource = resource_pb2.Resource(attributes=_key_values(RESOURCE))
-    scope = common_pb2.InstrumentationScope(name="mlms.predictors")
+    scope = common_pb2.InstrumentationScope(name=Attr.PREDICTORS)
     internal = trace_pb2.Span.SpanKind.SPAN_KIND_INTERNAL
     stream = iter(spans)
     while chunk := list(itertools.islice(stream, per_request)):

@@ -2,24 +2,20 @@
 `idle_websocket.py` here, `tests/hub/test_database_connections.py` and
 `tests/evaluations/test_idle_websockets.py` in the suite. See docs/reliability.md.
 
-It is `_hub.py`'s hub (migrated with `_hub.migrate`, served by `_hub.serve`'s daphne on a free
-port) with the production services instead of the embedded default: a fresh PostgreSQL database
-of its own (`DATABASE_URL`, dropped afterwards), Redis as the Celery broker (`CELERY_BROKER_URL`)
-and as the channel layer (`CHANNEL_LAYER_URL`). Seeded with one user, a token of hers and a
-finished evaluation of hers, so that a client can read the API, export spans into the
-evaluation's trace (`POST /v1/traces`) and follow it over a WebSocket.
+It is the suite's live hub (`mlmodelscope.testing.livehub`: migrated, daphne on a free port)
+with the production services instead of the embedded default: a fresh PostgreSQL database of
+its own (`DATABASE_URL`, dropped afterwards), Redis as the Celery broker (`CELERY_BROKER_URL`)
+and as the channel layer (`CHANNEL_LAYER_URL`): the servers of DATABASE_URL and
+CHANNEL_LAYER_URL when set (as `make test-postgres` sets them), else the local ones. Seeded with
+one user, a token of hers and a finished evaluation of hers, so that a client can read the API,
+export spans into the evaluation's trace (`POST /v1/traces`) and follow it over a WebSocket.
 """
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
-import os
 import secrets
-import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
@@ -28,8 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from unittest import mock
 from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -37,21 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import _hub  # noqa: E402
-
-# The servers: those of DATABASE_URL and CHANNEL_LAYER_URL when set (as `make test-postgres` sets
-# them), else the local ones; the hub gets a database of its own and Redis databases 0 and 1.
-_DATABASE_URL = os.environ.get("DATABASE_URL", "")
-_CHANNEL_LAYER_URL = os.environ.get("CHANNEL_LAYER_URL", "")
-POSTGRES_SERVER = (
-    _DATABASE_URL.rsplit("/", 1)[0]
-    if _DATABASE_URL.startswith(("postgres", "pgsql"))
-    else "postgres://postgres@127.0.0.1:5432"
-)
-REDIS_SERVER = (
-    _CHANNEL_LAYER_URL.rsplit("/", 1)[0]
-    if _CHANNEL_LAYER_URL.startswith("redis")
-    else "redis://127.0.0.1:6379"
-)
+from mlmodelscope.testing import livehub  # noqa: E402
 
 # Run by `manage.py shell` in the migrated hub: prints the token and the evaluation as JSON.
 _SEED = """
@@ -63,60 +43,30 @@ print(json.dumps({"token": token, "evaluation": str(evaluation.pk), "trace_id": 
 """
 
 
-@dataclass
-class ProductionHub:
-    url: str
-    folder: Path
-    database: str
-    env: dict[str, str]
-    token: str
-    evaluation: str
-    trace_id: str
+class ProductionHub(livehub.LiveHub):
+    """A live hub in production mode; `token` is alice's, `evaluation_id` (and `trace_id`) her
+    finished evaluation's."""
 
-    def log(self) -> str:
-        return (self.folder / "daphne.log").read_text(errors="replace")[-4000:]
-
-
-def _postgres(statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True) as connection:
-        connection.execute(statement)  # type: ignore[arg-type]
+    evaluation_id = ""
+    trace_id = ""
 
 
 @contextmanager
 def production_hub(folder: Path, **settings: str) -> Iterator[ProductionHub]:
     """Migrate, seed and serve a hub in production mode in `folder`; `settings` are more
     environment variables of the hub (DATABASE_POOL_SIZE="5"). Drops its database afterwards."""
-    database = f"mlms_reliability_{secrets.token_hex(4)}"
-    env = {
-        **_hub.hub_env(folder),
-        "DATABASE_URL": f"{POSTGRES_SERVER}/{database}",
-        "CELERY_BROKER_URL": f"{REDIS_SERVER}/0",
-        "CHANNEL_LAYER_URL": f"{REDIS_SERVER}/1",
-        "EVALUATION_SWEEP_SECONDS": "5",  # the hub's own sweep, as in production
-        **settings,
-    }
-    _postgres(f"CREATE DATABASE {database}")
-    try:
-        # _hub's helpers run the hub on the environment hub_env() gives; this one instead.
-        with mock.patch.object(_hub, "hub_env", lambda _folder: env):
-            _hub.migrate(folder)
-            seeded = subprocess.run(
-                [sys.executable, "manage.py", "shell", "-c", _SEED],
-                cwd=REPO_ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if seeded.returncode != 0:
-                raise RuntimeError(f"seeding the hub failed:\n{seeded.stderr}")
-            seed = json.loads(seeded.stdout.strip().splitlines()[-1])
-            with _hub.serve(folder) as url:
-                yield ProductionHub(url, folder, database, env, **seed)
-    finally:
-        _postgres(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    # The hub's own sweep, as in production.
+    settings = {"EVALUATION_SWEEP_SECONDS": "5", **settings}
+    with ProductionHub(folder, services="production", settings=settings) as hub:
+        hub.migrate()
+        seed = json.loads(hub.shell(_SEED).splitlines()[-1])
+        hub.token, hub.evaluation_id, hub.trace_id = (
+            seed["token"],
+            seed["evaluation"],
+            seed["trace_id"],
+        )
+        hub.start()
+        yield hub
 
 
 # --- PostgreSQL connections -------------------------------------------------------------------
@@ -137,7 +87,8 @@ class ConnectionSampler(threading.Thread):
         import psycopg
 
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
-        with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True) as connection:
+        server = livehub.postgres_server()
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
             while not self._done.is_set():
                 row = connection.execute(query, (self.database,)).fetchone()
                 self.samples.append(int(row[0]) if row else 0)
@@ -230,99 +181,9 @@ def drive(
 # --- WebSockets -------------------------------------------------------------------------------
 
 
-class Closed(Exception):
-    """The server closed the WebSocket; `code` is its close code (1006: no close frame)."""
-
-    def __init__(self, code: int, reason: str = "") -> None:
-        super().__init__(f"closed with {code} {reason}".strip())
-        self.code = code
-
-
-class WebSocket:
-    """A WebSocket client (RFC 6455) that behaves as a browser's does while nobody writes to
-    it: it answers the server's pings (daphne pings every 20 s and closes a socket whose pong
-    does not come) and reports a close frame as `Closed`."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
-        key = base64.b64encode(secrets.token_bytes(16)).decode()
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        self.sock.sendall(
-            (
-                f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        head = b""
-        while b"\r\n\r\n" not in head:
-            byte = self.sock.recv(1)
-            if not byte:
-                raise Closed(1006, "during the handshake")
-            head += byte
-        if not head.startswith(b"HTTP/1.1 101"):
-            raise Closed(1006, head.decode(errors="replace"))
-        self.pings = 0
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise Closed(1006, "the connection ended without a close frame")
-            data += chunk
-        return data
-
-    def _send(self, opcode: int, payload: bytes) -> None:
-        """A masked frame, as a client sends them; pongs and closes only (< 126 bytes)."""
-        mask = secrets.token_bytes(4)
-        masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
-        self.sock.sendall(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked)
-
-    def receive(self, timeout: float) -> dict[str, Any] | None:
-        """The next text message, as JSON; None when none came within `timeout` seconds.
-        Pings on the way are answered."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                first = self._exactly(1)[0]
-            except TimeoutError:
-                return None
-            self.sock.settimeout(30)
-            second = self._exactly(1)[0]
-            length = second & 0x7F
-            if length == 126:
-                length = int.from_bytes(self._exactly(2), "big")
-            elif length == 127:
-                length = int.from_bytes(self._exactly(8), "big")
-            payload = self._exactly(length)
-            opcode = first & 0x0F
-            if opcode == 0x9:  # ping
-                self.pings += 1
-                self._send(0xA, payload)
-            elif opcode == 0x8:  # close
-                code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
-                raise Closed(code, payload[2:].decode(errors="replace"))
-            elif opcode == 0x1:
-                return json.loads(payload)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        try:
-            self._send(0x8, struct.pack("!H", 1000))
-        except OSError:
-            pass
-        self.sock.close()
-
-
-def follow(hub: ProductionHub) -> WebSocket:
+def follow(hub: ProductionHub) -> livehub.WebSocket:
     """A WebSocket on the hub's evaluation (`/ws/evaluations/<id>/?token=`), its snapshot read."""
-    url = hub.url.replace("http://", "ws://")
-    socket_ = WebSocket(f"{url}/ws/evaluations/{hub.evaluation}/?token={hub.token}")
+    socket_ = hub.websocket(f"/ws/evaluations/{hub.evaluation_id}/")
     snapshot = socket_.receive(timeout=30)
     if not snapshot or snapshot.get("type") != "snapshot":
         raise RuntimeError(f"expected the evaluation's snapshot, got {snapshot!r}")

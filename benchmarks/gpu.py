@@ -37,6 +37,7 @@ from predictors.catalog import Catalog  # noqa: E402
 from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import Evaluation, EvaluationOptions, compare, evaluate  # noqa: E402
+from predictors.protocol import Attr  # noqa: E402
 
 # (model, dataset, limit, batch sizes)
 LATENCY_CASES = (
@@ -137,23 +138,23 @@ def trace(catalog: Catalog, fetch: Any, device: str, out: Path) -> dict[str, Any
     seconds = time.perf_counter() - started
     spans = evaluation.spans
     summary = evaluation.result["trace"]
-    kernels = [s for s in spans if s.attributes.get("mlms.op_type") == "kernel"]
+    kernels = [s for s in spans if s.attributes.get(Attr.OP_TYPE) == "kernel"]
     gpu_activities = [
-        s for s in spans if s.attributes.get("mlms.op_type") in ("kernel", "memcpy", "memset")
+        s for s in spans if s.attributes.get(Attr.OP_TYPE) in ("kernel", "memcpy", "memset")
     ]
     per_layer: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for span in kernels:
-        layer = str(span.attributes.get("mlms.layer_name", "?"))
+        layer = str(span.attributes.get(Attr.LAYER_NAME, "?"))
         per_layer[layer][0] += 1
         per_layer[layer][1] += span.end_ns - span.start_ns
-    with_layer = sum(1 for s in kernels if "mlms.layer_name" in s.attributes)
+    with_layer = sum(1 for s in kernels if Attr.LAYER_NAME in s.attributes)
     counters = sorted(
         {
-            key.removeprefix("mlms.counter.")
+            key.removeprefix(Attr.COUNTER_PREFIX)
             for s in spans
-            if s.attributes.get("mlms.op_type") == "counter"
+            if s.attributes.get(Attr.OP_TYPE) == "counter"
             for key in s.attributes
-            if key.startswith("mlms.counter.")
+            if key.startswith(Attr.COUNTER_PREFIX)
         }
     )
     out.mkdir(parents=True, exist_ok=True)

@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _hub, _production  # noqa: E402
 from benchmarks._hub import log  # noqa: E402
+from mlmodelscope.testing.livehub import Closed, WebSocket  # noqa: E402
 
 
-def watch(socket_: _production.WebSocket, until: float, outcome: dict[str, Any]) -> None:
+def watch(socket_: WebSocket, until: float, outcome: dict[str, Any]) -> None:
     """Read the idle socket until the monotonic time `until`, noting a close or any message."""
     opened = time.monotonic()
     try:
@@ -38,7 +39,7 @@ def watch(socket_: _production.WebSocket, until: float, outcome: dict[str, Any])
             message = socket_.receive(timeout=left)
             if message is not None:
                 outcome.setdefault("unexpected", []).append(message)
-    except _production.Closed as closed:
+    except Closed as closed:
         outcome["closed_after_s"] = round(time.monotonic() - opened, 1)
         outcome["close_code"] = closed.code
 
@@ -72,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 try:
                     event = socket_.receive(timeout=10)
-                except _production.Closed as closed:
+                except Closed as closed:
                     outcome["close_code"] = closed.code
                     continue
                 outcome["received_event"] = bool(event and event.get("type") == "spans")
                 socket_.close()
-            daphne_log = hub.log()
+            daphne_log = hub.logs()
     ok = all(o.get("received_event") and "close_code" not in o for o in outcomes)
     figures = {"sockets": outcomes, "minutes": args.minutes, "ok": ok, "machine": machine}
     if args.json:

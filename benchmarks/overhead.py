@@ -62,9 +62,10 @@ from predictors import introspection  # noqa: E402
 from predictors.catalog import Catalog  # noqa: E402
 from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager, DatasetReader  # noqa: E402
-from predictors.evaluation import TRACE_LEVELS, EvaluationOptions, evaluate  # noqa: E402
+from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
 from predictors.manifests import Manifest  # noqa: E402
 from predictors.processing import preprocessor_for  # noqa: E402
+from predictors.protocol import TRACE_LEVELS, Attr  # noqa: E402
 
 Loop = Callable[[list[np.ndarray], int], tuple[list[int], int]]
 
@@ -274,7 +275,7 @@ def measure(
 
             evaluation = evaluate(model, dataset, options, fetch, progress=progress)
         entry = evaluation.result["batch_sizes"][0]
-        batch_spans = [s for s in evaluation.spans if s.attributes["mlms.level"] == "model"]
+        batch_spans = [s for s in evaluation.spans if s.attributes[Attr.LEVEL] == "model"]
         traced = options.trace_level not in ("none", "application")
         assert entry["timed_inputs"] == sum(sizes)
         assert len(batch_spans) == (len(batches) if traced else 0)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _hub  # noqa: E402
 
+from predictors.protocol import Attr
 from predictors.tracing import Span, Tracer  # noqa: E402
 
 GPU = ("kernel", "memcpy", "memset")
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     result, spans = load(args.trace)
-    recorded_gpu = sum(1 for s in spans if s.attributes.get("mlms.op_type") in GPU)
+    recorded_gpu = sum(1 for s in spans if s.attributes.get(Attr.OP_TYPE) in GPU)
     profiler = (result.get("trace") or {}).get("profiler") or {}
     with tempfile.TemporaryDirectory(prefix="mlms-trace-view-") as temporary:
         folder = Path(temporary)
@@ -114,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
                 chrome = json.load(response)
             complete = [e for e in chrome["traceEvents"] if e.get("ph") == "X"]
-            stored_gpu = sum(1 for e in complete if e.get("args", {}).get("mlms.op_type") in GPU)
+            stored_gpu = sum(1 for e in complete if e.get("args", {}).get(Attr.OP_TYPE) in GPU)
             counters = {e["name"] for e in chrome["traceEvents"] if e.get("ph") == "C"}
             samples = {(e["name"], e["ts"]) for e in chrome["traceEvents"] if e.get("ph") == "C"}
             figures = {
                 "recorded_spans": len(spans),
                 "recorded_counter_samples": sum(
-                    1 for s in spans if s.attributes.get("mlms.op_type") == "counter"
+                    1 for s in spans if s.attributes.get(Attr.OP_TYPE) == "counter"
                 ),
                 "hub_span_events": len(complete),
                 "hub_counter_values": len(samples),
@@ -140,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
 def shoot(url: str, cookie: tuple[str, str], evaluation: Any, spans: list[Span], args: Any) -> None:
     from playwright.sync_api import sync_playwright
 
-    batches = [s for s in spans if s.attributes.get("mlms.level") == "model"]
+    batches = [s for s in spans if s.attributes.get(Attr.LEVEL) == "model"]
     layer = next(
         s
         for s in spans
-        if s.attributes.get("mlms.level") == "framework"
+        if s.attributes.get(Attr.LEVEL) == "framework"
         and s.name == args.layer
         and s.parent_id == batches[1].span_id
     )

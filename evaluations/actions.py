@@ -25,18 +25,18 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
-from django.http import Http404
 from django.utils import timezone
-from rest_framework.exceptions import PermissionDenied
 
 from evaluations import events, placement, tasks
+from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation, Result, StatusChange
 from evaluations.trace_models import Trace
 from evaluations.traceparent import TraceParent
 from hub import actions as hub_actions
 from hub import solver
-from hub.api.errors import ApiError, Conflict
-from hub.models import ApiToken, Host, Manifest
+from hub.errors import Conflict, Forbidden, Invalid, NotFound
+from hub.models import ApiToken, Host
+from predictors.protocol import ResultUpload
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _locked(evaluation_id: Any, *, skip_locked: bool = False) -> Evaluation | No
 def _get_locked(evaluation_id: Any) -> Evaluation:
     evaluation = _locked(evaluation_id)
     if evaluation is None:
-        raise Http404
+        raise NotFound(f"no evaluation {evaluation_id}", code=EvaluationErrorCode.NOT_FOUND)
     return evaluation
 
 
@@ -108,23 +108,23 @@ def launch_evaluation(
     caller's trace id as its `trace_id`, and its root span will be the child of the caller's
     span (the agent learns the span id from the job).
 
-    404 when the model or dataset does not exist for the user; 400 naming the constraint when
-    no live host can run it.
+    NotFound when the model or dataset does not exist for the user; Invalid naming the
+    constraint when no live host can run it. The request is solved once (`hub.solver.solve`);
+    placement only picks the queue.
     """
     try:
-        models = solver.candidate_manifests(user, placement.solver_request(request))
-        dataset = placement.find_dataset(user, request["dataset"], request["dataset_version"])
-        _check_dataset(models[0], dataset, request["split"])
-        placements = placement.place(user, request)
+        solution = solver.solve(user, solver.Request.of_launch(request))
     except solver.Unsatisfiable as unmet:
         not_found = unmet.path in ("model", "dataset") and not isinstance(
             unmet, solver.InvalidConstraint
         )
         # The solver's `version` is the request's `model_version`.
         path = "model_version" if unmet.path == "version" else unmet.path
-        raise ApiError(
-            [{"path": path, "message": unmet.message}], status_code=404 if not_found else 400
-        ) from None
+        kind = NotFound if not_found else Invalid
+        raise kind(unmet.message, path=path, code=EvaluationErrorCode.UNSATISFIABLE) from None
+    dataset = solution.dataset
+    assert dataset is not None
+    placements = placement.place(solution, request, user.pk)
 
     group = uuid.uuid4()
     launched = []
@@ -167,32 +167,10 @@ def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:
         or Trace.objects.filter(trace_id=parent.trace_id).exclude(owner_id=user.pk).exists()
     )
     if taken:
-        raise ApiError(
-            [{"path": "traceparent", "message": "this trace id belongs to another user's trace"}]
-        )
-
-
-def _check_dataset(model: Manifest, dataset: Manifest, split: str) -> None:
-    if dataset.task != model.task:
-        raise ApiError(
-            [
-                {
-                    "path": "dataset",
-                    "message": f"dataset {dataset.name} is for {dataset.task}, but model "
-                    f"{model.name} does {model.task}",
-                }
-            ]
-        )
-    splits = (dataset.content or {}).get("splits") or {}
-    if split not in splits:
-        raise ApiError(
-            [
-                {
-                    "path": "split",
-                    "message": f"dataset {dataset.name} {dataset.version} has no split "
-                    f"'{split}' (it has {', '.join(splits) or 'none'})",
-                }
-            ]
+        raise Invalid(
+            "this trace id belongs to another user's trace",
+            path="traceparent",
+            code=EvaluationErrorCode.TRACE_TAKEN,
         )
 
 
@@ -255,9 +233,10 @@ def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluatio
         if not Host.objects.trusted_by(evaluation.user).filter(pk=host.pk).exists():
             # Before anything else, and changing nothing: a host its launcher does not trust
             # learns nothing of the evaluation, and cannot move it elsewhere either.
-            raise PermissionDenied(
+            raise Forbidden(
                 f"host {host.name} may not run evaluation {evaluation.pk}: its launcher runs "
-                "jobs only on their own hosts, their groups' and the operators' shared pool"
+                "jobs only on their own hosts, their groups' and the operators' shared pool",
+                code=EvaluationErrorCode.HOST_NOT_TRUSTED,
             )
         refusal = _claim_refusal(evaluation, host, dispatch)
         if refusal is None:
@@ -272,7 +251,7 @@ def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluatio
             reason = f"{lost}claimed by host {host.name} (attempt {evaluation.attempts})"
             record_status(evaluation, RUNNING, reason, host=host)
     if refusal is not None:
-        raise Conflict(refusal)
+        raise Conflict(refusal, code=EvaluationErrorCode.CLAIM_TAKEN)
     return evaluation
 
 
@@ -299,7 +278,7 @@ def _claim_refusal(evaluation: Evaluation, host: Host, dispatch: int) -> str | N
         kind = "model" if evaluation.model_id is None else "dataset"
         record_status(evaluation, FAILED, f"its {kind} manifest was deleted before it ran")
         return f"evaluation {evaluation.pk} is failed"
-    if all(h.pk != host.pk for h in placement.eligible_hosts(evaluation)):
+    if not placement.can_run(evaluation, host):
         # A consumer of a shared queue that cannot run this request: pin it to one that can.
         _lose(evaluation, f"host {host.name} cannot run it")
         return f"host {host.name} cannot run evaluation {evaluation.pk}; it was sent elsewhere"
@@ -316,13 +295,17 @@ def _framework_version(host: Host, framework: str) -> str:
 def _check_claim(evaluation: Evaluation, token: ApiToken, claim: str) -> None:
     """403 when another token's host holds the evaluation; 409 unless `claim` is current."""
     if evaluation.host is not None and evaluation.host.token_id != token.pk:
-        raise PermissionDenied("This evaluation runs on a host of another agent token.")
+        raise Forbidden(
+            "This evaluation runs on a host of another agent token.",
+            code=EvaluationErrorCode.HOST_NOT_YOURS,
+        )
     if evaluation.status != RUNNING or evaluation.claim != claim:
         state = evaluation.status
         if state == RUNNING:
             state = f"running on {evaluation.host.name if evaluation.host else 'another host'}"
         raise Conflict(
-            f"evaluation {evaluation.pk} is no longer yours ({state}); stop working on it"
+            f"evaluation {evaluation.pk} is no longer yours ({state}); stop working on it",
+            code=EvaluationErrorCode.CLAIM_SUPERSEDED,
         )
 
 
@@ -345,9 +328,7 @@ def record_progress(
     return evaluation
 
 
-def record_result(
-    evaluation_id: Any, token: ApiToken, claim: str, data: Mapping[str, Any]
-) -> Result:
+def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: ResultUpload) -> Result:
     """Store the claimant's result and finish the evaluation as succeeded. Posting the same
     result again (a retry) answers the stored one."""
     with transaction.atomic():
@@ -356,28 +337,25 @@ def record_result(
             return evaluation.result
         _check_claim(evaluation, token, claim)
         batch_sizes = {str(size) for size in evaluation.request["batch_sizes"]}
-        if set(data["latency"]) != batch_sizes:
-            raise ApiError(
-                [
-                    {
-                        "path": "latency",
-                        "message": f"has batch sizes {sorted(data['latency'])}, the request "
-                        f"asked for {sorted(batch_sizes)}",
-                    }
-                ]
+        if set(upload.latency) != batch_sizes:
+            raise Invalid(
+                f"has batch sizes {sorted(upload.latency)}, the request asked for "
+                f"{sorted(batch_sizes)}",
+                path="latency",
+                code=EvaluationErrorCode.RESULT_MISMATCH,
             )
-        accuracy = data["accuracy"]
+        accuracy = upload.accuracy
         result = Result.objects.create(
             evaluation=evaluation,
             top1=accuracy["top1"],
             top5=accuracy["top5"],
             count=accuracy["count"],
-            predictions=data["predictions"],
-            latency=data["latency"],
-            throughput=data["throughput"],
-            content_hash=data["content_hash"],
-            stack=data["stack"],
-            details=data["details"],
+            predictions=upload.predictions,
+            latency=upload.latency,
+            throughput=upload.throughput,
+            content_hash=upload.content_hash,
+            stack=upload.stack,
+            details=upload.details,
             host=evaluation.host,
         )
         evaluation.progress_done = evaluation.progress_total
@@ -418,7 +396,10 @@ def cancel_evaluation(evaluation_id: Any, user: AbstractBaseUser) -> Evaluation:
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
         if evaluation.is_finished:
-            raise Conflict(f"evaluation {evaluation.pk} is {evaluation.status} already")
+            raise Conflict(
+                f"evaluation {evaluation.pk} is {evaluation.status} already",
+                code=EvaluationErrorCode.FINISHED,
+            )
         if evaluation.status in (QUEUED, DISPATCHED):
             record_status(
                 evaluation, CANCELLED, f"cancelled by {user.get_username()} before it started"

@@ -1,44 +1,32 @@
-"""Where an evaluation runs: the hub's solver, plus the hardware constraints, plus a queue.
-
-`hub.solver.solve` matches the model, framework and device constraints against live hosts.
-This module adds the hardware constraints of an evaluation request, checked against what each
-agent registered as its host's `hardware` (the shape `predictors.introspection.stack` reads):
-
-- `arch`: the host's `architecture` (amd64, arm64, …);
-- `gpu_model`: a case-insensitive substring of a GPU's `name` (device gpu only);
-- `min_memory_gb`: the memory of the device the job runs on: one GPU's `memory_bytes` for
-  device gpu, the host's `memory_bytes` for device cpu.
+"""Where an evaluation runs: the queue, for a request the solver (`hub.solver`) has solved.
 
 The solver offers only hosts the launcher trusts (their own, their groups', the operators'
-shared pool; `Host.objects.trusted_by`). Then placement picks the queue. A request that names a
-`host` goes to that host's own queue `<scope>.host.<name>`. Otherwise `hosts: one` prefers the
-launcher's own hosts, then their groups', then the shared pool, and within that scope goes to
-the capability queue `<scope>.<framework>.<cpu|cuda>` so that Celery balances the job among
-equal hosts, provided every live host consuming that queue can run it; otherwise (a framework
-version or hardware constraint that only some of them meet) it is pinned to the eligible host
-with the fewest active jobs, on that host's own queue. `hosts: all` pins one evaluation to each
-eligible host.
+shared pool; `Host.objects.trusted_by`) that meet every constraint. Placement only picks the
+queue. A request that names a `host` goes to that host's own queue `<scope>.host.<name>`.
+Otherwise `hosts: one` prefers the launcher's own hosts, then their groups', then the shared
+pool, and within that scope goes to the capability queue `<scope>.<framework>.<cpu|gpu>` so
+that Celery balances the job among equal hosts, provided every live host consuming that queue
+can run it; otherwise (a framework version or hardware constraint that only some of them meet)
+it is pinned to the eligible host with the fewest active jobs, on that host's own queue.
+`hosts: all` pins one evaluation to each eligible host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q
 
 from evaluations.models import Evaluation
 from hub import solver
 from hub.models import Host, Manifest
 from hub.solver import Unsatisfiable
-from predictors.hub_client import capability_queue, host_queue
-from predictors.versioning import satisfies, version_key
+from predictors.protocol import capability_queue, host_queue
 
-__all__ = ["Placement", "Unsatisfiable", "eligible_hosts", "find_dataset", "place", "replace"]
-
-_GIB = 2**30
+__all__ = ["Placement", "Unsatisfiable", "can_run", "eligible_hosts", "place", "replace"]
 
 
 @dataclass(frozen=True)
@@ -49,22 +37,18 @@ class Placement:
     host: Host | None
 
 
-def place(user: AbstractBaseUser | AnonymousUser, request: Mapping[str, Any]) -> list[Placement]:
-    """Where to run a new evaluation request: one placement, or one per host for `hosts: all`.
-
-    Raises Unsatisfiable naming the first constraint nothing satisfies.
-    """
-    matches = _hardware_filter(solver.solve(user, solver_request(request)), request)
+def place(solution: solver.Solution, request: Mapping[str, Any], user_id: int) -> list[Placement]:
+    """Where to run a new, solved evaluation request: one placement, or one per host for
+    `hosts: all`."""
     if request["hosts"] == "all":
         placements: dict[int, Placement] = {}
-        for match in matches:  # highest model version first
+        for match in solution.matches:  # highest model version first
             if match.host.pk not in placements:
                 queue = host_queue(match.host.scope, match.host.name)
                 placements[match.host.pk] = Placement(match.manifest, queue, match.host)
         return sorted(placements.values(), key=lambda p: p.host.name if p.host else "")
-    manifest = matches[0].manifest
-    eligible = [m.host for m in matches if m.manifest.pk == manifest.pk]
-    return [_choose(manifest, eligible, request, user.pk)]
+    manifest = solution.manifest
+    return [_choose(manifest, solution.hosts_for(manifest), request, user_id)]
 
 
 def replace(evaluation: Evaluation) -> Placement:
@@ -82,43 +66,31 @@ def replace(evaluation: Evaluation) -> Placement:
     return _choose(evaluation.model, eligible, evaluation.request, evaluation.user_id)
 
 
-def eligible_hosts(evaluation: Evaluation) -> list[Host]:
-    """The live hosts that can run `evaluation` (its own manifest, its whole request)."""
+def eligible_hosts(evaluation: Evaluation, among: list[Host] | None = None) -> list[Host]:
+    """The live hosts (of `among`, if given) that can run `evaluation`: its own manifest, its
+    whole request."""
+    if evaluation.model is None:
+        return []
     try:
-        matches = solver.solve(evaluation.user, solver_request(evaluation.request))
-        matches = _hardware_filter(matches, evaluation.request)
+        solution = solver.solve(
+            evaluation.user,
+            _constraints(evaluation.request),
+            hosts=among,
+            manifests=[evaluation.model],
+        )
     except Unsatisfiable:
         return []
-    hosts: dict[int, Host] = {}
-    for match in matches:
-        if match.manifest.pk == evaluation.model_id:
-            hosts.setdefault(match.host.pk, match.host)
-    return list(hosts.values())
+    return solution.hosts_for(evaluation.model)
 
 
-def find_dataset(user: AbstractBaseUser | AnonymousUser, name: str, version_range: str) -> Manifest:
-    """The highest visible version of dataset `name` in `version_range`."""
-    candidates = list(Manifest.objects.visible_to(user).filter(kind=Manifest.DATASET, name=name))
-    if not candidates:
-        raise Unsatisfiable("dataset", f"no dataset named '{name}'")
-    matching = [m for m in candidates if satisfies(m.version, version_range)]
-    if not matching:
-        versions = ", ".join(sorted(m.version for m in candidates))
-        raise Unsatisfiable(
-            "dataset_version",
-            f"no version of dataset {name} satisfies '{version_range}' (available: {versions})",
-        )
-    return max(matching, key=lambda m: version_key(m.version))
+def can_run(evaluation: Evaluation, host: Host) -> bool:
+    """Whether `host` (live or not) meets `evaluation`'s request: a claim's check."""
+    return bool(eligible_hosts(evaluation, among=[host]))
 
 
-def solver_request(request: Mapping[str, Any]) -> solver.Request:
-    return solver.Request(
-        model=request["model"],
-        version=request["model_version"],
-        framework=request["framework"],
-        framework_version=request["framework_version"],
-        device=request["device"],
-    )
+def _constraints(request: Mapping[str, Any]) -> solver.Request:
+    """An evaluation's constraints, but its dataset (chosen at launch) and host (placement's)."""
+    return dataclasses.replace(solver.Request.of_launch(request), dataset="", host="")
 
 
 def _choose(
@@ -167,72 +139,3 @@ def _scope_rank(scope: str, user_id: int) -> int:
     if scope == f"user-{user_id}":
         return 0
     return 1 if scope.startswith("group-") else 2
-
-
-def _gpus(host: Host) -> list[dict[str, Any]]:
-    gpus = (host.hardware or {}).get("gpus") or []
-    return [gpu for gpu in gpus if isinstance(gpu, dict)]
-
-
-def _memory_bytes(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
-def _gpu_memory(host: Host, gpu_model: str) -> float:
-    """The memory of the host's largest GPU (of model `gpu_model`, if given), in bytes."""
-    return max(
-        (
-            _memory_bytes(gpu.get("memory_bytes"))
-            for gpu in _gpus(host)
-            if not gpu_model or gpu_model.lower() in str(gpu.get("name", "")).lower()
-        ),
-        default=0.0,
-    )
-
-
-def _hardware_filter(matches: list[solver.Match], request: Mapping[str, Any]) -> list[solver.Match]:
-    """The matches whose host meets the hardware constraints; Unsatisfiable naming the first
-    constraint (arch, gpu_model, min_memory_gb) that leaves none."""
-
-    def keep(path: str, fits: Any, describe: Any) -> None:
-        nonlocal matches
-        hosts = {m.host.pk: m.host for m in matches}
-        kept = [m for m in matches if fits(m.host)]
-        if not kept:
-            seen = "; ".join(f"{h.name}: {describe(h)}" for h in hosts.values())
-            raise Unsatisfiable(path, f"no live host satisfies {path} {request[path]!r} ({seen})")
-        matches = kept
-
-    arch = request.get("arch") or ""
-    gpu_model = request.get("gpu_model") or ""
-    min_memory_gb = request.get("min_memory_gb")
-    if arch:
-        keep(
-            "arch",
-            lambda h: (h.hardware or {}).get("architecture") == arch,
-            lambda h: (h.hardware or {}).get("architecture") or "architecture unknown",
-        )
-    if gpu_model:
-        keep(
-            "gpu_model",
-            lambda h: any(gpu_model.lower() in str(g.get("name", "")).lower() for g in _gpus(h)),
-            lambda h: ", ".join(str(g.get("name")) for g in _gpus(h)) or "no GPU",
-        )
-    if min_memory_gb is not None:
-        if request["device"] == "gpu":
-            keep(
-                "min_memory_gb",
-                lambda h: _gpu_memory(h, gpu_model) >= min_memory_gb * _GIB,
-                lambda h: f"GPU memory {_gpu_memory(h, gpu_model) / _GIB:.1f} GB",
-            )
-        else:
-            keep(
-                "min_memory_gb",
-                lambda h: (
-                    _memory_bytes((h.hardware or {}).get("memory_bytes")) >= min_memory_gb * _GIB
-                ),
-                lambda h: (
-                    f"memory {_memory_bytes((h.hardware or {}).get('memory_bytes')) / _GIB:.1f} GB"
-                ),
-            )
-    return matches

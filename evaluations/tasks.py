@@ -1,6 +1,6 @@
 """The hub's side of Celery: evaluations go to the agents' queues by task *name*.
 
-The hub defines no task: the agents (`predictors.agent`) run `predictors.hub_client.TASK_NAME`
+The hub defines no task: the agents (`predictors.agent`) run `predictors.protocol.TASK_NAME`
 with the arguments [evaluation id, dispatch number]; everything else the agent learns from the
 hub over HTTP when it claims the job. A job is sent with the transport options of its host
 scope (with Redis: the scope's key prefix; see `evaluations.broker_access`).
@@ -13,7 +13,7 @@ from kombu import Exchange, Queue
 from evaluations import broker_access
 from mlmodelscope.celery import app
 from predictors.broker import prepare_exchanges
-from predictors.hub_client import TASK_NAME, queue_scope
+from predictors.protocol import TASK_NAME, queue_scope
 
 # A broker that does not answer fails the send within a few seconds instead of hanging a request.
 _RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}

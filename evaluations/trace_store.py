@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from hub import storage
+from predictors.protocol import COUNTER_LEVEL, COUNTER_OP_TYPE, Attr
 
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 COUNTERS = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))
@@ -65,13 +66,11 @@ SCHEMA = pa.schema(
         ("counters", COUNTERS),
     ]
 )
-COUNTER_LEVEL = "hardware"
-COUNTER_OP_TYPE = "counter"
 
 COMPACT_AT = 16
 ROW_GROUP = 16_384
 OVERVIEW_SPANS = 20_000
-_MERGED_KEY = b"mlms.merged"
+_MERGED_KEY = Attr.MERGED.encode()
 _LIGHT = ["start_ns", "end_ns", "level", "op_type", "device", "counters"]
 _COUNTER_COLUMNS = ["start_ns", "end_ns", "device", "counters"]
 

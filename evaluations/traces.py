@@ -68,22 +68,16 @@ from evaluations.trace_store import (
 from hub import storage
 from hub.api.parsers import MAX_JSON_DEPTH, too_deep_message
 from hub.models import ApiToken
+from predictors.protocol import SPAN_LEVELS, Attr
 
 USER_SCOPES = frozenset({"write", "evaluate"})
 WRITE_SCOPES = USER_SCOPES | {"agent"}
-# The trace levels, outermost first (DESIGN.md, "Tracing"); each gets its own Chrome thread.
-LEVELS = (
-    "application",
-    "model",
-    "framework",
-    "ml_library",
-    "system_library",
-    "hardware",
-)
+# The span levels, outermost first (DESIGN.md, "Tracing"); each gets its own Chrome thread.
+LEVELS = SPAN_LEVELS
 # A hardware counter sample: a span of level `hardware` and op type `counter` whose numeric
 # attributes `mlms.counter.<name>` (the name ends in its unit: `gpu.power_w`) are the values read
 # at its start; it is stored with them, so that they are read without parsing attributes.
-COUNTER_PREFIX = "mlms.counter."
+COUNTER_PREFIX = Attr.COUNTER_PREFIX
 # The largest value of the integer columns: span times (Unix ns), layer indexes.
 INT64_MAX = 2**63 - 1
 # What a NUL character becomes (PostgreSQL text, and so our JSON and aggregate columns, cannot
@@ -285,8 +279,8 @@ def _int(value: Any) -> int | None:
 def _counter_values(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
     """A counter span's `mlms.counter.<name>` values (finite numbers only), else None."""
     if (
-        attributes.get("mlms.level") != COUNTER_LEVEL
-        or attributes.get("mlms.op_type") != COUNTER_OP_TYPE
+        attributes.get(Attr.LEVEL) != COUNTER_LEVEL
+        or attributes.get(Attr.OP_TYPE) != COUNTER_OP_TYPE
     ):
         return None
     values = []
@@ -328,11 +322,11 @@ def rows_by_trace(
                         "scope": scope,
                         "status": int(span.status.code),
                         "status_message": _clean(span.status.message),
-                        "level": _text(attributes.get("mlms.level")),
-                        "layer_index": _int(attributes.get("mlms.layer_index")),
-                        "layer_name": _text(attributes.get("mlms.layer_name")),
-                        "op_type": _text(attributes.get("mlms.op_type")),
-                        "device": _text(attributes.get("mlms.device")),
+                        "level": _text(attributes.get(Attr.LEVEL)),
+                        "layer_index": _int(attributes.get(Attr.LAYER_INDEX)),
+                        "layer_name": _text(attributes.get(Attr.LAYER_NAME)),
+                        "op_type": _text(attributes.get(Attr.OP_TYPE)),
+                        "device": _text(attributes.get(Attr.DEVICE)),
                         "counters": _counter_values(attributes),
                     }
                 )

@@ -17,10 +17,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from hub import storage
-from hub.api.errors import ApiError, Conflict
+from hub.error_codes import HubErrorCode
+from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, Host, Manifest, host_scope
 from predictors import manifests as spec
-from predictors.hub_client import capability, capability_queue, host_queue
+from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
 
 _SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
@@ -71,9 +72,7 @@ def register_manifest(
     uploads = dict(uploads or {})
     visibility = visibility or doc.visibility or Manifest.PRIVATE
     if visibility not in (Manifest.PUBLIC, Manifest.PRIVATE):
-        raise ApiError(
-            [{"path": "visibility", "message": f"'{visibility}' is not one of public, private"}]
-        )
+        raise Invalid(f"'{visibility}' is not one of public, private", path="visibility")
     _check_name_owner(doc, owner)
     if _identity_taken(doc):
         raise _identity_conflict(doc)
@@ -124,7 +123,7 @@ def register_manifest(
                 }
             )
     if errors:
-        raise ApiError(errors)
+        raise Invalid(errors, code=HubErrorCode.FILE_MISSING)
 
     written: list[str] = []
     try:
@@ -175,6 +174,7 @@ def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> Non
         raise Conflict(
             f"the {doc.kind} name '{doc.name}' belongs to another publisher; choose another name",
             path="name",
+            code=HubErrorCode.NAME_TAKEN,
         )
 
 
@@ -183,6 +183,7 @@ def _identity_conflict(doc: spec.Manifest) -> Conflict:
     return Conflict(
         f"{doc.kind} {doc.name} {doc.version}{framework} exists already; publish a new version instead",
         path="version",
+        code=HubErrorCode.VERSION_EXISTS,
     )
 
 
@@ -200,6 +201,7 @@ def _store_file(
                 raise Conflict(
                     f"repo://{item.path} exists already with other content; publish a new version instead",
                     path=item.field,
+                    code=HubErrorCode.FILE_CONFLICT,
                 )
         else:
             sha, size = storage.write(item.path, item.upload.chunks())
@@ -212,13 +214,10 @@ def _store_file(
             return None
         sha, size = storage.sha256_of(file), file.stat().st_size
     if declared and declared != sha:
-        raise ApiError(
-            [
-                {
-                    "path": item.field,
-                    "message": f"repo://{item.path} has sha256 {sha}, but the manifest states {declared}",
-                }
-            ]
+        raise Invalid(
+            f"repo://{item.path} has sha256 {sha}, but the manifest states {declared}",
+            path=item.field,
+            code=HubErrorCode.CHECKSUM_MISMATCH,
         )
     if existing is not None:
         return existing
@@ -267,30 +266,20 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     group_name = payload.get("group") or None
     group = None
     if pool and not user.is_staff:
-        raise ApiError(
-            [{"path": "pool", "message": "only operators (staff) add hosts to the shared pool"}],
-            status_code=403,
+        raise Forbidden(
+            "only operators (staff) add hosts to the shared pool",
+            path="pool",
+            code=HubErrorCode.NOT_STAFF,
         )
     if pool and group_name:
-        raise ApiError(
-            [
-                {
-                    "path": "group",
-                    "message": "a host is in the shared pool or lent to a group, not both",
-                }
-            ]
-        )
+        raise Invalid("a host is in the shared pool or lent to a group, not both", path="group")
     if group_name:
         group = Group.objects.filter(name=group_name).first()
         if group is None or not (user.is_staff or user.groups.filter(pk=group.pk).exists()):
-            raise ApiError(
-                [
-                    {
-                        "path": "group",
-                        "message": f"you are not a member of a group named '{group_name}'",
-                    }
-                ],
-                status_code=403,
+            raise Forbidden(
+                f"you are not a member of a group named '{group_name}'",
+                path="group",
+                code=HubErrorCode.NOT_A_MEMBER,
             )
     scope = host_scope(pool=pool, group_id=group.pk if group else None, owner_id=user.pk)
     queues = [host_queue(scope, name)] + [
@@ -299,7 +288,11 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     ]
     host = Host.objects.filter(name=name).first()
     if host is not None and host.owner_id != token.user_id:
-        raise Conflict(f"host '{name}' is registered by another user", path="name")
+        raise Conflict(
+            f"host '{name}' is registered by another user",
+            path="name",
+            code=HubErrorCode.NAME_TAKEN,
+        )
     created = host is None
     if host is None:
         host = Host(name=name, owner=user)
@@ -316,7 +309,7 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
 
 def _offered_capabilities(name: str, payload: dict[str, Any]) -> list[str]:
     """The capabilities (`onnxruntime.cpu`) the host serves: those its `queues` name, each one
-    of its frameworks × devices, or all of those; ApiError naming a queue it cannot serve."""
+    of its frameworks × devices, or all of those; Invalid naming a queue it cannot serve."""
     available = [
         capability(str(entry.get("name")), device)
         for entry in payload.get("frameworks", [])
@@ -342,7 +335,7 @@ def _offered_capabilities(name: str, payload: dict[str, Any]) -> list[str]:
         elif queue not in offered:
             offered.append(queue)
     if errors:
-        raise ApiError(errors)
+        raise Invalid(errors)
     return offered
 
 

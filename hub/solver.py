@@ -1,27 +1,45 @@
-"""The constraint solver: which manifests can run on which live hosts.
+"""The constraint solver: which manifests can run on which live hosts. Every constraint of a
+launch is solved here, once.
 
-A request names a model (and optionally a version range, a framework, a framework version
-range and a device). The answer is every (manifest, host) pair that satisfies all of them, the
-highest model version first. When nothing does, `Unsatisfiable` names the first constraint that
-emptied the candidates, in the order a user would relax them: `model`, `version`, `framework`,
+A `Request` names a model (and optionally a version range, a framework, a framework version
+range, a device), the hardware it needs (`arch`, `gpu_model`, `min_memory_gb`), a host by name,
+and a dataset (name, version range, split). `solve` answers every (manifest, host) pair that
+meets all of them, the highest model version first, with the dataset chosen. When nothing does,
+`Unsatisfiable` names the first constraint that emptied the candidates, in the order a user
+would relax them: `model`, `version`, `framework`, `dataset`, `dataset_version`, `split`,
 `hosts` (no live host at all), `framework` (no live host runs it), `framework_version`,
-`framework_range` (the manifest's own framework range) and `device`.
+`framework_range` (the manifest's own framework range), `device`, `arch`, `gpu_model`,
+`min_memory_gb`, `host`.
+
+The hardware constraints are checked against what each agent registered as its host's
+`hardware` (the shape `predictors.introspection.stack` reads): `arch` the host's
+`architecture`; `gpu_model` a case-insensitive substring of a GPU's `name` (device gpu only);
+`min_memory_gb` the memory of the device the job runs on (one GPU's for gpu, the host's for
+cpu).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from hub.models import Host, Manifest
+from predictors.protocol import DEVICES, GPU
 from predictors.versioning import InvalidRange, satisfies, validate_range, version_key
 
-DEVICES = ("cpu", "gpu")
+__all__ = ["DEVICES", "InvalidConstraint", "Match", "Request", "Solution", "Unsatisfiable", "solve"]
+
+_GIB = 2**30
 
 
 class Unsatisfiable(Exception):
+    """No manifest and live host meet the request: `path` names the constraint left unmet.
+    (The caller says what that means: 404 for resolve; for a launch, 404 when the model or
+    dataset does not exist and 400 otherwise.)"""
+
     def __init__(self, path: str, message: str):
         super().__init__(message)
         self.path = path
@@ -34,11 +52,29 @@ class InvalidConstraint(Unsatisfiable):
 
 @dataclass(frozen=True)
 class Request:
+    """Every constraint of a launch (or of `GET /api/v1/resolve/`)."""
+
     model: str
     version: str = ""
     framework: str = ""
     framework_version: str = ""
     device: str = ""
+    arch: str = ""
+    gpu_model: str = ""
+    min_memory_gb: float | None = None
+    host: str = ""
+    # The dataset, when the request runs one (a launch; resolve may leave it out).
+    dataset: str = ""
+    dataset_version: str = "*"
+    split: str = ""
+
+    @classmethod
+    def of_launch(cls, request: Mapping[str, Any]) -> Request:
+        """The constraints of a validated launch request (`POST /api/v1/evaluations/`)."""
+        names = {spec.name for spec in fields(cls)}
+        values = {name: request[name] for name in names if name in request}
+        values["version"] = request.get("model_version", "")
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -49,30 +85,89 @@ class Match:
     device: str
 
 
+@dataclass(frozen=True)
+class Solution:
+    """What `solve` answers: the matches (highest model version first) and the dataset."""
+
+    matches: list[Match]
+    dataset: Manifest | None
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest a launch runs: the highest version that some host can run."""
+        return self.matches[0].manifest
+
+    def hosts_for(self, manifest: Manifest) -> list[Host]:
+        hosts: dict[int, Host] = {}
+        for match in self.matches:
+            if match.manifest.pk == manifest.pk:
+                hosts.setdefault(match.host.pk, match.host)
+        return list(hosts.values())
+
+
+def solve(
+    user: AbstractBaseUser | AnonymousUser,
+    request: Request,
+    *,
+    hosts: Iterable[Host] | None = None,
+    manifests: Iterable[Manifest] | None = None,
+) -> Solution:
+    """Every (manifest, host) pair that meets `request`, among the live hosts `user` trusts
+    (or among `hosts`, for a claim's check of one host), and among the visible manifests (or
+    `manifests`, for an evaluation whose manifest is chosen already)."""
+    _check(request)
+    candidates = _candidate_manifests(user, request, manifests)
+    dataset = _dataset(user, request, candidates[0]) if request.dataset else None
+    offered = list(hosts) if hosts is not None else _trusted_hosts(user)
+    matches = _software(request, candidates, offered)
+    matches = _hardware(request, matches)
+    if request.host:
+        named = [m for m in matches if m.host.name == request.host]
+        if not named:
+            able = ", ".join(sorted({m.host.name for m in matches}))
+            raise Unsatisfiable(
+                "host",
+                f"host {request.host} cannot run it: it is not live, not one you may use, or "
+                f"does not meet the request (hosts that can: {able})",
+            )
+        matches = named
+    return Solution(matches, dataset)
+
+
 def _check(request: Request) -> None:
     if not request.model:
         raise InvalidConstraint("model", "'model' is required")
-    for field in ("version", "framework_version"):
-        value = getattr(request, field)
+    for name in ("version", "framework_version", "dataset_version"):
+        value = getattr(request, name)
         if value:
             try:
                 validate_range(value)
             except InvalidRange as error:
-                raise InvalidConstraint(field, str(error)) from None
+                raise InvalidConstraint(name, str(error)) from None
     if request.device and request.device not in DEVICES:
         raise InvalidConstraint("device", f"'{request.device}' is not one of {', '.join(DEVICES)}")
+    if request.gpu_model and request.device != GPU:
+        raise InvalidConstraint("gpu_model", "needs device gpu")
+    if request.min_memory_gb is not None and request.min_memory_gb < 0:
+        raise InvalidConstraint("min_memory_gb", "must be 0 or more")
 
 
 def _names(values: Any) -> str:
     return ", ".join(sorted(set(values))) or "none"
 
 
-def candidate_manifests(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Manifest]:
+def _candidate_manifests(
+    user: AbstractBaseUser | AnonymousUser,
+    request: Request,
+    given: Iterable[Manifest] | None,
+) -> list[Manifest]:
     """The visible model manifests that satisfy the model-side constraints."""
-    _check(request)
-    manifests = list(
-        Manifest.objects.visible_to(user).filter(kind=Manifest.MODEL, name=request.model)
-    )
+    if given is not None:
+        manifests = list(given)
+    else:
+        manifests = list(
+            Manifest.objects.visible_to(user).filter(kind=Manifest.MODEL, name=request.model)
+        )
     if not manifests:
         raise Unsatisfiable("model", f"no model named '{request.model}'")
     if request.version:
@@ -96,6 +191,51 @@ def candidate_manifests(user: AbstractBaseUser | AnonymousUser, request: Request
     return sorted(manifests, key=lambda m: version_key(m.version), reverse=True)
 
 
+def _dataset(user: AbstractBaseUser | AnonymousUser, request: Request, model: Manifest) -> Manifest:
+    """The highest visible version of the request's dataset in its range, for the model's task,
+    with the request's split."""
+    name = request.dataset
+    candidates = list(Manifest.objects.visible_to(user).filter(kind=Manifest.DATASET, name=name))
+    if not candidates:
+        raise Unsatisfiable("dataset", f"no dataset named '{name}'")
+    matching = [m for m in candidates if satisfies(m.version, request.dataset_version or "*")]
+    if not matching:
+        raise Unsatisfiable(
+            "dataset_version",
+            f"no version of dataset {name} satisfies '{request.dataset_version}' "
+            f"(available: {_names(m.version for m in candidates)})",
+        )
+    dataset = max(matching, key=lambda m: version_key(m.version))
+    if dataset.task != model.task:
+        raise InvalidConstraint(
+            "dataset",
+            f"dataset {dataset.name} is for {dataset.task}, but model {model.name} does "
+            f"{model.task}",
+        )
+    splits = (dataset.content or {}).get("splits") or {}
+    if request.split and request.split not in splits:
+        raise InvalidConstraint(
+            "split",
+            f"dataset {dataset.name} {dataset.version} has no split '{request.split}' (it has "
+            f"{', '.join(splits) or 'none'})",
+        )
+    return dataset
+
+
+def _trusted_hosts(user: AbstractBaseUser | AnonymousUser) -> list[Host]:
+    hosts = list(Host.objects.live().trusted_by(user))
+    if hosts:
+        return hosts
+    if Host.objects.live().exists():
+        raise Unsatisfiable(
+            "hosts",
+            "no live host that you may use is registered: jobs run only on your own hosts, "
+            "your groups' hosts and the operators' shared pool (start an agent of your own "
+            "with `mlms agent`)",
+        )
+    raise Unsatisfiable("hosts", "no live host is registered (start an agent with `mlms agent`)")
+
+
 def _host_offers(host: Host, framework: str) -> list[dict[str, Any]]:
     return [
         entry
@@ -104,26 +244,15 @@ def _host_offers(host: Host, framework: str) -> list[dict[str, Any]]:
     ]
 
 
-def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Match]:
-    manifests = candidate_manifests(user, request)
-    hosts = list(Host.objects.live().trusted_by(user))
+def _software(request: Request, manifests: list[Manifest], hosts: list[Host]) -> list[Match]:
+    """The (manifest, host, device) triples whose host runs the manifest's framework, in a
+    version both the request and the manifest accept, on the requested device."""
     if not hosts:
-        if Host.objects.live().exists():
-            raise Unsatisfiable(
-                "hosts",
-                "no live host that you may use is registered: jobs run only on your own hosts, "
-                "your groups' hosts and the operators' shared pool (start an agent of your own "
-                "with `mlms agent`)",
-            )
-        raise Unsatisfiable(
-            "hosts", "no live host is registered (start an agent with `mlms agent`)"
-        )
+        raise Unsatisfiable("hosts", "no live host can run it")
     frameworks = {m.framework for m in manifests}
-
     offering = [(h, e) for h in hosts for fw in frameworks for e in _host_offers(h, fw)]
     if not offering:
         raise Unsatisfiable("framework", f"no live host runs {_names(frameworks)}")
-
     if request.framework_version:
         offering = [
             (h, e)
@@ -135,7 +264,6 @@ def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Matc
                 "framework_version",
                 f"no live host runs {_names(frameworks)} satisfying '{request.framework_version}'",
             )
-
     matches: list[Match] = []
     unmet_range: list[str] = []
     unmet_device = False
@@ -167,5 +295,72 @@ def solve(user: AbstractBaseUser | AnonymousUser, request: Request) -> list[Matc
             "framework_range",
             "no live host has a framework version the manifest requires: "
             + "; ".join(sorted(set(unmet_range))),
+        )
+    return matches
+
+
+def _gpus(host: Host) -> list[dict[str, Any]]:
+    gpus = (host.hardware or {}).get("gpus") or []
+    return [gpu for gpu in gpus if isinstance(gpu, dict)]
+
+
+def _bytes(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _gpu_memory(host: Host, gpu_model: str) -> float:
+    """The memory of the host's largest GPU (of model `gpu_model`, if given), in bytes."""
+    return max(
+        (
+            _bytes(gpu.get("memory_bytes"))
+            for gpu in _gpus(host)
+            if not gpu_model or gpu_model.lower() in str(gpu.get("name", "")).lower()
+        ),
+        default=0.0,
+    )
+
+
+def _hardware(request: Request, matches: list[Match]) -> list[Match]:
+    """The matches whose host meets the hardware constraints; Unsatisfiable naming the first
+    constraint (arch, gpu_model, min_memory_gb) that leaves none."""
+
+    def keep(
+        path: str, value: Any, fits: Callable[[Match], bool], describe: Callable[[Match], str]
+    ) -> None:
+        nonlocal matches
+        kept = [m for m in matches if fits(m)]
+        if not kept:
+            seen = "; ".join(sorted({f"{m.host.name}: {describe(m)}" for m in matches}))
+            raise Unsatisfiable(path, f"no live host satisfies {path} {value!r} ({seen})")
+        matches = kept
+
+    if request.arch:
+        keep(
+            "arch",
+            request.arch,
+            lambda m: (m.host.hardware or {}).get("architecture") == request.arch,
+            lambda m: (m.host.hardware or {}).get("architecture") or "architecture unknown",
+        )
+    if request.gpu_model:
+        wanted = request.gpu_model.lower()
+        keep(
+            "gpu_model",
+            request.gpu_model,
+            lambda m: any(wanted in str(g.get("name", "")).lower() for g in _gpus(m.host)),
+            lambda m: ", ".join(str(g.get("name")) for g in _gpus(m.host)) or "no GPU",
+        )
+    if request.min_memory_gb is not None:
+        needed = request.min_memory_gb * _GIB
+
+        def memory(match: Match) -> float:
+            if match.device == GPU:
+                return _gpu_memory(match.host, request.gpu_model)
+            return _bytes((match.host.hardware or {}).get("memory_bytes"))
+
+        keep(
+            "min_memory_gb",
+            request.min_memory_gb,
+            lambda m: memory(m) >= needed,
+            lambda m: f"{'GPU memory' if m.device == GPU else 'memory'} {memory(m) / _GIB:.1f} GB",
         )
     return matches

@@ -24,7 +24,11 @@ from twisted.web import http
 
 def _response(status: int, reason: str, message: str) -> bytes:
     body = json.dumps(
-        {"detail": message, "errors": [{"path": "", "line": None, "message": message}]}
+        {
+            "detail": message,
+            "code": "too_large",
+            "errors": [{"path": "", "line": None, "message": message}],
+        }
     ).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\n"

@@ -216,7 +216,10 @@ REST_FRAMEWORK = {
         "hub.authentication.BearerTokenAuthentication",
         "hub.authentication.BrowserSessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["hub.permissions.HasScope"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "hub.permissions.HasScope",
+        "hub.permissions.KnownQueryParameters",
+    ],
     "DEFAULT_PAGINATION_CLASS": "hub.api.pagination.Pagination",
     # JSON bodies must be objects of bounded depth (hub.api.parsers); forms as DRF parses them.
     "DEFAULT_PARSER_CLASSES": [

@@ -60,20 +60,25 @@ from predictors import introspection, manifests
 from predictors.broker import prepare_exchanges
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
-    TRACE_LEVELS,
     USER_ERRORS,
     Evaluation,
     EvaluationCancelled,
     EvaluationOptions,
     evaluate,
 )
-from predictors.hub_client import (
-    TASK_NAME,
-    HubClient,
-    HubError,
-    HubUnreachable,
-)
+from predictors.hub_client import HubClient, HubError, HubUnreachable
 from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.protocol import (
+    CPU,
+    GPU,
+    NOT_OURS,
+    TASK_NAME,
+    Attr,
+    Job,
+    ProtocolError,
+    ResultUpload,
+    local_device,
+)
 from predictors.span_delivery import drain
 from predictors.tracing import Tracer
 from predictors.versioning import is_valid_version
@@ -83,9 +88,6 @@ __all__ = ["Agent", "main"]
 logger = logging.getLogger("mlmodelscope.agent")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-# The hub refuses these answers to a claim or report for good: the job is not (or no longer)
-# this agent's.
-_NOT_OURS = (403, 404, 409)
 # How long the agent keeps sending a job's spans, and its final report, while the hub does not
 # answer (a restart, an outage), before it gives up (spans then wait in the spool).
 SPAN_RETRY_SECONDS = 300.0
@@ -271,14 +273,28 @@ class Agent:
     def _run_job(self, evaluation_id: str, dispatch: int) -> str:
         assert self.host_id is not None
         try:
-            job = self.client.claim(evaluation_id, self.host_id, dispatch)
+            answer = self.client.claim(evaluation_id, self.host_id, dispatch)
         except HubError as exc:
-            if exc.status in _NOT_OURS:
+            if exc.code in NOT_OURS:
                 logger.info("evaluation %s not claimed: %s", evaluation_id, exc)
                 return "not claimed"
             raise
-        claim = job["claim"]
-        logger.info("evaluation %s claimed (attempt %s)", evaluation_id, job["attempt"])
+        try:
+            job = Job.from_dict(answer)
+        except ProtocolError as exc:
+            # A job this agent cannot read (an unknown trace level, a missing field): refuse it
+            # saying which field, rather than run something other than what was asked.
+            reason = f"the agent refused the job: {exc}"
+            logger.error("evaluation %s: %s", evaluation_id, reason)
+            given = answer.get("claim")
+            claim = given if isinstance(given, str) else ""
+            try:
+                self.client.report_status(evaluation_id, claim, "failed", reason)
+            except (HubError, HubUnreachable) as report_error:
+                logger.error("could not report evaluation %s: %s", evaluation_id, report_error)
+            return "refused"
+        claim = job.claim
+        logger.info("evaluation %s claimed (attempt %s)", evaluation_id, job.attempt)
         reporter = _Reporter(self.client, evaluation_id, claim, self.timings.report_seconds)
         reporter.start()
         outcome: tuple[str, str] | None = None
@@ -306,26 +322,26 @@ class Agent:
                 logger.info("evaluation %s %s %s", evaluation_id, *outcome)
                 return outcome[0]
             assert evaluation is not None
-            payload = result_payload(job, evaluation)
+            upload = result_upload(job, evaluation)
             if spans is not None:
-                payload["details"]["spans"] = spans
+                upload.details["spans"] = spans
                 if spans.get("note"):
-                    payload["details"]["trace_export"] = spans["note"]
-            self.client.post_result(evaluation_id, claim, payload, retries=retries)
+                    upload.details["trace_export"] = spans["note"]
+            self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
         except (HubError, HubUnreachable) as exc:
             logger.error("could not report evaluation %s: %s", evaluation_id, exc)
             return "unreported"
         logger.info("evaluation %s succeeded", evaluation_id)
         return "succeeded"
 
-    def _export_trace(self, job: dict[str, Any], evaluation: Evaluation) -> dict[str, Any] | None:
+    def _export_trace(self, job: Job, evaluation: Evaluation) -> dict[str, Any] | None:
         """Send the evaluation's spans to the hub (OTLP/HTTP, batched) under the job's
         `trace_id` and claim, its root span the child of the job's `parent_span_id` when the
         launch carried a `traceparent`; wait until the hub has taken them, or refused them, or
         `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`, `stored`,
         `refused`, `spooled`, `retries`, and a `note` when not all were stored), for the
         result's details; a failure never fails the evaluation."""
-        if not evaluation.spans or not job.get("trace_id"):
+        if not evaluation.spans or not job.trace_id:
             return None
         counts: dict[str, Any] = {}
         try:
@@ -333,7 +349,7 @@ class Agent:
                 hub=self.client.url,
                 token=self.client.token,
                 service="mlms-agent",
-                claim=job.get("claim") or None,
+                claim=job.claim or None,
                 spool=self.spool_dir,
                 retry_seconds=SPAN_RETRY_SECONDS,
             )
@@ -341,15 +357,15 @@ class Agent:
                 tracer.record(
                     evaluation.spans,
                     attributes={
-                        "mlms.evaluation": job["id"],
-                        "mlms.attempt": job.get("attempt"),
-                        "mlms.host": self.name,
-                        "model": job["model"]["name"],
-                        "framework": job["model"]["framework"],
-                        "dataset": job["dataset"]["name"],
+                        Attr.EVALUATION: job.id,
+                        Attr.ATTEMPT: job.attempt,
+                        Attr.HOST: self.name,
+                        "model": job.model.name,
+                        "framework": job.model.framework,
+                        "dataset": job.dataset.name,
                     },
-                    trace_id=job["trace_id"],
-                    parent_span_id=job.get("parent_span_id") or None,
+                    trace_id=job.trace_id,
+                    parent_span_id=job.parent_span_id or None,
                 )
                 tracer.flush()  # blocks while the delivery retries
             finally:
@@ -374,29 +390,23 @@ class Agent:
             if lost > 0:
                 parts.append(f"{lost} not delivered")
             note = f"{counts['stored']} of {counts['sent']} spans stored: " + "; ".join(parts)
-        logger.warning("evaluation %s: %s", job["id"], note)
+        logger.warning("evaluation %s: %s", job.id, note)
         return counts | {"note": note}
 
-    def _evaluate(self, job: dict[str, Any], reporter: _Reporter) -> Evaluation:
-        model = manifests.load(job["model"]["source"], kind="model")
-        dataset = manifests.load(job["dataset"]["source"], kind="dataset")
-        options = job["options"]
-        requested = options.get("trace_level") or "none"
-        data = DataManager(self.cache_dir, hub_url=self.client.url, token=self.client.token)
+    def _evaluate(self, job: Job, reporter: _Reporter) -> Evaluation:
+        model = manifests.load(job.model.source, kind="model")
+        dataset = manifests.load(job.dataset.source, kind="dataset")
+        # A hub restart while the job fetches its files is waited out, as for its reports.
+        data = DataManager(
+            self.cache_dir,
+            hub_url=self.client.url,
+            token=self.client.token,
+            retry_seconds=REPORT_RETRY_SECONDS,
+        )
         return evaluate(
             model,
             dataset,
-            EvaluationOptions(
-                batch_sizes=tuple(options["batch_sizes"]),
-                split=options["split"],
-                limit=options.get("limit"),
-                device="cpu" if job["device"] == "cpu" else "cuda",
-                warmup=int(options.get("warmup", 1)),  # 0 for a cold start (the hub sees to it)
-                repeat=int(options.get("repeat", 1)),
-                threads=options.get("threads"),
-                seed=int(options.get("seed", 0)),
-                trace_level=requested if requested in TRACE_LEVELS else "model",
-            ),
+            EvaluationOptions.from_job(job.options, device=local_device(job.device)),
             data.fetch,
             progress=reporter.progress,
             cancelled=reporter.cancelled.is_set,
@@ -540,7 +550,7 @@ class _Reporter(threading.Thread):
             if self.client.report_progress(self.evaluation_id, self.claim, self.done, self.total):
                 self.cancelled.set()
         except HubError as exc:
-            if exc.status in _NOT_OURS:
+            if exc.code in NOT_OURS:
                 self.lost = True
                 self.cancelled.set()
             else:
@@ -557,36 +567,37 @@ class _Reporter(threading.Thread):
 
 
 def _devices(framework: str, stack: dict[str, Any]) -> list[str]:
-    devices = ["cpu"]
+    devices = [CPU]
     if stack["gpus"]:
         try:
-            predictor_class(framework).check_device("cuda")
+            predictor_class(framework).check_device(local_device(GPU))
         except PredictorError as exc:
             logger.info("%s cannot use the GPU here: %s", framework, exc)
         else:
-            devices.append("gpu")
+            devices.append(GPU)
     return devices
 
 
-def result_payload(job: dict[str, Any], evaluation: Evaluation) -> dict[str, Any]:
-    """The body of `POST /api/v1/evaluations/<id>/result/` for a finished evaluation."""
+def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
+    """What the agent posts to `POST /api/v1/evaluations/<id>/result/` for a finished
+    evaluation."""
     report = evaluation.result
     per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
     top_k = max((len(row) for row in evaluation.predictions), default=1)
-    return {
-        "accuracy": report["accuracy"],
-        "latency": {size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
-        "throughput": {size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
-        "predictions": {
+    return ResultUpload(
+        accuracy=report["accuracy"],
+        latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
+        throughput={size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
+        predictions={
             "top_k": top_k,
             "labels": [int(label) for label in evaluation.labels],
             "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
             "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
         },
-        "content_hash": report["model"]["content_hash"],
-        "stack": introspection.stack([report["framework"]["name"]]),
-        "details": report | {"trace_level_requested": job["options"].get("trace_level")},
-    }
+        content_hash=report["model"]["content_hash"],
+        stack=introspection.stack([report["framework"]["name"]]),
+        details=report | {"trace_level_requested": job.options.trace_level},
+    )
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.data import DataManager
 from predictors.evaluation import (
     GRAPH_OPTIMIZATIONS,
-    TRACE_LEVELS,
     USER_ERRORS,
     Evaluation,
     EvaluationCancelled,
@@ -39,6 +38,7 @@ from predictors.evaluation import (
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides
 from predictors.predictor import predictor_class, registered
+from predictors.protocol import TRACE_LEVELS
 from predictors.zoo.build import default_store
 
 __all__ = ["main"]

@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 
+from predictors.protocol import COUNTER_OP_TYPE, Attr
 from predictors.tracing import Span
 
 __all__ = ["CounterSampler", "GPU_SAMPLE_INTERVAL_S", "SAMPLE_INTERVAL_S", "nvml_index"]
@@ -186,11 +187,11 @@ class CounterSampler:
             interval_ns = gpu_ns if on_gpu else host_ns
             attributes: dict[str, Any] = {
                 **self.attributes,
-                "mlms.level": "hardware",
-                "mlms.op_type": "counter",
-                "mlms.device": device,
-                "mlms.clock": CLOCK_SAMPLER,
-                **{f"mlms.counter.{name}": value for name, value in values.items()},
+                Attr.LEVEL: "hardware",
+                Attr.OP_TYPE: COUNTER_OP_TYPE,
+                Attr.DEVICE: device,
+                Attr.CLOCK: CLOCK_SAMPLER,
+                **{f"{Attr.COUNTER_PREFIX}{name}": value for name, value in values.items()},
             }
             spans.append(Span(source, start, start + interval_ns, attributes))
         self._samples = []

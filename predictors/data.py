@@ -41,6 +41,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -187,12 +188,16 @@ class DataManager:
         token: str | None = None,
         store_dir: Path | None = None,
         timeout: float = 30,
+        retry_seconds: float = 0,
     ) -> None:
         self.cache_dir = Path(cache_dir or default_cache_dir()).expanduser()
         self.hub_url = hub_url.rstrip("/") if hub_url else None
         self.token = token
         self.store_dir = Path(store_dir).expanduser() if store_dir is not None else None
         self.timeout = timeout
+        # How long a download from the hub is tried again while the hub does not answer (a
+        # restart): connection refused or reset, or 502/503/504 (0: not at all).
+        self.retry_seconds = retry_seconds
 
     def fetch(
         self, url: str, sha256: str | None = None, *, progress: ProgressCallback | None = None
@@ -345,11 +350,25 @@ class DataManager:
     ) -> tuple[Path, str]:
         """Stream `source` into a fsynced temporary file in `directory`; (its path, its sha256)."""
         where = url if source == url else f"{url} (from {source})"
-        try:
-            response = requests.get(source, headers=headers, stream=True, timeout=self.timeout)
-        except requests.RequestException as exc:
-            reason = _connection_reason(exc, source, self.timeout)
-            raise AssetError(f"cannot fetch {where}: {reason}", url=url) from exc
+        from_hub = self.hub_url is not None and source.startswith(self.hub_url + "/")
+        deadline = time.monotonic() + (self.retry_seconds if from_hub else 0)
+        delay = 0.5
+        while True:
+            try:
+                response = requests.get(source, headers=headers, stream=True, timeout=self.timeout)
+            except requests.RequestException as exc:
+                if time.monotonic() < deadline and not isinstance(exc, requests.Timeout):
+                    time.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+                    continue
+                reason = _connection_reason(exc, source, self.timeout)
+                raise AssetError(f"cannot fetch {where}: {reason}", url=url) from exc
+            if response.status_code in (502, 503, 504) and time.monotonic() < deadline:
+                response.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            break
         with response:
             if response.status_code >= 400:
                 raise AssetError(f"cannot fetch {where}: {_http_reason(response)}", url=url)

@@ -20,7 +20,7 @@ repetitions and the result mean the same thing in all of them. For each batch si
 5. *repeat*: steps 3 (and 1 when the split does not fit in one stage) `repeat` times; the
    latency statistics cover every timed batch of every repetition.
 
-What is traced depends on the trace level (`predictors.tracing.LEVELS`), each level adding to
+What is traced depends on the trace level (`predictors.protocol.TRACE_LEVELS`), each level adding to
 the ones before it; nothing beyond the requested level is recorded:
 
 - `application`: the pipeline's stages as spans: `load`, and per batch size `read` and
@@ -72,10 +72,10 @@ from predictors.processing import (
     postprocess,
     preprocessor_for,
 )
-from predictors.tracing import LEVELS, Layer, Span, at_least
+from predictors.protocol import TRACE_LEVELS, Attr, JobOptions, at_least
+from predictors.tracing import Layer, Span
 
 __all__ = [
-    "TRACE_LEVELS",
     "USER_ERRORS",
     "Evaluation",
     "EvaluationCancelled",
@@ -92,7 +92,6 @@ __all__ = [
 ]
 
 # The trace levels (see the module docstring for what each records).
-TRACE_LEVELS = LEVELS
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -145,6 +144,15 @@ class EvaluationOptions:
     trace_level: str = "model"
     stage_bytes: int = 256 * 1024 * 1024
     graph_optimization: str | None = None
+    # Time the first predictions, with no warm-up (warmup must be 0); the report says so.
+    cold_start: bool = False
+
+    @classmethod
+    def from_job(cls, options: JobOptions, *, device: str) -> EvaluationOptions:
+        """The loop's options for a hub job: every job option, by name."""
+        values = options.to_dict()
+        values["batch_sizes"] = tuple(values["batch_sizes"])
+        return cls(device=device, **values)
 
     def __post_init__(self) -> None:
         def positive(name: str, value: Any, minimum: int) -> None:
@@ -165,6 +173,8 @@ class EvaluationOptions:
             positive("threads", self.threads, 1)
         positive("seed", self.seed, 0)
         positive("stage_bytes", self.stage_bytes, 1)
+        if self.cold_start and self.warmup:
+            raise EvaluationError(f"a cold start runs no warm-up; got warmup {self.warmup}")
         if self.trace_level not in TRACE_LEVELS:
             raise EvaluationError(
                 f"trace level must be one of {', '.join(TRACE_LEVELS)}; got {self.trace_level!r}"
@@ -289,6 +299,7 @@ def evaluate(
             "limit": options.limit,
             "warmup": options.warmup,
             "repeat": options.repeat,
+            "cold_start": options.cold_start,
             "trace_level": options.trace_level,
         },
         "load_ms": load_ns / 1e6,
@@ -307,7 +318,7 @@ def evaluate(
             **({"profiler": profiler_summary} if profiler_summary else {}),
         },
         "notes": _notes(model, dataset, labels, first.outputs.shape[1])
-        + _trace_notes(options, model.framework, sampler),
+        + _trace_notes(options, predictor_type, sampler),
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
     }
@@ -511,8 +522,8 @@ class _Loop:
                 "framework": self.model.framework,
                 "model": self.model.name,
                 **attributes,
-                "mlms.level": "application",
-                "mlms.op_type": "stage",
+                Attr.LEVEL: "application",
+                Attr.OP_TYPE: "stage",
             },
             span_id=span_id,
         )
@@ -776,7 +787,7 @@ class _Loop:
                     "inputs": len(batches[index]),
                     "repetition": repetition,
                     "batch_index": base + index,
-                    "mlms.level": "model",
+                    Attr.LEVEL: "model",
                 }
                 span_id = len(self.spans) + 1
                 self.spans.append(
@@ -827,11 +838,11 @@ class _Loop:
                     "framework": batch.attributes["framework"],
                     "batch_size": batch.attributes["batch_size"],
                     "batch_index": batch.attributes["batch_index"],
-                    "mlms.level": step.level,
-                    "mlms.op_type": step.op_type,
-                    "mlms.device": device,
+                    Attr.LEVEL: step.level,
+                    Attr.OP_TYPE: step.op_type,
+                    Attr.DEVICE: device,
                     **(
-                        {"mlms.layer_index": layer[0], "mlms.layer_name": layer[1]}
+                        {Attr.LAYER_INDEX: layer[0], Attr.LAYER_NAME: layer[1]}
                         if layer is not None
                         else {}
                     ),
@@ -968,23 +979,20 @@ def _level_counts(spans: Sequence[Span]) -> dict[str, int]:
     """How many spans each level recorded."""
     counts: dict[str, int] = {}
     for span in spans:
-        level = str(span.attributes.get("mlms.level", ""))
+        level = str(span.attributes.get(Attr.LEVEL, ""))
         counts[level] = counts.get(level, 0) + 1
     return counts
 
 
-# The finest level each framework's predictor traces inside a call.
-_FINEST = {"pytorch": "system_library", "onnxruntime": "ml_library", "tensorflow": "ml_library"}
-
-
 def _trace_notes(
-    options: EvaluationOptions, framework: str, sampler: CounterSampler | None
+    options: EvaluationOptions, predictor_type: type[Predictor], sampler: CounterSampler | None
 ) -> list[str]:
     """What the requested trace level could not record here, in words."""
     level = options.trace_level
     notes: list[str] = []
-    finest = _FINEST.get(framework)
-    if finest is not None and at_least(level, "ml_library") and not at_least(finest, level):
+    finest = predictor_type.finest_trace_level
+    framework = predictor_type.framework
+    if at_least(level, "ml_library") and not at_least(finest, level):
         notes.append(
             f"trace level {level}: the {framework} predictor traces down to {finest}; "
             "finer steps inside its calls are not recorded"

@@ -1,5 +1,5 @@
-"""The hub's HTTP API as the agent and the `mlms` CLI call it, and the names both sides of the
-broker agree on. Plain `requests`; no Django.
+"""The hub's HTTP API as the agent and the `mlms` CLI call it (the names and objects both sides
+agree on are in `predictors.protocol`). Plain `requests`; no Django.
 
 The agent's side: `agent_config`, `register_host`, `heartbeat`, `claim`, `report_progress`,
 `report_status`, `post_result`. A user's side: `launch`, `evaluation`, `cancel`, and
@@ -18,55 +18,26 @@ from typing import Any
 
 import requests
 
-__all__ = [
-    "FINISHED",
-    "TASK_NAME",
-    "HubClient",
-    "HubError",
-    "HubUnreachable",
-    "capability",
-    "capability_queue",
-    "evaluate_remote",
-    "host_queue",
-    "queue_scope",
-]
+from predictors.protocol import FINISHED
 
-# The Celery task the hub sends (by name) and agents run: args [evaluation id, dispatch number].
-TASK_NAME = "mlmodelscope.evaluate"
-FINISHED = ("succeeded", "failed", "cancelled")
+__all__ = ["HubClient", "HubError", "HubUnreachable", "evaluate_remote"]
 
 _RETRY_STATUSES = {502, 503, 504}
-
-
-def capability(framework: str, device: str) -> str:
-    """What an agent offers, as the hub registers it: `onnxruntime.cpu`, `pytorch.cuda`; the
-    hub's `gpu` and the predictors' `cuda` name the same device."""
-    return f"{framework}.{'cpu' if device == 'cpu' else 'cuda'}"
-
-
-def host_queue(scope: str, host: str) -> str:
-    """The queue only the agent of `host` consumes. `scope` is the host's: `pool` (the
-    operators' shared pool), `group-<id>` or `user-<id>` (see hub.models.Host)."""
-    return f"{scope}.host.{host}"
-
-
-def queue_scope(queue: str) -> str:
-    """The scope a queue named by `host_queue` or `capability_queue` belongs to."""
-    return queue.split(".", 1)[0]
-
-
-def capability_queue(scope: str, framework: str, device: str) -> str:
-    """The queue every agent of `scope` that runs `framework` on `device` consumes
-    (`pool.onnxruntime.cpu`, `user-7.pytorch.cuda`), so that Celery balances jobs among equal
-    hosts that the same users trust. An agent never consumes another scope's queues."""
-    return f"{scope}.{capability(framework, device)}"
 
 
 class HubError(Exception):
     """The hub answered with an error status."""
 
-    def __init__(self, status: int, detail: str, errors: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        errors: list[dict[str, Any]] | None = None,
+        code: str = "",
+    ):
         self.status = status
+        # What the refusal means (`predictors.protocol.Code`; "" when the hub named none).
+        self.code = code
         self.detail = detail
         self.errors = errors or []
         shown = "; ".join(
@@ -234,7 +205,13 @@ def _answer(response: requests.Response) -> Any:
     if response.status_code >= 400:
         if isinstance(body, dict):
             errors = body.get("errors") if isinstance(body.get("errors"), list) else []
-            raise HubError(response.status_code, str(body.get("detail", "")), errors)
+            code = body.get("code")
+            raise HubError(
+                response.status_code,
+                str(body.get("detail", "")),
+                errors,
+                code if isinstance(code, str) else "",
+            )
         raise HubError(response.status_code, response.reason or "error")
     if body is None:
         raise HubError(response.status_code, "the hub answered something other than JSON")

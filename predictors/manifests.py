@@ -138,7 +138,7 @@ def load(
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
     source = _decode(text, max_bytes)
-    data, lines = _parse(source)
+    data, lines = parse_with_lines(source)
     errors = _validate(data, kind, lines)
     if errors:
         raise ManifestError(errors)
@@ -570,7 +570,7 @@ class _Builder:
         return None
 
 
-def _parse(source: str) -> tuple[dict[str, Any], dict[str, int]]:
+def parse_with_lines(source: str) -> tuple[dict[str, Any], dict[str, int]]:
     """YAML text -> (document, line of every path). Raises ManifestError."""
     node = _compose(source)
     if node is None:
@@ -831,6 +831,17 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
                 )
                 yield ("framework", "version"), message
     if kind == "model":
+        for field in ("preprocess", "postprocess"):
+            if data.get(field) not in (None, ""):
+                yield (
+                    (field,),
+                    (
+                        f"custom {field}ing code is not run yet: it will run sandboxed, inside the "
+                        "framework's predictor container on hosts that opt in; until then a "
+                        "manifest with it is refused rather than evaluated without it. Remove it "
+                        "and describe the processing with the inputs' and outputs' parameters"
+                    ),
+                )
         for index, entry in _entries(data.get("inputs")):
             parameters = entry.get("parameters")
             if entry.get("type") == "image" and isinstance(parameters, dict):

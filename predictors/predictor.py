@@ -89,6 +89,8 @@ class Predictor(ABC):
     """
 
     framework: ClassVar[str]
+    # The finest trace level this predictor records inside a call.
+    finest_trace_level: ClassVar[str] = "framework"
 
     @classmethod
     @abstractmethod

@@ -406,12 +406,14 @@ def _center_crop(pixels: np.ndarray, size: tuple[int, int], parameter: str) -> n
 class TensorPreprocessor:
     """Model inputs that are already tensors (`type: tensor`).
 
-    Parameters: `element_type` (required) and, optionally, `mean` and `std` together (numbers,
-    or lists that broadcast against the last axis): x = (x - mean) / std, computed in float64,
-    then cast. A value is an array-like or the bytes of a `.npy` file.
+    Parameters: `element_type` (required); optionally `shape`, the shape of one example
+    without the batch axis (null for a dynamic dimension), which every value must have; and
+    `mean` and `std` together (numbers, or lists that broadcast against the last axis):
+    x = (x - mean) / std, computed in float64, then cast. A value is an array-like or the bytes
+    of a `.npy` file.
     """
 
-    _KNOWN = ("element_type", "mean", "std")
+    _KNOWN = ("element_type", "shape", "mean", "std")
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         if not isinstance(parameters, Mapping):
@@ -426,6 +428,19 @@ class TensorPreprocessor:
                 "input parameter 'element_type' is missing", parameter="element_type"
             )
         self.element_type = _choice(parameters, "element_type", tuple(ELEMENT_TYPES))
+        self.shape: tuple[int | None, ...] | None = None
+        if "shape" in parameters:
+            shape = parameters["shape"]
+            if not isinstance(shape, list | tuple) or not all(
+                d is None or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)
+                for d in shape
+            ):
+                raise ProcessingError(
+                    "input parameter 'shape' must be a list of sizes (>= 1, or null for a "
+                    "dynamic dimension)",
+                    parameter="shape",
+                )
+            self.shape = tuple(shape)
         if ("mean" in parameters) != ("std" in parameters):
             missing = "std" if "mean" in parameters else "mean"
             raise ProcessingError(
@@ -453,6 +468,19 @@ class TensorPreprocessor:
             except ValueError as exc:
                 raise ProcessingError(f"tensor input is not a .npy file: {exc}") from exc
         array = np.asarray(value)
+        if self.shape is not None and (
+            array.ndim != len(self.shape)
+            or any(
+                want is not None and want != got
+                for want, got in zip(self.shape, array.shape, strict=True)
+            )
+        ):
+            wanted = "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
+            raise ProcessingError(
+                f"a tensor input has shape {tuple(array.shape)}, but the manifest's shape is "
+                f"{wanted} ('?': any size)",
+                parameter="shape",
+            )
         if self.mean is None or self.std is None:
             return np.ascontiguousarray(array.astype(ELEMENT_TYPES[self.element_type]))
         try:

@@ -1,7 +1,7 @@
 """Trace levels, spans, and their export as OpenTelemetry spans.
 
 Trace levels, each including the ones before it: `none`, `application`, `model`, `framework`,
-`ml_library`, `system_library`, `hardware`, `full` (`LEVELS`). Nothing beyond the requested
+`ml_library`, `system_library`, `hardware`, `full` (`predictors.protocol.TRACE_LEVELS`). Nothing beyond the requested
 level is recorded, and a level that is not requested costs nothing: the evaluation loop records
 batch spans from the times it reads anyway, and a predictor installs its layer tracing only when
 it is loaded at trace level `framework` or finer (`PredictorOptions.trace_level`).
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from predictors.protocol import Attr
 from predictors.span_delivery import RETRY_SECONDS, SpanDelivery
 
 __all__ = [
@@ -35,23 +36,11 @@ __all__ = [
     "CLOCK_TORCH_PROFILER",
     "CLOCK_TF_LAYERS",
     "CLOCK_TORCH_LAYERS",
-    "LEVELS",
     "Layer",
     "Span",
     "Tracer",
-    "at_least",
 ]
 
-LEVELS = (
-    "none",
-    "application",
-    "model",
-    "framework",
-    "ml_library",
-    "system_library",
-    "hardware",
-    "full",
-)
 
 CLOCK_TORCH_LAYERS = (
     "perf_counter around each layer (host wall clock): synchronous on the CPU; on CUDA a layer "
@@ -79,11 +68,6 @@ logger = logging.getLogger(__name__)
 # default size).
 QUEUE_SPANS = 8192
 EXPORT_BATCH_SPANS = 512
-
-
-def at_least(level: str, threshold: str) -> bool:
-    """Whether trace level `level` records what level `threshold` records."""
-    return LEVELS.index(level) >= LEVELS.index(threshold)
 
 
 @dataclass(frozen=True)
@@ -130,8 +114,10 @@ def _attribute(value: Any) -> Any:
 
 
 class Tracer:
-    """OpenTelemetry spans of evaluations: kept in memory (`finished()`), and exported to a hub
-    (OTLP/HTTP, batched, in a background thread) when `hub` is given. `shutdown()` flushes.
+    """OpenTelemetry spans of evaluations: exported to a hub (OTLP/HTTP, batched, in a
+    background thread) when `hub` is given, else kept in memory (`finished()`); `keep=True`
+    keeps them in memory as well. `shutdown()` flushes. An exporting tracer holds no span once
+    it is sent: the agent's memory holds the evaluation's spans once, not twice.
 
     `claim` (an agent's claim on the evaluation) goes with every export, so that the hub takes
     the spans only from the current attempt; `spool` is the folder for exports waiting to be
@@ -148,6 +134,7 @@ class Tracer:
         claim: str | None = None,
         spool: Path | None = None,
         retry_seconds: float | None = None,
+        keep: bool | None = None,
     ) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -164,8 +151,10 @@ class Tracer:
         self.export_failures = 0
         self.delivery: SpanDelivery | None = None
         self._batch: Any = None
-        self._memory = InMemorySpanExporter()
-        self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
+        self._memory: InMemorySpanExporter | None = None
+        if keep or (keep is None and hub is None):
+            self._memory = InMemorySpanExporter()
+            self._provider.add_span_processor(SimpleSpanProcessor(self._memory))
         if hub is not None:
             self.delivery = SpanDelivery(
                 hub,
@@ -182,7 +171,7 @@ class Tracer:
                 max_export_batch_size=EXPORT_BATCH_SPANS,
             )
             self._provider.add_span_processor(self._batch)
-        self._tracer = self._provider.get_tracer("mlms.predictors")
+        self._tracer = self._provider.get_tracer(Attr.PREDICTORS)
         self._pending = 0
 
     def record(
@@ -224,6 +213,9 @@ class Tracer:
         finally:
             self._ids.trace_id = None
         root_context = trace.set_span_in_context(root)
+        # Only parents' contexts are kept: a context holds its span, and keeping every one
+        # would hold the whole trace in memory until the end.
+        parents = {span.parent_id for span in spans if span.parent_id}
         contexts: dict[int, Any] = {}
         for span in spans:
             parent = contexts.get(span.parent_id, root_context) if span.parent_id else root_context
@@ -234,7 +226,7 @@ class Tracer:
                 attributes={k: _attribute(v) for k, v in span.attributes.items() if v is not None},
             )
             otel.end(end_time=span.end_ns)
-            if span.span_id:
+            if span.span_id in parents:
                 contexts[span.span_id] = trace.set_span_in_context(otel)
             self._queued()
         root.end(end_time=max(s.end_ns for s in spans))
@@ -251,8 +243,9 @@ class Tracer:
             self._pending = 0
 
     def finished(self) -> Iterable[Any]:
-        """The OpenTelemetry spans recorded so far (`ReadableSpan`s), in the order they ended."""
-        return self._memory.get_finished_spans()
+        """The OpenTelemetry spans recorded so far (`ReadableSpan`s), in the order they ended
+        (none unless the tracer keeps them)."""
+        return self._memory.get_finished_spans() if self._memory is not None else ()
 
     def flush(self, timeout_ms: int = 30_000) -> bool:
         self._pending = 0

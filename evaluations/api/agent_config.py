@@ -23,13 +23,14 @@ from evaluations import broker_access
 from evaluations.permissions import agent_token
 from hub.api.errors import ApiError
 from hub.models import Host
-from predictors.hub_client import TASK_NAME
+from predictors.protocol import TASK_NAME
 
 # A host id: plain ASCII digits (str.isdigit() also takes "²", which int() refuses), 18 at most.
 _HOST_ID = re.compile(r"[0-9]{1,18}")
 
 
 class AgentConfig(APIView):
+    query_parameters = ("host",)
     required_scopes = {"GET": "agent"}
 
     @extend_schema(

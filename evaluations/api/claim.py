@@ -1,19 +1,18 @@
 """`POST /api/v1/evaluations/<id>/claim/` (agent): take a dispatched evaluation.
 
 The agent sends its host's id and the dispatch number its broker message carried. The first
-claim wins and gets the job: the manifests, the options and a claim id that the agent's later
-reports carry. Any other claim answers 409 saying why (a duplicate delivery, a superseded
-dispatch, an evaluation cancelled meanwhile); the agent then drops the message.
+claim wins and gets the job (a `predictors.protocol.Job`): the manifests, the options and a
+claim id that the agent's later reports carry. Any other claim answers 409 saying why (a
+duplicate delivery, a superseded dispatch, an evaluation cancelled meanwhile), with a code
+(`predictors.protocol.Code`) by which the agent drops the message.
 """
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,20 +22,9 @@ from evaluations.api.serializers import ClaimSerializer
 from evaluations.models import Evaluation
 from evaluations.permissions import agent_token
 from hub.api.openapi import error_response
+from hub.errors import Forbidden
 from hub.models import Host, Manifest
-
-# What the agent needs of the request to run the evaluation loop.
-_OPTIONS = (
-    "split",
-    "limit",
-    "batch_sizes",
-    "warmup",
-    "repeat",
-    "seed",
-    "threads",
-    "cold_start",
-    "trace_level",
-)
+from predictors.protocol import Code, Job, JobOptions, ManifestRef
 
 
 class EvaluationClaim(APIView):
@@ -60,32 +48,36 @@ class EvaluationClaim(APIView):
         serializer.is_valid(raise_exception=True)
         host = Host.objects.filter(pk=serializer.validated_data["host"]).first()
         if host is None or host.token_id != token.pk:
-            raise PermissionDenied("This host is not registered with this agent token.")
+            raise Forbidden(
+                "This host is not registered with this agent token.", code=Code.HOST_NOT_YOURS
+            )
         evaluation = actions.claim_evaluation(pk, host, serializer.validated_data["dispatch"])
-        return Response(job(evaluation))
+        return Response(job(evaluation).to_dict())
 
 
-def job(evaluation: Evaluation) -> dict[str, Any]:
-    return {
-        "id": str(evaluation.pk),
-        "claim": evaluation.claim,
-        "attempt": evaluation.attempts,
-        "trace_id": evaluation.trace_id,
-        "parent_span_id": evaluation.trace_parent_span_id or None,
-        "device": evaluation.device,
-        "model": _manifest(evaluation.model),
-        "dataset": _manifest(evaluation.dataset),
-        "options": {key: evaluation.request.get(key) for key in _OPTIONS},
-    }
+def job(evaluation: Evaluation) -> Job:
+    """The job of a claimed evaluation: its options are the request's job options."""
+    request = evaluation.request
+    return Job(
+        id=str(evaluation.pk),
+        claim=evaluation.claim,
+        attempt=evaluation.attempts,
+        trace_id=evaluation.trace_id,
+        parent_span_id=evaluation.trace_parent_span_id or None,
+        device=evaluation.device,
+        model=_manifest(evaluation.model),
+        dataset=_manifest(evaluation.dataset),
+        options=JobOptions.from_dict({k: request[k] for k in JobOptions.names() if k in request}),
+    )
 
 
-def _manifest(manifest: Manifest | None) -> dict[str, Any]:
+def _manifest(manifest: Manifest | None) -> ManifestRef:
     assert manifest is not None  # a claim is refused when a manifest was deleted
-    return {
-        "id": manifest.pk,
-        "name": manifest.name,
-        "version": manifest.version,
-        "framework": manifest.framework,
-        "content_hash": manifest.content_hash,
-        "source": manifest.source,
-    }
+    return ManifestRef(
+        id=manifest.pk,
+        name=manifest.name,
+        version=manifest.version,
+        framework=manifest.framework,
+        content_hash=manifest.content_hash,
+        source=manifest.source,
+    )

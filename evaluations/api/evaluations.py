@@ -87,6 +87,7 @@ LAUNCHED = inline_serializer(
     ),
 )
 class EvaluationList(generics.ListAPIView[Evaluation]):
+    query_parameters = tuple(_FILTERS)
     serializer_class = EvaluationSerializer
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES, "POST": "evaluate"}
 
@@ -153,6 +154,7 @@ class EvaluationList(generics.ListAPIView[Evaluation]):
 
 
 class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
+    query_parameters = ("predictions",)
     serializer_class = EvaluationDetailSerializer
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
 

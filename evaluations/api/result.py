@@ -4,7 +4,8 @@ Body: `claim`, `accuracy` {top1, top5, count}, `latency` {"<batch size>": {mean_
 p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}, `throughput` {"<batch size>": inputs/s},
 `predictions` {top_k, labels, classes, probabilities}, `content_hash` (of the model manifest
 that ran), `stack` (the host's hardware and software) and `details` (the evaluation loop's
-report). Posting it again with the same claim answers the stored result (an agent's retry).
+report): a `predictors.protocol.ResultUpload`, as the agent makes it. Posting it again with the
+same claim answers the stored result (an agent's retry).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from evaluations import actions
 from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
 from evaluations.permissions import agent_token
 from hub.api.openapi import error_response
+from predictors.protocol import ResultUpload
 
 
 class EvaluationResult(APIView):
@@ -40,6 +42,7 @@ class EvaluationResult(APIView):
         token = agent_token(request)
         serializer = ResultUploadSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        result = actions.record_result(pk, token, data["claim"], data)
+        data = dict(serializer.validated_data)
+        claim = data.pop("claim")
+        result = actions.record_result(pk, token, claim, ResultUpload.from_dict(data))
         return Response(ResultSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.urls import reverse
@@ -11,20 +12,49 @@ from rest_framework import serializers
 from evaluations import traces
 from evaluations.models import Evaluation, Result, StatusChange
 from predictors.predictor import FRAMEWORKS
+from predictors.protocol import DEVICES, LATENCY_KEYS, JobOptions, ProtocolError
 from predictors.versioning import InvalidRange, validate_range
 
-TRACE_LEVELS = (
-    "none",
-    "application",
-    "model",
-    "framework",
-    "ml_library",
-    "system_library",
-    "hardware",
-    "full",
-)
-LATENCY_FIELDS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
-MAX_BATCH_SIZE = 65536
+LATENCY_FIELDS = LATENCY_KEYS
+
+
+def _option_field(spec: dataclasses.Field[Any]) -> serializers.Field[Any, Any, Any, Any]:
+    """The launch request's field for a job option (`predictors.protocol.JobOptions`), with its
+    bounds."""
+    meta = spec.metadata
+    common: dict[str, Any] = {"help_text": meta["help"]}
+    default = spec.default
+    if meta.get("nullable"):
+        common["allow_null"] = True
+    bounds = {
+        key: meta[name]
+        for key, name in (("min_value", "minimum"), ("max_value", "maximum"))
+        if name in meta
+    }
+    if isinstance(default, bool):
+        return serializers.BooleanField(default=default, **common)
+    if isinstance(default, tuple):
+        return serializers.ListField(
+            child=serializers.IntegerField(**bounds),
+            min_length=1,
+            max_length=meta.get("max_items"),
+            default=list(default),
+            **common,
+        )
+    if "choices" in meta:
+        return serializers.ChoiceField(choices=list(meta["choices"]), default=default, **common)
+    if "pattern" in meta:
+        return serializers.RegexField(meta["pattern"], default=default, **common)
+    return serializers.IntegerField(default=default, **bounds, **common)
+
+
+class _JobOptionFields(serializers.SerializerMetaclass):
+    """Adds a field per job option to the launch request serializer."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any]) -> Any:
+        for spec in dataclasses.fields(JobOptions):
+            attrs.setdefault(spec.name, _option_field(spec))
+        return super().__new__(mcs, name, bases, attrs)
 
 
 class VersionRangeField(serializers.CharField):
@@ -44,8 +74,13 @@ class VersionRangeField(serializers.CharField):
         return value
 
 
-class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
-    """`POST /api/v1/evaluations/`. Unknown fields are refused, so a typo is never ignored."""
+class EvaluationRequestSerializer(
+    serializers.Serializer[dict[str, Any]], metaclass=_JobOptionFields
+):
+    """`POST /api/v1/evaluations/`. Unknown fields are refused, so a typo is never ignored.
+
+    The fields that say where it runs are written here; those that say how the agent runs it
+    are `predictors.protocol.JobOptions`'s, added by the metaclass."""
 
     model = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$", help_text="model name")
     model_version = VersionRangeField(default="*", help_text="npm range, e.g. ^1.0")
@@ -55,11 +90,7 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
     )
     dataset = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$", help_text="dataset name")
     dataset_version = VersionRangeField(default="*")
-    split = serializers.RegexField(r"^[A-Za-z0-9._-]{1,64}$", default="validation")
-    limit = serializers.IntegerField(
-        min_value=1, allow_null=True, default=None, help_text="evaluate the first N inputs"
-    )
-    device = serializers.ChoiceField(choices=["cpu", "gpu"], default="cpu")
+    device = serializers.ChoiceField(choices=list(DEVICES), default="cpu")
     gpu_model = serializers.CharField(
         max_length=128, allow_blank=True, default="", help_text="a substring of the GPU's name"
     )
@@ -80,20 +111,6 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="run on this host (one you may use: your own, your groups', the shared "
         "pool); empty to let the hub choose",
     )
-    batch_sizes = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=MAX_BATCH_SIZE),
-        min_length=1,
-        max_length=16,
-        default=[1],
-    )
-    warmup = serializers.IntegerField(min_value=0, max_value=10000, default=1)
-    repeat = serializers.IntegerField(min_value=1, max_value=10000, default=1)
-    seed = serializers.IntegerField(min_value=0, max_value=2**32 - 1, default=0)
-    cold_start = serializers.BooleanField(
-        default=False, help_text="time the first predictions: no warm-up"
-    )
-    threads = serializers.IntegerField(min_value=1, max_value=1024, allow_null=True, default=None)
-    trace_level = serializers.ChoiceField(choices=list(TRACE_LEVELS), default="model")
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
@@ -105,11 +122,6 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
         if unknown:
             raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
         return super().to_internal_value(data)
-
-    def validate_batch_sizes(self, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value):
-            raise serializers.ValidationError(f"names a batch size twice: {value}")
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["host"] and attrs["hosts"] == "all":
@@ -124,6 +136,10 @@ class EvaluationRequestSerializer(serializers.Serializer[dict[str, Any]]):
                     {"warmup": ["a cold start runs no warm-up; leave warmup out or set it to 0"]}
                 )
             attrs["warmup"] = 0
+        try:
+            JobOptions.from_dict({name: attrs[name] for name in JobOptions.names()}, path="")
+        except ProtocolError as error:
+            raise serializers.ValidationError({error.path.strip("."): [error.message]}) from None
         return attrs
 
 

@@ -37,23 +37,23 @@ from rest_framework.views import APIView
 
 from evaluations import traces
 from evaluations.models import Evaluation
-from hub.api.errors import ApiError
+from hub.api.errors import ApiError, error_body
 from hub.authentication import authenticate_token
+from predictors.protocol import KERNEL_LEVELS
 
 READ_SCOPES = ("read", "evaluate")
 MAX_TIMELINE_SPANS = 10_000
 MAX_COUNTER_POINTS = 10_000
 TOP_KERNELS = 50
-# The levels whose spans are layers (kernels' `mlms.layer_name` names them); below them are the
-# framework's ops, the GPU activity, and the hardware.
-KERNEL_LEVELS = ("ml_library", "system_library", "hardware")
 
 
 def _error(
     status: int, message: str, headers: dict[str, str] | None = None, path: str = ""
 ) -> JsonResponse:
-    body = {"detail": message, "errors": [{"path": path, "line": None, "message": message}]}
-    return JsonResponse(body, status=status, headers=headers)
+    code = {404: "not_found", 403: "forbidden", 409: "conflict", 413: "too_large"}.get(status)
+    return JsonResponse(
+        error_body(message, path=path, code=code or "invalid"), status=status, headers=headers
+    )
 
 
 def _body(request: HttpRequest, limit: int) -> bytes:
@@ -178,6 +178,8 @@ def _int_schema(minimum: int) -> dict[str, Any]:
 
 
 class TraceExport(TraceView):
+    query_parameters = ("format",)
+
     @extend_schema(
         summary="Export a trace (Chrome trace JSON or OTLP JSON)",
         parameters=[TRACE_ID, FORMAT],
@@ -189,6 +191,8 @@ class TraceExport(TraceView):
 
 
 class EvaluationTrace(TraceView):
+    query_parameters = ("format",)
+
     @extend_schema(
         summary="Export an evaluation's trace (Chrome trace JSON or OTLP JSON)",
         parameters=[FORMAT],
@@ -223,6 +227,8 @@ def _int_param(request: Request, name: str, default: int | None, minimum: int = 
 
 
 class TraceTimeline(TraceView):
+    query_parameters = ("start", "end", "max_spans", "max_points")
+
     @extend_schema(
         summary="The longest spans and the hardware counters of a trace in a time window",
         parameters=[

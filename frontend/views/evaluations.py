@@ -20,30 +20,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from evaluations import actions
-from evaluations.api.serializers import (
-    TRACE_LEVELS,
-    EvaluationDetailSerializer,
-    EvaluationRequestSerializer,
-)
+from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
 from evaluations.models import Evaluation
 from frontend import display
 from frontend.forms import LaunchForm
-from hub.api.errors import ApiError
-from hub.api.errors import _flatten as flatten_errors  # the API's own DRF → path mapping
+from hub.api.errors import flatten_errors  # the API's own DRF → path mapping
+from hub.errors import DomainError
 from hub.models import Host, Manifest
 from predictors.predictor import FRAMEWORKS
+from predictors.protocol import SPAN_LEVELS, TRACE_LEVEL_MEANINGS
 from predictors.versioning import version_key
-
-TRACE_LEVEL_MEANINGS = {
-    "none": "no spans: the fastest run",
-    "application": "pipeline stages: read, decode, preprocess, predict, postprocess",
-    "model": "+ one span per batch inference",
-    "framework": "+ one span per layer",
-    "ml_library": "+ framework ops and kernels",
-    "system_library": "+ CUDA runtime calls, GPU kernels, copies",
-    "hardware": "+ GPU and CPU counters",
-    "full": "everything",
-}
 
 # The launch request's error paths that name no field of the form, and the field that shows them.
 _ERROR_FIELDS = {"version": "model_version"}
@@ -98,7 +84,7 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         models=[(name, name) for name in catalog["models"]],
         frameworks=[(f, display.framework_name(f)) for f in FRAMEWORKS],
         datasets=[(name, name) for name in catalog["datasets"]],
-        trace_levels=[(t, f"{t} — {TRACE_LEVEL_MEANINGS.get(t, '')}") for t in TRACE_LEVELS],
+        trace_levels=[(t, f"{t} — {meaning}") for t, meaning in TRACE_LEVEL_MEANINGS.items()],
         hosts=[(host.name, _host_label(host)) for host in _trusted_hosts(request)],
     )
 
@@ -175,7 +161,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                         request.user,  # type: ignore[arg-type]
                         serializer.validated_data,
                     )
-                except ApiError as error:
+                except DomainError as error:
                     _add_errors(form, error.errors)
                 else:
                     first = launched[0]
@@ -235,6 +221,8 @@ def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
             "framework_name": display.framework_name(item.framework),
             "timeline_url": reverse("api-trace-timeline", kwargs={"trace_id": item.trace_id}),
             "layers_url": reverse("api-trace-layers", kwargs={"trace_id": item.trace_id}),
+            # The span levels, outermost first: one track each (`predictors.protocol`).
+            "levels": " ".join(SPAN_LEVELS),
             "api_url": reverse("api-evaluation-detail", kwargs={"pk": item.pk}),
             "chrome_url": reverse("api-evaluation-trace", kwargs={"pk": item.pk})
             + "?format=chrome",
@@ -248,7 +236,7 @@ def cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
     get_object_or_404(_visible(request), pk=pk)
     try:
         actions.cancel_evaluation(pk, request.user)  # type: ignore[arg-type]
-    except ApiError as error:
+    except DomainError as error:
         messages.error(request, error.errors[0]["message"])
     else:
         messages.success(request, "Cancellation requested.")

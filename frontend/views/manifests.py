@@ -19,7 +19,7 @@ from frontend import display
 from frontend.forms import UploadForm
 from frontend.views.catalog import entries
 from hub import actions
-from hub.api.errors import ApiError
+from hub.errors import DomainError
 from hub.models import Manifest
 from predictors import manifests as spec
 from predictors.versioning import version_key
@@ -190,7 +190,7 @@ def _with_lines(source: str, errors: list[dict[str, Any]]) -> list[dict[str, Any
     if all(e.get("line") or not e.get("path") for e in errors):
         return errors
     try:
-        _data, lines = spec._parse(source)  # the validator's own map of path → line
+        _data, lines = spec.parse_with_lines(source)  # the validator's map of path → line
     except spec.ManifestError:
         return errors
     filled = []
@@ -225,7 +225,7 @@ def upload(request: HttpRequest) -> HttpResponse:
                 )
             except spec.ManifestError as invalid:
                 errors = invalid.errors
-            except ApiError as refused:
+            except DomainError as refused:
                 errors = _with_lines(source, refused.errors)
             else:
                 messages.success(

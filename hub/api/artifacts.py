@@ -14,7 +14,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from hub import storage
+from hub import access, storage
 from hub.models import ApiToken, Artifact, Manifest
 
 
@@ -52,6 +52,4 @@ class ArtifactDownload(APIView):
 def _fetched_by_its_agent(request: Request, artifact: Artifact) -> bool:
     if not isinstance(request.auth, ApiToken):
         return False
-    from evaluations.permissions import agent_may_fetch
-
-    return agent_may_fetch(request.auth, artifact)
+    return access.agent_may_fetch(request.auth, artifact)

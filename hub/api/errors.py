@@ -1,8 +1,9 @@
 """One error format for the whole API.
 
-Every error response is `{"detail": "<summary>", "errors": [{"path", "line", "message"}]}`:
-`path` is the dotted field path (or "" for the whole request), `line` the manifest's YAML line
-when there is one.
+Every error response is `{"detail": "<summary>", "code": "<what it means>", "errors":
+[{"path", "line", "message"}]}`: `path` is the dotted field path (or "" for the whole request),
+`line` the manifest's YAML line when there is one. The actions raise domain errors
+(`hub.errors`); `STATUS` maps each kind to its HTTP status.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from hub.errors import Conflict, DomainError, Forbidden, Invalid, NotFound, TooLarge
 
 # Paths whose answers are the API's, in its JSON error format even when no view is reached.
 API_PREFIXES = ("/api/", "/v1/")
@@ -39,12 +42,30 @@ class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     error's message."""
 
     detail = serializers.CharField()
+    code = serializers.CharField(
+        help_text="What the refusal means: `invalid`, `not_found`, `forbidden`, `conflict`, "
+        "or a more precise code (`claim_taken`, `name_taken`, …)."
+    )
     errors = ErrorItemSerializer(many=True)
 
 
-def error_body(message: str, path: str = "") -> dict[str, Any]:
+# The HTTP status of each kind of domain error.
+STATUS: dict[type[DomainError], int] = {
+    Invalid: status.HTTP_400_BAD_REQUEST,
+    Forbidden: status.HTTP_403_FORBIDDEN,
+    NotFound: status.HTTP_404_NOT_FOUND,
+    Conflict: status.HTTP_409_CONFLICT,
+    TooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+}
+
+
+def error_body(message: str, path: str = "", code: str = "invalid") -> dict[str, Any]:
     """The API's error body for one problem."""
-    return {"detail": message, "errors": [{"path": path, "line": None, "message": message}]}
+    return {
+        "detail": message,
+        "code": code,
+        "errors": [{"path": path, "line": None, "message": message}],
+    }
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -53,7 +74,8 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     site's 404 page."""
     if request.path.startswith(API_PREFIXES):
         return JsonResponse(
-            error_body("Not found: nothing of the API answers at this URL."), status=404
+            error_body("Not found: nothing of the API answers at this URL.", code="not_found"),
+            status=404,
         )
     return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
 
@@ -61,7 +83,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 def server_error(request: HttpRequest) -> HttpResponse:
     """Django's 500 handler: the API's error format under its paths, the site's page elsewhere."""
     if request.path.startswith(API_PREFIXES):
-        return JsonResponse(error_body("Internal server error."), status=500)
+        return JsonResponse(error_body("Internal server error.", code="server_error"), status=500)
     return defaults.server_error(request)
 
 
@@ -71,8 +93,14 @@ class ApiError(APIException):
     status_code = status.HTTP_400_BAD_REQUEST
 
     def __init__(
-        self, errors: list[dict[str, Any]], *, status_code: int = 400, detail: str | None = None
+        self,
+        errors: list[dict[str, Any]],
+        *,
+        status_code: int = 400,
+        detail: str | None = None,
+        code: str = "invalid",
     ):
+        self.code = code
         self.errors = [
             {"path": e.get("path", ""), "line": e.get("line"), "message": e["message"]}
             for e in errors
@@ -83,24 +111,19 @@ class ApiError(APIException):
         )
 
 
-class Conflict(ApiError):
-    def __init__(self, message: str, path: str = ""):
-        super().__init__([{"path": path, "message": message}], status_code=status.HTTP_409_CONFLICT)
-
-
-def _flatten(detail: Any, path: str = "") -> list[dict[str, Any]]:
+def flatten_errors(detail: Any, path: str = "") -> list[dict[str, Any]]:
     if isinstance(detail, dict):
         out: list[dict[str, Any]] = []
         for key, value in detail.items():
             sub = "" if key == "non_field_errors" else str(key)
-            out += _flatten(value, f"{path}.{sub}" if path and sub else (sub or path))
+            out += flatten_errors(value, f"{path}.{sub}" if path and sub else (sub or path))
         return out
     if isinstance(detail, list):
         if all(not isinstance(item, dict | list) for item in detail):
             return [{"path": path, "line": None, "message": str(item)} for item in detail]
         out = []
         for index, item in enumerate(detail):
-            out += _flatten(item, f"{path}.{index}" if path else str(index))
+            out += flatten_errors(item, f"{path}.{index}" if path else str(index))
         return out
     return [{"path": path, "line": None, "message": str(detail)}]
 
@@ -116,17 +139,25 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             ],
             status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
+    if isinstance(exc, DomainError):
+        status_code = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+        exc = ApiError(exc.errors, status_code=status_code, code=exc.code)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     if isinstance(exc, ApiError):
-        errors = exc.errors
+        errors, code = exc.errors, exc.code
     elif isinstance(exc, ValidationError):
-        errors = _flatten(exc.detail)
+        errors, code = flatten_errors(exc.detail), "invalid"
     else:
         errors = [{"path": "", "line": None, "message": str(getattr(exc, "detail", exc))}]
+        code = str(
+            getattr(exc, "default_code", None)
+            or {403: "forbidden", 404: "not_found"}.get(response.status_code, "error")
+        )
     response.data = {
         "detail": errors[0]["message"] if errors else "Invalid request.",
+        "code": code,
         "errors": errors,
     }
     return response

@@ -80,6 +80,7 @@ def _agent_token(request: Request) -> ApiToken:
     ),
 )
 class HostList(generics.ListAPIView[Host]):
+    query_parameters = ("live",)
     serializer_class = HostSerializer
     queryset = Host.objects.select_related("owner", "group").all()
     required_scopes = {"POST": "agent"}

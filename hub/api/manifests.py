@@ -212,6 +212,10 @@ class _ManifestParsers:
     ),
 )
 class ManifestList(_ManifestParsers, generics.ListAPIView[Manifest]):
+    query_parameters = {
+        "GET": ("name", "kind", "framework", "task", "version", "search"),
+        "POST": ("visibility",),
+    }
     serializer_class = ManifestSummarySerializer
     anonymous_methods = ("GET", "HEAD", "OPTIONS")
     kind: str | None = None

@@ -15,7 +15,8 @@ import onnxruntime as ort
 from predictors.frameworks import cuda_index
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
-from predictors.tracing import CLOCK_ORT_PROFILER, Layer, at_least
+from predictors.protocol import Attr, at_least
+from predictors.tracing import CLOCK_ORT_PROFILER, Layer
 
 _OPTIMIZATION_LEVELS = {
     "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -38,6 +39,7 @@ _ELEMENT_TYPES = {
 
 class OnnxRuntimePredictor(Predictor):
     framework = "onnxruntime"
+    finest_trace_level = "ml_library"
 
     def __init__(self) -> None:
         self._session: ort.InferenceSession | None = None
@@ -178,11 +180,11 @@ def _runs(events: list[dict[str, Any]], kernels: bool = False) -> list[list[Laye
         args = event.get("args") or {}
         shapes = [list(s.values())[0] for s in args.get("output_type_shape") or [] if s]
         attributes: dict[str, Any] = {
-            "mlms.clock": CLOCK_ORT_PROFILER,
-            "mlms.provider": args.get("provider", ""),
+            Attr.CLOCK: CLOCK_ORT_PROFILER,
+            Attr.PROVIDER: args.get("provider", ""),
         }
         if shapes:
-            attributes["mlms.output_shape"] = shapes[0] if len(shapes) == 1 else shapes
+            attributes[Attr.OUTPUT_SHAPE] = shapes[0] if len(shapes) == 1 else shapes
         offset = (int(event["ts"]) - starts[index]) * 1000
         duration = int(event["dur"]) * 1000
         op_name = str(args.get("op_name", ""))
@@ -207,16 +209,16 @@ def _runs(events: list[dict[str, Any]], kernels: bool = False) -> list[list[Laye
 def _kernel_attributes(args: dict[str, Any]) -> dict[str, Any]:
     """What ONNX Runtime's profiler says of how a node's kernel ran."""
     attributes: dict[str, Any] = {
-        "mlms.clock": CLOCK_ORT_PROFILER,
-        "mlms.provider": args.get("provider", ""),
+        Attr.CLOCK: CLOCK_ORT_PROFILER,
+        Attr.PROVIDER: args.get("provider", ""),
     }
     shapes = [list(s.values())[0] for s in args.get("input_type_shape") or [] if s]
     if shapes:
-        attributes["mlms.input_shapes"] = shapes
+        attributes[Attr.INPUT_SHAPES] = shapes
     for key, name in (
-        ("parameter_size", "mlms.parameter_bytes"),
-        ("activation_size", "mlms.activation_bytes"),
-        ("output_size", "mlms.output_bytes"),
+        ("parameter_size", Attr.PARAMETER_BYTES),
+        ("activation_size", Attr.ACTIVATION_BYTES),
+        ("output_size", Attr.OUTPUT_BYTES),
     ):
         if str(args.get(key, "")).isdigit():
             attributes[name] = int(args[key])
@@ -224,7 +226,7 @@ def _kernel_attributes(args: dict[str, Any]) -> dict[str, Any]:
     main = stats.get("main_thread") or {}
     helpers = [t for t in (stats.get("sub_threads") or {}).values() if t.get("num_run")]
     if main:
-        attributes["mlms.threads"] = 1 + len(helpers)
-        attributes["mlms.main_thread_run_us"] = main.get("Run", 0)
-        attributes["mlms.main_thread_wait_us"] = main.get("Wait", 0)
+        attributes[Attr.THREADS] = 1 + len(helpers)
+        attributes[Attr.MAIN_THREAD_RUN_US] = main.get("Run", 0)
+        attributes[Attr.MAIN_THREAD_WAIT_US] = main.get("Wait", 0)
     return attributes

@@ -31,7 +31,8 @@ from predictors.frameworks import cuda_index
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, steps_by_call
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
-from predictors.tracing import CLOCK_TORCH_LAYERS, Layer, at_least
+from predictors.protocol import Attr, at_least
+from predictors.tracing import CLOCK_TORCH_LAYERS, Layer
 
 # Where to keep a copy of torch.profiler's own Chrome trace of each profiled evaluation.
 KEEP_TRACE_VARIABLE = "MLMS_TORCH_TRACE_DIR"
@@ -43,6 +44,7 @@ _Mark = tuple[int, int, int, tuple[int, ...]]
 
 class PyTorchPredictor(Predictor):
     framework = "pytorch"
+    finest_trace_level = "system_library"
 
     def __init__(self) -> None:
         self._model: torch.jit.ScriptModule | None = None
@@ -218,7 +220,7 @@ class PyTorchPredictor(Predictor):
                     layers[index][1],
                     offset,
                     duration,
-                    {"mlms.output_shape": list(shape), "mlms.clock": CLOCK_TORCH_LAYERS},
+                    {Attr.OUTPUT_SHAPE: list(shape), Attr.CLOCK: CLOCK_TORCH_LAYERS},
                 )
                 for index, offset, duration, shape in marks
             ]

@@ -38,7 +38,8 @@ from predictors.predictor import (  # noqa: E402
     PredictorError,
     PredictorOptions,
 )
-from predictors.tracing import CLOCK_TF_LAYERS, Layer, at_least  # noqa: E402
+from predictors.protocol import Attr, at_least
+from predictors.tracing import CLOCK_TF_LAYERS, Layer  # noqa: E402
 
 # One traced layer of one call: (layer index, offset from the call's start, duration); a call's
 # marks are kept with its batch size, and turned into `Layer`s after the timed loop.
@@ -71,6 +72,7 @@ def _apply_threads(threads: int) -> None:
 
 class TensorFlowPredictor(Predictor):
     framework = "tensorflow"
+    finest_trace_level = "ml_library"
 
     def __init__(self) -> None:
         self._model: keras.Model | None = None
@@ -232,8 +234,8 @@ class TensorFlowPredictor(Predictor):
                     max(offset, 0),
                     max(duration, 0),
                     {
-                        "mlms.output_shape": [size, *shapes[index]],
-                        "mlms.clock": CLOCK_TF_LAYERS,
+                        Attr.OUTPUT_SHAPE: [size, *shapes[index]],
+                        Attr.CLOCK: CLOCK_TF_LAYERS,
                     },
                 )
                 for index, offset, duration in marks

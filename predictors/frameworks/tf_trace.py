@@ -2,7 +2,7 @@
 
 At trace level `ml_library` or finer the TensorFlow predictor runs its model graph under
 `tf.profiler.experimental` (started after the warm-up calls), each call inside a
-`tf.profiler.experimental.Trace("mlms.call", call=<n>)` annotation. TensorFlow writes an XSpace
+`tf.profiler.experimental.Trace(Attr.CALL, call=<n>)` annotation. TensorFlow writes an XSpace
 (`*.xplane.pb`): per plane (`/host:CPU`, `/device:GPU:0`, …) lines of events in picoseconds;
 every op the executor runs is an event named `<op name>:<op type>` (for instance
 `sequential/conv0/Conv2D:Conv2D`), its name scoped by the Keras layer that made it.
@@ -22,11 +22,12 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from predictors.protocol import Attr
 from predictors.tracing import Layer
 
 __all__ = ["CLOCK_TF_PROFILER", "CALL_ANNOTATION", "steps_by_call"]
 
-CALL_ANNOTATION = "mlms.call"
+CALL_ANNOTATION = Attr.CALL
 CLOCK_TF_PROFILER = (
     "TensorFlow profiler (XPlane): the executor's op events on the host clock, offsets from the "
     "start of each call's mlms.call annotation; a layer spans its ops, which may overlap"
@@ -125,7 +126,7 @@ def steps_by_call(
                     layer_types.get(layer, "model"),
                     first - call_start,
                     last - first,
-                    {"mlms.clock": CLOCK_TF_PROFILER},
+                    {Attr.CLOCK: CLOCK_TF_PROFILER},
                 )
             )
             parent = len(steps) - 1
@@ -136,7 +137,7 @@ def steps_by_call(
                         op_type,
                         start - call_start,
                         end - start,
-                        {"mlms.clock": CLOCK_TF_PROFILER},
+                        {Attr.CLOCK: CLOCK_TF_PROFILER},
                         level="ml_library",
                         parent=parent,
                     )

@@ -35,7 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictors.tracing import CLOCK_TORCH_PROFILER, Layer, at_least
+from predictors.protocol import Attr, at_least
+from predictors.tracing import CLOCK_TORCH_PROFILER, Layer
 
 __all__ = ["CALL_PREFIX", "GPU_CATEGORIES", "steps_by_call", "call_name"]
 
@@ -142,7 +143,7 @@ class _Call:
         self.launches: list[_Event] = []
 
     def emit(self, event: _Event, level: str, op_type: str, parent: int, **extra: Any) -> int:
-        attributes: dict[str, Any] = {"mlms.clock": CLOCK_TORCH_PROFILER, **extra}
+        attributes: dict[str, Any] = {Attr.CLOCK: CLOCK_TORCH_PROFILER, **extra}
         self.steps.append(
             Layer(
                 event.name,
@@ -163,7 +164,7 @@ class _Call:
             if not self.with_gpu:
                 return
             correlation = event.args.get("correlation")
-            extra = {"mlms.correlation_id": correlation} if correlation is not None else {}
+            extra = {Attr.CORRELATION_ID: correlation} if correlation is not None else {}
             position = self.emit(event, "system_library", "cuda_runtime", parent, **extra)
             if isinstance(correlation, int):
                 self.runtime_by_correlation[correlation] = event
@@ -173,7 +174,7 @@ class _Call:
                 return
             extra = {}
             if "Input Dims" in event.args:
-                extra["mlms.shapes"] = event.args["Input Dims"]
+                extra[Attr.SHAPES] = event.args["Input Dims"]
             position = self.emit(event, "ml_library", event.name, parent, **extra)
         for child in event.children:
             self.emit_tree(child, position)
@@ -257,7 +258,7 @@ def steps_by_call(
                 "framework",
                 module_type or "host",
                 -1,
-                **({"mlms.module": name} if name else {}),
+                **({Attr.MODULE: name} if name else {}),
             )
             for event in events:
                 call.emit_tree(event, position)
@@ -277,21 +278,21 @@ def steps_by_call(
             base = annotations[owner].start_ns
             args = activity.args
             attributes: dict[str, Any] = {
-                "mlms.clock": CLOCK_TORCH_PROFILER,
-                "mlms.correlation_id": correlation,
-                "mlms.launch": launch.name,
+                Attr.CLOCK: CLOCK_TORCH_PROFILER,
+                Attr.CORRELATION_ID: correlation,
+                Attr.LAUNCH: launch.name,
             }
             if "device" in args:
-                attributes["mlms.device"] = f"cuda:{args['device']}"
+                attributes[Attr.DEVICE] = f"cuda:{args['device']}"
             for key, attribute in (
-                ("grid", "mlms.grid"),
-                ("block", "mlms.block"),
-                ("stream", "mlms.stream"),
-                ("registers per thread", "mlms.registers_per_thread"),
-                ("shared memory", "mlms.shared_memory"),
-                ("est. achieved occupancy %", "mlms.achieved_occupancy_pct"),
-                ("bytes", "mlms.bytes"),
-                ("memory bandwidth (GB/s)", "mlms.bandwidth_gbps"),
+                ("grid", Attr.GRID),
+                ("block", Attr.BLOCK),
+                ("stream", Attr.STREAM),
+                ("registers per thread", Attr.REGISTERS_PER_THREAD),
+                ("shared memory", Attr.SHARED_MEMORY),
+                ("est. achieved occupancy %", Attr.ACHIEVED_OCCUPANCY_PCT),
+                ("bytes", Attr.BYTES),
+                ("memory bandwidth (GB/s)", Attr.BANDWIDTH_GBPS),
             ):
                 if key in args:
                     attributes[attribute] = args[key]

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from evaluations import broker_access
 from hub.models import Host
-from predictors.hub_client import queue_scope
+from predictors.protocol import queue_scope
 from tests.hub.factories import dataset_yaml, model_yaml, register_host, upload
 
 EVALUATIONS_URL = "/api/v1/evaluations/"
@@ -39,7 +39,7 @@ def register_hosts(agent: APIClient) -> dict[str, Host]:
             "gpu-1",
             [("onnxruntime", "1.18.0", ["cpu", "gpu"])],
             gpu,
-            ["onnxruntime.cpu", "onnxruntime.cuda"],
+            ["onnxruntime.cpu", "onnxruntime.gpu"],
         ),
     ):
         response = register_host(

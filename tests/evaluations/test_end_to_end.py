@@ -1,6 +1,7 @@
 """End to end, in real processes: a hub served by daphne (with its own database and broker) and
 two agents (`python -m predictors.agent`) consuming the same capability queue, evaluating the
-zoo's digits-cnn on onnxruntime on the CPU.
+zoo's digits-cnn on onnxruntime on the CPU (`agents_hub` of conftest.py, on
+mlmodelscope.testing.livehub).
 
 On the embedded default the hub and the agents share a filesystem broker (the agents learn its
 folder from the hub); with CELERY_BROKER_URL=redis://… they share Redis, and with
@@ -10,291 +11,38 @@ file order: the last one kills an agent.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import secrets
-import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import requests
 
+from mlmodelscope.testing.livehub import ROOT, LiveHub
 from predictors.hub_client import HubError, evaluate_remote
-from tests.predictors.zoo_store import zoo_store
-
-ROOT = Path(__file__).resolve().parents[2]
-AGENTS = ("e2e-a", "e2e-b")
-LIVE_SECONDS = 5
 
 pytestmark = pytest.mark.frameworks
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class LiveHub:
-    """A hub and its agents, each a process of its own."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "MLMS_AGENT_TOKEN")
-        }
-        self.env.update(
-            MLMS_VAR_DIR=str(folder / "var"),
-            ARTIFACT_ROOT=str(zoo_store(("digits", "digits-cnn"))),
-            HOST_LIVE_SECONDS=str(LIVE_SECONDS),
-            EVALUATION_SWEEP_SECONDS="1",
-            EVALUATION_MAX_ATTEMPTS="3",
-        )
-        if not os.environ.get("CELERY_BROKER_URL", "").startswith("redis"):
-            self.env.pop("CELERY_BROKER_URL", None)
-            self.env.pop("CHANNEL_LAYER_URL", None)
-        self.database = ""
-        if os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
-            self.database = f"mlms_e2e_{secrets.token_hex(4)}"
-            self._postgres(f"CREATE DATABASE {self.database}")
-            base = os.environ["DATABASE_URL"].rsplit("/", 1)[0]
-            self.env["DATABASE_URL"] = f"{base}/{self.database}"
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.token = ""
-        self.agent_token_file = Path()
-
-    # -- processes ---------------------------------------------------------------------------
-
-    def manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    def spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        log = (self.folder / f"{name}.log").open("ab")  # a restarted process adds to its log
-        self.processes[name] = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-
-    def start(self) -> None:
-        self.manage("migrate", "--noinput")
-        self.manage("load_manifests")
-        self.token = self.manage(
-            "create_token", "--user", "alice", "--create-user", "--scopes", "read,write,evaluate"
-        ).splitlines()[-1]
-        self.agent_token_file = Path(self.manage("agent_token"))
-        self._purge_queues()
-        self.start_hub()
-        for name in AGENTS:
-            self.start_agent(name)
-        self.wait(
-            lambda: {h["name"] for h in self.get("hosts/?live=1")[1]["results"]} >= set(AGENTS),
-            "both agents to register",
-            60,
-        )
-
-    def start_hub(self) -> None:
-        """Serve the hub with daphne (again, after `kill("hub")`) and wait until it answers."""
-        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-        self.spawn("hub", [*daphne, "mlmodelscope.asgi:application"], self.env)
-        self.wait(lambda: self.get("manifests/")[0] == 200, "the hub to answer", 30)
-
-    def start_agent(self, name: str, token_file: Path | None = None) -> None:
-        """An agent of the operators' shared pool, or, with `token_file`, a self-hosted agent
-        of that token's user."""
-        env = {k: v for k, v in self.env.items() if k not in ("DATABASE_URL", "MLMS_VAR_DIR")}
-        # The stock agent as a user runs it: the broker comes from the hub, never from here.
-        env.pop("CELERY_BROKER_URL", None)
-        command = [sys.executable, "-m", "predictors.agent", "--hub", self.url]
-        command += ["--token-file", str(token_file or self.agent_token_file), "--name", name]
-        command += ["--frameworks", "onnxruntime", "--cache", str(self.folder / f"cache-{name}")]
-        if token_file is None:
-            command.append("--pool")
-        self.spawn(name, command, env)
-
-    def kill(self, name: str) -> None:
-        self.processes[name].send_signal(signal.SIGKILL)
-        self.processes[name].wait(timeout=10)
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self.database:
-            self._postgres(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {path.name} ---\n" + path.read_text(errors="replace")[-3000:]
-            for path in sorted(self.folder.glob("*.log"))
-        )
-
-    def wait(self, condition: Callable[[], Any], what: str, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = condition()
-            except (requests.ConnectionError, KeyError):
-                value = None
-            if value:
-                return value
-            for name, process in self.processes.items():
-                assert process.poll() is None or name in self.killed, (
-                    f"{name} exited\n{self.logs()}"
-                )
-            assert time.monotonic() < deadline, f"waited {timeout} s for {what}\n{self.logs()}"
-            time.sleep(0.2)
-
-    @property
-    def killed(self) -> set[str]:
-        return {n for n, p in self.processes.items() if p.returncode == -signal.SIGKILL}
-
-    # -- API ---------------------------------------------------------------------------------
-
-    def get(self, path: str) -> tuple[int, Any]:
-        response = requests.get(f"{self.url}/api/v1/{path}", headers=self._auth(), timeout=10)
-        return response.status_code, response.json()
-
-    def launch(self, **fields: Any) -> str:
-        body = {"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", **fields}
-        response = requests.post(
-            f"{self.url}/api/v1/evaluations/", json=body, headers=self._auth(), timeout=30
-        )
-        assert response.status_code == 201, response.text
-        return str(response.json()["evaluations"][0]["id"])
-
-    def evaluation(self, evaluation_id: str) -> dict[str, Any]:
-        status, body = self.get(f"evaluations/{evaluation_id}/")
-        assert status == 200, body
-        return body  # type: ignore[no-any-return]
-
-    def finished(self, evaluation_id: str, timeout: float = 90) -> dict[str, Any]:
-        def done() -> dict[str, Any] | None:
-            body = self.evaluation(evaluation_id)
-            return body if body["status"] in ("succeeded", "failed", "cancelled") else None
-
-        return self.wait(done, f"evaluation {evaluation_id} to finish", timeout)  # type: ignore[no-any-return]
-
-    def result_rows(self, evaluation_id: str) -> int:
-        """Result rows of the evaluation, counted in the hub's own database."""
-        query = "SELECT COUNT(*) FROM evaluations_result WHERE evaluation_id = "
-        if self.database:
-            import psycopg
-
-            with psycopg.connect(self.env["DATABASE_URL"]) as connection:
-                row = connection.execute(query + "%s", (evaluation_id,)).fetchone()
-        else:
-            with sqlite3.connect(self.folder / "var" / "db.sqlite3") as connection:
-                row = connection.execute(query + "?", (evaluation_id.replace("-", ""),)).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def _postgres(self, statement: str) -> None:
-        import psycopg
-
-        server = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
-        with psycopg.connect(server, autocommit=True) as connection:
-            connection.execute(statement)  # type: ignore[arg-type]
-
-    def _purge_queues(self) -> None:
-        broker = self.env.get("CELERY_BROKER_URL", "")
-        if broker.startswith("redis"):  # jobs of earlier runs that no hub knows any more
-            import redis
-
-            client = redis.Redis.from_url(broker)
-            try:
-                for pattern in ("pool:*", "user-*", "group-*"):
-                    for key in client.scan_iter(match=pattern, count=1000):
-                        client.delete(key)
-            finally:
-                client.close()
-
-
-class WebSocket:
-    """A minimal WebSocket client (RFC 6455, text frames) over a plain socket."""
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
-        key = base64.b64encode(secrets.token_bytes(16)).decode()
-        target = parts.path + (f"?{parts.query}" if parts.query else "")
-        self.sock.sendall(
-            (
-                f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n"
-            ).encode()
-        )
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.sock.recv(1)
-        assert head.startswith(b"HTTP/1.1 101"), head
-
-    def _exactly(self, count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            assert chunk, "the server closed the connection"
-            data += chunk
-        return data
-
-    def receive(self) -> dict[str, Any]:
-        first, second = self._exactly(2)
-        length = second & 0x7F
-        if length == 126:
-            length = int.from_bytes(self._exactly(2), "big")
-        elif length == 127:
-            length = int.from_bytes(self._exactly(8), "big")
-        payload = self._exactly(length)
-        assert first & 0x0F == 1, f"expected a text frame, got opcode {first & 0x0F}"
-        return json.loads(payload)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
-    live = LiveHub(tmp_path_factory.mktemp("e2e"))
-    try:
-        live.start()
+def hub(
+    tmp_path_factory: pytest.TempPathFactory,
+    agents_hub: Callable[..., AbstractContextManager[LiveHub]],
+) -> Iterator[LiveHub]:
+    with agents_hub(tmp_path_factory.mktemp("e2e")) as live:
         yield live
-    finally:
-        live.stop()
 
 
 def test_digits_cnn_runs_on_an_agent_to_succeeded_and_streams_live(hub: LiveHub) -> None:
-    stream = WebSocket(f"ws://127.0.0.1:{hub.port}/ws/evaluations/?token={hub.token}")
-    assert stream.receive()["type"] == "snapshot"
+    stream = hub.websocket("/ws/evaluations/")
+    snapshot = stream.receive()
+    assert snapshot and snapshot["type"] == "snapshot", snapshot
 
     evaluation_id = hub.launch(batch_sizes=[1, 32])
     body = hub.finished(evaluation_id)
@@ -306,7 +54,7 @@ def test_digits_cnn_runs_on_an_agent_to_succeeded_and_streams_live(hub: LiveHub)
         "running",
         "succeeded",
     ]
-    assert body["host"] in AGENTS and body["framework_version"]
+    assert body["host"] in hub.pool_agents and body["framework_version"]
     assert body["progress"]["done"] == body["progress"]["total"] > 0
     result = body["result"]
     assert result["accuracy"]["top1"] >= 0.95 and result["accuracy"]["count"] == 360
@@ -323,6 +71,7 @@ def test_digits_cnn_runs_on_an_agent_to_succeeded_and_streams_live(hub: LiveHub)
     seen = []
     while not seen or seen[-1] != "succeeded":
         event = stream.receive()
+        assert event is not None, f"no event after {seen}"
         if event["type"] == "status" and event["id"] == evaluation_id:
             seen.append(event["status"])
     stream.close()
@@ -335,7 +84,7 @@ def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None
     bodies = [hub.finished(evaluation_id) for evaluation_id in ids]
 
     assert [b["status"] for b in bodies] == ["succeeded"] * 10, hub.logs()
-    assert {b["host"] for b in bodies} == set(AGENTS)
+    assert {b["host"] for b in bodies} == set(hub.pool_agents)
     assert all(b["queue"] == "pool.onnxruntime.cpu" and b["attempts"] == 1 for b in bodies)
 
 
@@ -432,7 +181,7 @@ def test_a_model_file_that_cannot_be_fetched_fails_the_evaluation_saying_why(
     response = requests.post(
         f"{hub.url}/api/v1/manifests/",
         data=text.encode(),
-        headers={**hub._auth(), "Content-Type": "application/x-yaml"},
+        headers={**hub.auth_headers(), "Content-Type": "application/x-yaml"},
         timeout=30,
     )
     assert response.status_code == 201, response.text
@@ -491,7 +240,7 @@ def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) 
     response = requests.post(
         f"{hub.url}/api/v1/evaluations/",
         json={"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", "limit": 8},
-        headers={**hub._auth(), "traceparent": f"00-{trace_id}-{span_id}-01"},
+        headers={**hub.auth_headers(), "traceparent": f"00-{trace_id}-{span_id}-01"},
         timeout=30,
     )
     assert response.status_code == 201, response.text
@@ -508,7 +257,7 @@ def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) 
     malformed = requests.post(
         f"{hub.url}/api/v1/evaluations/",
         json={"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits"},
-        headers={**hub._auth(), "traceparent": f"00-{trace_id}-{span_id}"},
+        headers={**hub.auth_headers(), "traceparent": f"00-{trace_id}-{span_id}"},
         timeout=30,
     )
     assert malformed.status_code == 400
@@ -521,9 +270,7 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
     """Bob runs the stock agent with the best token he can get (every scope, agent included);
     Alice launches 20 evaluations of her private model. None reaches Bob's agent: not the job,
     not the model file, not a span; Bob's own jobs run there."""
-    bob_token = hub.manage(
-        "create_token", "--user", "bob", "--create-user", "--scopes", "read,write,evaluate,agent"
-    ).splitlines()[-1]
+    bob_token = hub.create_token("bob", "read,write,evaluate,agent")
     bob_token_file = hub.folder / "bob.token"
     bob_token_file.write_text(bob_token)
     bob = {"Authorization": f"Bearer {bob_token}"}
@@ -548,7 +295,7 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
         f"{hub.url}/api/v1/manifests/",
         data={"manifest": text},
         files={"files": ("digits-cnn.onnx", graph)},
-        headers=hub._auth(),
+        headers=hub.auth_headers(),
         timeout=30,
     )
     assert response.status_code == 201, response.text
@@ -557,7 +304,7 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
     bodies = [hub.finished(evaluation_id) for evaluation_id in ids]
 
     assert [b["status"] for b in bodies] == ["succeeded"] * 20, hub.logs()
-    assert {b["host"] for b in bodies} <= set(AGENTS)
+    assert {b["host"] for b in bodies} <= set(hub.pool_agents)
     bob_log = (hub.folder / "bob-box.log").read_text(errors="replace")
     assert not [evaluation_id for evaluation_id in ids if evaluation_id in bob_log]
     cached = [p for p in (hub.folder / "cache-bob-box").rglob("*") if p.is_file()]
@@ -603,7 +350,7 @@ def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
         60,
     )
     # The same message again, on the queue both agents consume, from the broker the hub names.
-    agent_token = hub.agent_token_file.read_text().strip()
+    agent_token = hub.agent_token
     _, hosts = hub.get("hosts/?live=1")
     host_id = next(h["id"] for h in hosts["results"] if h["name"] == running["host"])
     config = requests.get(
@@ -639,13 +386,13 @@ def test_a_killed_agents_job_completes_on_the_other_with_exactly_one_result(hub:
         60,
     )
     victim = running["host"]
-    assert running["status"] == "running" and victim in AGENTS
+    assert running["status"] == "running" and victim in hub.pool_agents
 
     hub.kill(victim)
     body = hub.finished(evaluation_id, timeout=120)
 
     assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
-    (survivor,) = set(AGENTS) - {victim}
+    (survivor,) = set(hub.pool_agents) - {victim}
     assert body["host"] == survivor and body["result"]["host"] == survivor
     assert body["attempts"] == 2
     history = [(h["status"], h["host"]) for h in body["history"]]

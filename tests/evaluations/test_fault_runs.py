@@ -5,7 +5,7 @@ broker, the hub or an agent is killed (SIGKILL) and started again end with 0 los
 Each run launches `MLMS_FAULT_RUN_EVALUATIONS` evaluations (4 by default, to keep CI short; 30
 for the figures in docs/reliability.md) of the zoo's digits-cnn on onnxruntime, traced at level
 `framework` (3,210 spans each, in seven exports), on a hub and two agents in real
-processes (`test_end_to_end.LiveHub`), then injects its fault until every evaluation has
+processes (conftest's `outage_hub`), then injects its fault until every evaluation has
 finished. The broker and agent runs launch while the fault is injected; the hub run launches
 first (a launch cut short by the hub's kill would leave its outcome unknown):
 
@@ -32,8 +32,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.evaluations.test_broker_outage import RedisServer
-from tests.evaluations.test_end_to_end import AGENTS, LiveHub
+from mlmodelscope.testing.livehub import LiveHub, RedisServer
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.postgres, pytest.mark.redis]
 
@@ -67,7 +66,7 @@ class Launcher(threading.Thread):
         body = {"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits", **REQUEST}
         url = f"{self.hub.url}/api/v1/evaluations/"
         while len(self.ids) < COUNT:
-            response = requests.post(url, json=body, headers=self.hub._auth(), timeout=30)
+            response = requests.post(url, json=body, headers=self.hub.auth_headers(), timeout=30)
             if response.status_code == 400 and "no live host" in response.text:
                 self.refused += 1
                 time.sleep(1)
@@ -234,7 +233,7 @@ def test_a_hub_killed_while_spans_stream_loses_no_span(
             kills.append("exporting" if exporting else "running" if not kills else "timed")
             targeted.update(exporting)
             time.sleep(3)
-            hub.start_hub()
+            hub.start()
             started[0] = time.monotonic()
 
     ids, states, seconds = _run(hub, fault, ids)
@@ -264,7 +263,7 @@ def test_an_agent_killed_during_a_run_loses_nothing(
             if (
                 body["status"] == "running"
                 and body["attempts"] == 1
-                and host in AGENTS
+                and host in hub.pool_agents
                 and evaluation_id not in victims
                 and len(kills) < max(2, COUNT // 3)
             ):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import _production
+from mlmodelscope.testing.livehub import Closed
 
 IDLE_SECONDS = 30
 
@@ -22,8 +23,8 @@ def test_a_websocket_idle_for_30_s_stays_open_and_receives_the_next_event(
         try:
             try:
                 during_idle = socket.receive(timeout=IDLE_SECONDS)
-            except _production.Closed as closed:
-                pytest.fail(f"the idle socket was {closed}\n{hub.log()}")
+            except Closed as closed:
+                pytest.fail(f"the idle socket was {closed}\n{hub.logs()}")
             _production.export_spans(hub, count=8)
             event = socket.receive(timeout=10)
         finally:
@@ -32,5 +33,5 @@ def test_a_websocket_idle_for_30_s_stays_open_and_receives_the_next_event(
     assert during_idle is None
     assert event is not None
     assert event["type"] == "spans"
-    assert event["id"] == hub.evaluation
+    assert event["id"] == hub.evaluation_id
     assert event["count"] == 8

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from evaluations.models import Evaluation, StatusChange
 from hub.models import Host
-from predictors.hub_client import TASK_NAME
+from predictors.protocol import TASK_NAME
 from tests.evaluations.factories import EVALUATIONS_URL, error_paths, launch
 
 pytestmark = pytest.mark.django_db
@@ -202,7 +202,7 @@ def test_a_gpu_request_goes_to_the_cuda_queue(alice_client, hosts) -> None:
     response = launch(alice_client, device="gpu", gpu_model="a100", min_memory_gb=40)
 
     assert response.status_code == 201, response.content
-    assert Evaluation.objects.get().queue == "pool.onnxruntime.cuda"
+    assert Evaluation.objects.get().queue == "pool.onnxruntime.gpu"
 
 
 def test_hosts_all_fans_out_one_evaluation_per_matching_host(
@@ -250,3 +250,41 @@ def test_an_unreachable_broker_keeps_the_dispatch_to_send_again_saying_so(
     assert evaluation.status == "dispatched" and evaluation.dispatches == 2
     assert evaluation.sent_at is not None
     assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 2])]
+
+
+def test_a_launch_solves_its_request_once(alice_client, hosts, monkeypatch) -> None:
+    from hub import solver
+
+    calls = []
+    solve = solver.solve
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[1])
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(solver, "solve", counted)
+    response = launch(alice_client, min_memory_gb=8, arch="amd64", hosts="all")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["count"] == 2  # cpu-1 and cpu-2
+    assert len(calls) == 1
+    assert (calls[0].min_memory_gb, calls[0].arch, calls[0].dataset) == (8, "amd64", "d")
+
+
+def test_a_job_option_is_written_once_in_the_protocol() -> None:
+    """Every job option is a field of the launch request, with the protocol's bounds, and the
+    evaluation loop takes it by name."""
+    import dataclasses
+
+    from evaluations.api.serializers import EvaluationRequestSerializer
+    from predictors.evaluation import EvaluationOptions
+    from predictors.protocol import JobOptions
+
+    fields = EvaluationRequestSerializer().fields
+    loop = {f.name for f in dataclasses.fields(EvaluationOptions)}
+    for spec in dataclasses.fields(JobOptions):
+        assert spec.name in fields and spec.name in loop, spec.name
+        assert fields[spec.name].help_text == spec.metadata["help"]
+    assert (
+        fields["warmup"].max_value == JobOptions.__dataclass_fields__["warmup"].metadata["maximum"]
+    )

@@ -99,3 +99,51 @@ def test_anonymous_callers_get_401(client, launched) -> None:  # type: ignore[no
 
 def test_an_agent_token_cannot_read_evaluations(agent, launched) -> None:
     assert agent.get(EVALUATIONS_URL).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "url, name",
+    [
+        ("/api/v1/evaluations/?created_after=2030-01-01", "created_after"),
+        ("/api/v1/evaluations/?status=running&sort=-p50", "sort"),
+        ("/api/v1/manifests/?framwork=pytorch", "framwork"),
+        ("/api/v1/hosts/?live=true&arch=arm64", "arch"),
+        ("/api/v1/tokens/?scope=read", "scope"),
+    ],
+)
+def test_a_list_request_with_an_unknown_filter_is_refused_naming_it(
+    alice_client, launched, url, name
+) -> None:
+    response = alice_client.get(url)
+
+    assert response.status_code == 400, response.content
+    assert error_paths(response) == [name]
+    assert "unknown query parameter" in response.json()["detail"]
+
+
+def test_the_query_parameters_each_endpoint_takes_are_those_its_schema_declares(client) -> None:  # type: ignore[no-untyped-def]
+    """The schema is what callers read; the endpoint refuses every other parameter."""
+    import yaml
+    from django.urls import Resolver404, resolve
+
+    from hub.permissions import known_query_parameters
+
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    checked = 0
+    for path, operations in schema["paths"].items():
+        if "get" not in operations or not path.startswith("/api/"):
+            continue
+        declared = {
+            p["name"] for p in operations["get"].get("parameters", []) if p["in"] == "query"
+        }
+        concrete = path.replace("{trace_id}", "0" * 32).replace("{path}", "a/b")
+        try:
+            match = resolve(concrete.replace("{id}", "1"))
+        except Resolver404:
+            match = resolve(concrete.replace("{id}", "00000000-0000-0000-0000-000000000000"))
+        view = match.func.view_class(**getattr(match.func, "initkwargs", {}))
+        view.request = None
+        view.format_kwarg = None
+        assert known_query_parameters(view) == declared, path
+        checked += 1
+    assert checked >= 8

@@ -31,7 +31,7 @@ DEEP = 100_000
 def error_of(response: Any) -> dict[str, Any]:
     """The one error of an API error response, checked to be in the API's shape."""
     body = response.json()
-    assert set(body) == {"detail", "errors"}, body
+    assert set(body) == {"detail", "code", "errors"}, body
     assert body["errors"][0]["message"] == body["detail"]
     return body["errors"][0]  # type: ignore[no-any-return]
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from evaluations import actions
 from evaluations.models import Evaluation, Result
 from hub.models import Host
-from predictors.hub_client import TASK_NAME
+from predictors.protocol import TASK_NAME
 from tests.evaluations.factories import (
     claim,
     launch,

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from tests.frontend.hub_process import HubProcess, running_hub
+from mlmodelscope.testing.livehub import LiveHub, running_hub
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
@@ -100,14 +100,44 @@ def page(browser: Any, live_server: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    """A hub served by daphne in its own process, WebSockets included (see hub_process)."""
-    with running_hub(tmp_path) as running:
+def hub(tmp_path: Path) -> Iterator[LiveHub]:
+    """A hub served by daphne in its own process, WebSockets included, on the embedded default
+    in a fresh folder (mlmodelscope.testing.livehub), so that the test's browser, the test itself
+    (over HTTP, as an agent or an API client would) and an agent process all talk to one hub.
+    alice signs in with livehub.PASSWORD; `hub.token` is hers, `hub.agent_token` an operator's."""
+    with running_hub(tmp_path, users=True) as running:
         yield running
 
 
 @pytest.fixture
-def hub_page(browser: Any, hub: HubProcess) -> Iterator[Any]:
+def model_and_host(hub: LiveHub) -> dict[str, Any]:
+    """A public model `m` and dataset `d` (tests/hub/factories.py) on `hub`, and a registered
+    host `cpu-1` running onnxruntime on cpu, so that an evaluation of `m` can be launched.
+    The host as the API answered its registration."""
+    from tests.hub.factories import dataset_yaml, model_yaml
+
+    for text in (model_yaml("m", visibility="public"), dataset_yaml("d", visibility="public")):
+        status, body = hub.request(
+            "POST", "/api/v1/manifests/", text.encode(), content_type="application/x-yaml"
+        )
+        assert status == 201, body
+    status, host = hub.request(
+        "POST",
+        "/api/v1/hosts/",
+        {
+            "name": "cpu-1",
+            "frameworks": [{"name": "onnxruntime", "version": "1.17.0", "devices": ["cpu"]}],
+            "queues": ["host.cpu-1", "onnxruntime.cpu"],
+            "pool": True,
+        },
+        token=hub.agent_token,
+    )
+    assert status == 201, host
+    return host  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def hub_page(browser: Any, hub: LiveHub) -> Iterator[Any]:
     """A fresh browser tab whose relative URLs go to `hub`."""
     yield from _tab(browser, hub.url)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.hub_process import PASSWORD
+from mlmodelscope.testing.livehub import PASSWORD
 from tests.predictors.zoo_store import zoo_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_upload_launch_and_watch_a_real_evaluation_live(hub, hub_page, shoot) ->
     expect(page).to_have_url("/models/digits-cnn/?version=1.0.0&framework=onnxruntime")
     expect(page.locator("#files .sha")).not_to_contain_text("not stored")
 
-    agent = hub.agent("e2e-cpu")
+    agent = hub.start_agent("e2e-cpu")
     _wait_for_host(hub, "e2e-cpu", agent)
     page.goto("/evaluate/?model=digits-cnn")
     expect(page.locator("#live-hosts")).to_contain_text("e2e-cpu")

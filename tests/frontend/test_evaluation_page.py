@@ -121,9 +121,11 @@ def test_the_evaluations_list_shows_the_users_evaluations(
     expect(page).to_have_url(f"/evaluations/{launched}/")
 
 
-def test_the_page_follows_an_evaluation_live_over_the_websocket(hub, hub_page, shoot) -> None:
+def test_the_page_follows_an_evaluation_live_over_the_websocket(
+    hub, model_and_host, hub_page, shoot
+) -> None:
     page = hub_page
-    host = hub.seed_model_and_host()
+    host = model_and_host
     api_reads: list[str] = []
     page.on(
         "request",

@@ -386,9 +386,10 @@ def test_another_users_timeline_is_not_found(launched, django_user_model) -> Non
     assert Client().get(f"/evaluations/{launched}/timeline/").status_code == 302  # sign in
 
 
-def test_the_websockets_spans_event_brings_new_spans_without_polling(hub, hub_page) -> None:  # type: ignore[no-untyped-def]
+def test_the_websockets_spans_event_brings_new_spans_without_polling(
+    hub, model_and_host, hub_page
+) -> None:  # type: ignore[no-untyped-def]
     page = hub_page
-    hub.seed_model_and_host()
     status, launched = hub.request(
         "POST",
         "/api/v1/evaluations/",

@@ -55,7 +55,11 @@ def test_the_schema_declares_security_errors_validation_and_the_otlp_receiver(cl
     assert upload["409"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Error"
     }
-    assert set(schema["components"]["schemas"]["Error"]["properties"]) == {"detail", "errors"}
+    assert set(schema["components"]["schemas"]["Error"]["properties"]) == {
+        "detail",
+        "code",
+        "errors",
+    }
     assert "404" in paths["/api/v1/manifests/{id}/"]["get"]["responses"]
     # Validation rules: the page size's range, an enum, a pattern.
     parameters = {p["name"]: p for p in paths["/api/v1/manifests/"]["get"]["parameters"]}

@@ -70,7 +70,7 @@ def test_four_busy_clients_stay_within_the_pool_and_get_no_server_error(tmp_path
         sampler.start()
         load = _production.drive(hub, CLIENTS, SECONDS)
         samples = sampler.stop()
-        log = hub.log()
+        log = hub.logs()
 
     assert load.requests > 0
     assert load.server_errors == 0, f"{load.statuses}\n{log}"

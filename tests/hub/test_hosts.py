@@ -40,7 +40,7 @@ def test_an_agent_registers_its_host(alice_agent) -> None:
         hardware={"cpu": "Xeon", "gpus": [{"model": "H100", "memory_gb": 80}]},
         software={"os": "Ubuntu 24.04"},
         devices=["cpu", "gpu:0"],
-        queues=["onnxruntime.cpu", "onnxruntime.cuda"],
+        queues=["onnxruntime.cpu", "onnxruntime.gpu"],
     )
 
     assert response.status_code == 201, response.content
@@ -60,7 +60,7 @@ def test_an_agent_registers_its_host(alice_agent) -> None:
     assert host.queues == [
         f"{scope}.host.gpu-01",
         f"{scope}.onnxruntime.cpu",
-        f"{scope}.onnxruntime.cuda",
+        f"{scope}.onnxruntime.gpu",
     ]
     assert host.last_heartbeat is not None
 
@@ -73,12 +73,12 @@ def test_a_host_offers_every_capability_it_registers_unless_queues_choose(alice_
     assert response.json()["queues"] == [
         f"{scope}.host.gpu-01",
         f"{scope}.onnxruntime.cpu",
-        f"{scope}.onnxruntime.cuda",
+        f"{scope}.onnxruntime.gpu",
     ]
 
 
 @pytest.mark.parametrize(
-    "queue", ["onnxruntime.gpu", "pytorch.cpu", "pool.onnxruntime.cpu", "user-1.onnxruntime.cpu"]
+    "queue", ["onnxruntime.cuda", "pytorch.cpu", "pool.onnxruntime.cpu", "user-1.onnxruntime.cpu"]
 )
 def test_a_queue_that_is_not_a_capability_of_the_host_is_refused(alice_agent, queue) -> None:
     response = register_host(alice_agent, "gpu-01", ONNX, queues=["onnxruntime.cpu", queue])

@@ -1,7 +1,7 @@
 """Malformed input to the registry's API and to the server in front of it: a 4xx in the API's
 JSON error format naming the problem, nothing stored on refusal; a chunked upload read whole.
 
-The server tests run the hub under daphne in a process of its own (tests/frontend/hub_process),
+The server tests run the hub under daphne in a process of its own (mlmodelscope.testing.livehub),
 since what they cover happens in daphne (Twisted) and Django's ASGI handler, before any view.
 """
 
@@ -21,7 +21,7 @@ from channels.testing import HttpCommunicator
 
 from hub.models import ApiToken, Artifact, Host, Manifest
 from mlmodelscope.asgi import application
-from tests.frontend.hub_process import HubProcess, running_hub
+from mlmodelscope.testing.livehub import LiveHub, running_hub
 from tests.hub.factories import HOSTS_URL, TOKENS_URL, model_yaml, upload
 
 JSON = "application/json"
@@ -30,7 +30,7 @@ JSON = "application/json"
 def error_of(response: Any) -> dict[str, Any]:
     """The first error of an API error response, checked to be in the API's shape."""
     body = response.json() if hasattr(response, "json") else response
-    assert set(body) == {"detail", "errors"}, body
+    assert set(body) == {"detail", "code", "errors"}, body
     assert body["errors"][0]["message"] == body["detail"]
     return body["errors"][0]  # type: ignore[no-any-return]
 
@@ -162,12 +162,12 @@ def test_a_json_body_without_content_length_is_read_by_the_asgi_handler(alice_cl
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as process:
-        yield process
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
+    with running_hub(tmp_path_factory.mktemp("hub"), users=True) as live:
+        yield live
 
 
-def _connection(hub: HubProcess) -> http.client.HTTPConnection:
+def _connection(hub: LiveHub) -> http.client.HTTPConnection:
     address = urlsplit(hub.url)
     return http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
 
@@ -204,7 +204,7 @@ def test_a_chunked_multipart_upload_stores_the_manifest_and_its_file(hub) -> Non
         "POST",
         "/api/v1/manifests/",
         body=iter(pieces),
-        headers={"Content-Type": content_type, "Authorization": f"Bearer {hub.user_token}"},
+        headers={"Content-Type": content_type, "Authorization": f"Bearer {hub.token}"},
     )
 
     status, body = _answer(connection)
@@ -223,7 +223,7 @@ def test_a_chunked_yaml_upload_is_stored(hub) -> None:  # type: ignore[no-untype
         "POST",
         "/api/v1/manifests/",
         body=iter([text[:100], text[100:]]),
-        headers={"Content-Type": "application/x-yaml", "Authorization": f"Bearer {hub.user_token}"},
+        headers={"Content-Type": "application/x-yaml", "Authorization": f"Bearer {hub.token}"},
     )
 
     status, body = _answer(connection)
@@ -238,7 +238,7 @@ def test_a_chunked_upload_over_the_manifest_limit_is_413(hub) -> None:  # type: 
         "POST",
         "/api/v1/manifests/",
         body=iter([b"# padding\n" * 30_000]),  # 300 kB: over MANIFEST_MAX_BYTES (256 KiB)
-        headers={"Content-Type": "application/x-yaml", "Authorization": f"Bearer {hub.user_token}"},
+        headers={"Content-Type": "application/x-yaml", "Authorization": f"Bearer {hub.token}"},
     )
 
     status, body = _answer(connection)

@@ -303,3 +303,21 @@ def test_a_nul_character_in_a_query_parameter_gets_400(client, query) -> None:  
     response = client.get(f"/api/v1/manifests/?{query}")
     assert response.status_code == 400
     assert response.json()["errors"][0]["path"] == query.split("=")[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", ["preprocess", "postprocess"])
+def test_a_manifest_with_processing_code_is_refused_saying_where_it_will_run(alice, field) -> None:  # type: ignore[no-untyped-def]
+    from hub.models import Manifest
+    from tests.hub.factories import model_yaml, upload
+
+    text = model_yaml("coded", "1.0.0", "onnxruntime", ">=1.16.0") + (
+        f"{field}: |\n  def {field}(x):\n      return x\n"
+    )
+    response = upload(alice, text)
+
+    assert response.status_code == 400, response.content
+    (error,) = response.json()["errors"]
+    assert error["path"] == field and error["line"]
+    assert "not run yet" in error["message"] and "container" in error["message"]
+    assert not Manifest.objects.filter(name="coded").exists()

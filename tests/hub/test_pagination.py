@@ -78,7 +78,7 @@ def test_a_url_of_the_api_that_names_nothing_is_404_in_the_error_format(anonymou
 
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
-    assert set(response.json()) == {"detail", "errors"}
+    assert set(response.json()) == {"detail", "code", "errors"}
 
 
 def test_other_pages_keep_the_sites_404(client) -> None:  # type: ignore[no-untyped-def]

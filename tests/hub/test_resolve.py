@@ -265,3 +265,40 @@ def test_nobody_else_can_publish_a_version_under_a_taken_name(bob_client, catalo
     assert response.status_code == 409
     assert error_paths(response) == ["name"]
     assert _resolve(bob_client, model="resnet").json()["version"] == "2.0.0"
+
+
+@pytest.mark.parametrize(
+    "params, path",
+    [
+        ({"model": "resnet", "arch": "riscv64"}, "arch"),
+        ({"model": "resnet", "min_memory_gb": "4096"}, "min_memory_gb"),
+        ({"model": "resnet", "device": "gpu", "gpu_model": "H200"}, "gpu_model"),
+        ({"model": "resnet", "host": "nowhere"}, "host"),
+    ],
+)
+def test_resolve_takes_the_hardware_constraints_of_a_launch(
+    anonymous, catalog, params, path
+) -> None:
+    response = _resolve(anonymous, **params)
+
+    assert response.status_code == 404, response.content
+    assert error_paths(response)[0] == path
+    assert params[path] in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "params, path",
+    [
+        ({"model": "resnet", "min_memory_gb": "lots"}, "min_memory_gb"),
+        ({"model": "resnet", "min_memory_gb": "-1"}, "min_memory_gb"),
+        ({"model": "resnet", "gpu_model": "A100"}, "gpu_model"),  # needs device gpu
+        ({"model": "resnet", "memory": "16"}, "memory"),  # not a constraint: refused, not ignored
+    ],
+)
+def test_a_bad_or_unknown_hardware_constraint_is_400_naming_it(
+    anonymous, catalog, params, path
+) -> None:
+    response = _resolve(anonymous, **params)
+
+    assert response.status_code == 400, response.content
+    assert error_paths(response) == [path]

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from hub.versioning import (
+from predictors.versioning import (
     InvalidRange,
     InvalidVersion,
     is_valid_version,

@@ -4,6 +4,7 @@ jobs for a real hub is in tests/evaluations/test_end_to_end.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -18,11 +19,12 @@ from typing import Any
 import pytest
 
 from predictors import introspection, manifests
-from predictors.agent import Agent, _Reporter, main, result_payload
+from predictors.agent import Agent, _Reporter, main, result_upload
 from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
 from predictors.hub_client import HubClient
+from predictors.protocol import Job, JobOptions, ManifestRef, ProtocolError, ResultUpload
 from tests.predictors.zoo_store import REPO_ROOT, zoo_store
 
 
@@ -119,7 +121,14 @@ def test_the_reporter_learns_of_a_cancel_from_the_hubs_answer(hub: Any) -> None:
 
 
 def test_a_reporter_whose_claim_was_superseded_stops_the_job(hub: Any) -> None:
-    hub.answer = (409, {"detail": "no longer yours", "errors": [{"path": "", "message": "x"}]})
+    hub.answer = (
+        409,
+        {
+            "detail": "no longer yours",
+            "code": "claim_superseded",
+            "errors": [{"path": "", "message": "x"}],
+        },
+    )
     reporter = _Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
 
     reporter.start()
@@ -129,7 +138,10 @@ def test_a_reporter_whose_claim_was_superseded_stops_the_job(hub: Any) -> None:
 
 
 def test_a_job_another_agent_claimed_is_dropped(hub: Any) -> None:
-    hub.answer = (409, {"detail": "running on b", "errors": [{"path": "", "message": "x"}]})
+    hub.answer = (
+        409,
+        {"detail": "running on b", "code": "claim_taken", "errors": [{"path": "", "message": "x"}]},
+    )
     agent = Agent(_client(hub), "box-1")
     agent.host_id = 7
 
@@ -145,9 +157,11 @@ def test_the_result_payload_carries_accuracy_latency_and_predictions() -> None:
     dataset = catalog.find_dataset("digits", "*")
     options = EvaluationOptions(batch_sizes=(1, 4), limit=20)
     evaluation = evaluate(model, dataset, options, DataManager(store_dir=store).fetch)
-    job = {"options": {"trace_level": "full"}}
+    ref = ManifestRef(1, "digits-cnn", "1.0.0", "onnxruntime", "0" * 64, model.source)
+    job = Job("e", "c" * 32, 1, "cpu", ref, ref, JobOptions(trace_level="full"))
 
-    payload = result_payload(job, evaluation)
+    upload = result_upload(job, evaluation)
+    payload = upload.to_dict()
 
     assert payload["accuracy"]["count"] == 20
     assert set(payload["latency"]) == set(payload["throughput"]) == {"1", "4"}
@@ -159,7 +173,8 @@ def test_the_result_payload_carries_accuracy_latency_and_predictions() -> None:
     assert predictions["top_k"] == len(predictions["classes"][0]) == 5
     assert payload["content_hash"] == manifests.load(model.source).content_hash()
     assert payload["details"]["trace_level_requested"] == "full"
-    json.dumps(payload)  # plain JSON, as it travels
+    # Plain JSON, as it travels, and read back by the hub as the same object.
+    assert ResultUpload.from_dict(json.loads(json.dumps(payload))) == upload
 
 
 def test_the_command_line_refuses_a_bad_name_and_a_missing_token(
@@ -236,16 +251,20 @@ def otlp_hub() -> Iterator[Any]:
     server.server_close()
 
 
-def _traced_job() -> dict[str, Any]:
-    return {
-        "id": "e1",
-        "attempt": 1,
-        "claim": "c" * 32,
-        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-        "parent_span_id": "00f067aa0ba902b7",
-        "model": {"name": "digits-cnn", "framework": "onnxruntime"},
-        "dataset": {"name": "digits"},
-    }
+def _traced_job() -> Job:
+    model = ManifestRef(1, "digits-cnn", "1.0.0", "onnxruntime", "0" * 64, "")
+    dataset = ManifestRef(2, "digits", "1.0.0", "", "0" * 64, "")
+    return Job(
+        id="e1",
+        claim="c" * 32,
+        attempt=1,
+        device="cpu",
+        model=model,
+        dataset=dataset,
+        options=JobOptions(),
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        parent_span_id="00f067aa0ba902b7",
+    )
 
 
 def _spans_only() -> Any:
@@ -278,7 +297,7 @@ def test_the_agent_exports_a_jobs_spans_under_its_trace_and_parent(
     message = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
     spans = {s.name: s for r in message.resource_spans for g in r.scope_spans for s in g.spans}
     assert set(spans) == {"evaluation", "batch", "conv"}
-    assert {s.trace_id.hex() for s in spans.values()} == {_traced_job()["trace_id"]}
+    assert {s.trace_id.hex() for s in spans.values()} == {_traced_job().trace_id}
     assert spans["evaluation"].parent_span_id.hex() == "00f067aa0ba902b7"
     assert spans["batch"].parent_span_id == spans["evaluation"].span_id
     assert spans["conv"].parent_span_id == spans["batch"].span_id
@@ -295,4 +314,30 @@ def test_a_refused_export_is_a_note_not_a_failure(otlp_hub: Any, tmp_path: Path)
     assert counts["note"] == "0 of 3 spans stored: 3 refused (403: Forbidden)"
     assert len(otlp_hub.received) == 1  # a refusal is not retried
     assert not (tmp_path / "spool").exists() or not any((tmp_path / "spool").iterdir())
-    assert agent._export_trace(_traced_job() | {"trace_id": None}, _spans_only()) is None
+    assert (
+        agent._export_trace(dataclasses.replace(_traced_job(), trace_id=None), _spans_only())
+        is None
+    )
+
+
+def test_a_job_with_an_unknown_trace_level_is_refused_naming_it(hub: Any) -> None:
+    job = dataclasses.replace(_traced_job(), options=JobOptions()).to_dict()
+    job["options"]["trace_level"] = "everything"
+    hub.answer = (200, job)
+    agent = Agent(_client(hub), "box-1")
+    agent.host_id = 7
+
+    assert agent.run_job("e1", 1) == "refused"
+
+    path, body = hub.received[-1]
+    assert path == "/api/v1/evaluations/e1/status/"
+    assert body["status"] == "failed" and body["claim"] == "c" * 32
+    assert "options.trace_level" in body["reason"] and "everything" in body["reason"]
+
+
+def test_the_job_and_the_result_travel_as_the_same_objects() -> None:
+    job = _traced_job()
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    with pytest.raises(ProtocolError) as refused:
+        JobOptions.from_dict({"batch_sizes": [1], "scenario": "server"})
+    assert refused.value.path == "options.scenario"

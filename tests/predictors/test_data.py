@@ -431,3 +431,44 @@ def test_a_file_in_the_wrong_format_raises_dataset_error(tmp_path: Path) -> None
         DatasetReader(tmp_path / "columns.parquet", 4)
     with pytest.raises(ValueError, match="batch_size"):
         DatasetReader(tmp_path / "columns.parquet", 0)
+
+
+def test_a_hub_restarting_during_a_fetch_is_waited_out(tmp_path: Path) -> None:
+    """The agent's fetches from the hub wait for it to come back (`retry_seconds`); a fetch
+    with no retry time fails at once, saying nothing listens."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    hub = f"http://127.0.0.1:{port}"
+    with pytest.raises(AssetError, match="connection refused"):
+        DataManager(tmp_path / "once", hub_url=hub).fetch("repo://models/m/1.0.0/m.onnx")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(PAYLOAD)))
+            self.end_headers()
+            self.wfile.write(PAYLOAD)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    started: list[http.server.ThreadingHTTPServer] = []
+
+    def come_back() -> None:
+        time.sleep(1.5)
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        started.append(httpd)
+        httpd.serve_forever()
+
+    threading.Thread(target=come_back, daemon=True).start()
+    try:
+        manager = DataManager(tmp_path / "cache", hub_url=hub, retry_seconds=30)
+        path = manager.fetch("repo://models/m/1.0.0/m.onnx", PAYLOAD_SHA)
+        assert path.read_bytes() == PAYLOAD
+    finally:
+        for httpd in started:
+            httpd.shutdown()
+            httpd.server_close()

@@ -20,16 +20,13 @@ import pytest
 from PIL import Image
 
 from predictors import manifests
-from predictors.data import DataManager
 from predictors.evaluation import (
     CLOCK_HOST,
-    Evaluation,
     EvaluationCancelled,
     EvaluationError,
     EvaluationOptions,
     chrome_trace,
     compare,
-    evaluate,
     latency_summary,
 )
 from predictors.manifests import Manifest
@@ -41,6 +38,7 @@ from predictors.predictor import (
     register,
     unregister,
 )
+from tests.predictors.conftest import RunEvaluation
 
 COUNT = 10
 CLASSES = ("dark", "mid", "bright")
@@ -173,23 +171,22 @@ def model(framework_range: str = "*") -> Manifest:
     return dataclasses.replace(loaded, framework="fake", framework_range=framework_range)
 
 
-def run(
-    store: Path, manifest: Manifest | None = None, progress: Any = None, **options: Any
-) -> Evaluation:
-    defaults: dict[str, Any] = {"batch_sizes": (1,), "warmup": 0, "repeat": 1}
-    return evaluate(
-        manifest or model(),
-        manifests.load(DATASET),
-        EvaluationOptions(**{**defaults, **options}),
-        DataManager(store_dir=store).fetch,
-        progress=progress,
-    )
+@pytest.fixture
+def evaluation_defaults() -> dict[str, Any]:
+    """The fake model on the tiny dataset, one batch size, no warm-up, one pass."""
+    return {
+        "model": model(),
+        "dataset": manifests.load(DATASET),
+        "batch_sizes": (1,),
+        "warmup": 0,
+        "repeat": 1,
+    }
 
 
 def test_warmup_repeats_and_batches_are_counted_per_batch_size(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    evaluation = run(store, batch_sizes=(1, 4), warmup=2, repeat=3)
+    evaluation = run_evaluation(batch_sizes=(1, 4), warmup=2, repeat=3)
 
     # batch size 1: 2 warm-ups, then 3 passes of 10; batch size 4: 2 warm-ups on the first
     # staged batches, then 3 passes of 4 + 4 + 2.
@@ -206,9 +203,9 @@ def test_warmup_repeats_and_batches_are_counted_per_batch_size(
 
 
 def test_every_timed_batch_is_a_span_at_trace_level_model(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    evaluation = run(store, batch_sizes=(1, 4), warmup=2, repeat=3)
+    evaluation = run_evaluation(batch_sizes=(1, 4), warmup=2, repeat=3)
 
     every = evaluation.spans
     spans = [s for s in every if s.attributes["mlms.level"] == "model"]
@@ -236,14 +233,16 @@ def test_every_timed_batch_is_a_span_at_trace_level_model(
     }
 
 
-def test_trace_level_none_records_no_spans(fake: type[FakePredictor], store: Path) -> None:
-    evaluation = run(store, trace_level="none", repeat=2)
+def test_trace_level_none_records_no_spans(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    evaluation = run_evaluation(trace_level="none", repeat=2)
     assert evaluation.spans == []
     assert evaluation.result["batch_sizes"][0]["latency"]["count"] == 20
 
 
-def test_accuracy_and_predictions(fake: type[FakePredictor], store: Path) -> None:
-    evaluation = run(store, batch_sizes=(3,))
+def test_accuracy_and_predictions(fake: type[FakePredictor], run_evaluation: RunEvaluation) -> None:
+    evaluation = run_evaluation(batch_sizes=(3,))
     assert evaluation.result["accuracy"] == {"top1": 1.0, "top5": 1.0, "count": 10}
     assert evaluation.labels.tolist() == LABELS
     assert evaluation.outputs.shape == (10, 3)
@@ -251,16 +250,18 @@ def test_accuracy_and_predictions(fake: type[FakePredictor], store: Path) -> Non
     assert all(len(p) == 2 for p in evaluation.predictions)  # the manifest's top_k
 
     fake.wrong_class = 2  # the three "bright" images come out "dark"
-    evaluation = run(store, batch_sizes=(3,))
+    evaluation = run_evaluation(batch_sizes=(3,))
     assert evaluation.result["accuracy"]["top1"] == pytest.approx(7 / 10)
     assert evaluation.result["accuracy"]["top5"] == 1.0
 
 
 def test_progress_is_monotonic_and_reaches_the_total(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
     seen: list[tuple[int, int]] = []
-    run(store, batch_sizes=(1, 4), warmup=1, repeat=2, progress=lambda d, t: seen.append((d, t)))
+    run_evaluation(
+        batch_sizes=(1, 4), warmup=1, repeat=2, progress=lambda d, t: seen.append((d, t))
+    )
     total = (1 + 2 * 10) + (1 + 2 * 3)
     assert seen[-1] == (total, total)
     assert all(t == total for _, t in seen)
@@ -268,14 +269,13 @@ def test_progress_is_monotonic_and_reaches_the_total(
 
 
 def test_cancellation_stops_the_loop_and_closes_the_model(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
     with pytest.raises(EvaluationCancelled):
-        evaluate(
-            model(),
-            manifests.load(DATASET),
-            EvaluationOptions(batch_sizes=(1, 2), repeat=5),
-            DataManager(store_dir=store).fetch,
+        run_evaluation(
+            batch_sizes=(1, 2),
+            warmup=EvaluationOptions.warmup,
+            repeat=5,
             cancelled=lambda: len(fake.calls) >= 3,
         )
     # stopped within the first stage of batch size 1 (warm-ups and 10 batches)
@@ -284,61 +284,65 @@ def test_cancellation_stops_the_loop_and_closes_the_model(
 
 
 def test_staging_in_small_stages_gives_the_same_result(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    whole = run(store, batch_sizes=(4,), warmup=1, repeat=2)
+    whole = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2)
     calls = list(fake.calls)
     fake.calls.clear()
-    staged = run(store, batch_sizes=(4,), warmup=1, repeat=2, stage_bytes=1)
+    staged = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2, stage_bytes=1)
     assert fake.calls == calls == [4] + [4, 4, 2] * 2
     np.testing.assert_array_equal(staged.outputs, whole.outputs)
     assert staged.result["batch_sizes"][0]["latency"]["count"] == 4
 
 
-def test_a_framework_error_names_the_batch(fake: type[FakePredictor], store: Path) -> None:
+def test_a_framework_error_names_the_batch(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
     fake.fail = ValueError("matrix sizes do not match\nmore detail")
     with pytest.raises(PredictorError, match=r"shape \(2, 1, 4, 4\) float32: matrix sizes"):
-        run(store, batch_sizes=(2,))
+        run_evaluation(batch_sizes=(2,))
     assert fake.closed == 1
 
 
 def test_an_input_that_does_not_fit_the_model_names_the_layout(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
     fake.expected = ((None, 4, 4, 1), "float32")
     with pytest.raises(PredictorError, match=r"shape \(N, 4, 4, 1\).*\(1, 1, 4, 4\).*layout NCHW"):
-        run(store)
+        run_evaluation()
     assert fake.calls == []  # refused before the first prediction
 
     fake.expected = ((1, 1, 4, 4), "float32")
     with pytest.raises(PredictorError, match="batches of exactly 1"):
-        run(store, batch_sizes=(2,))
+        run_evaluation(batch_sizes=(2,))
 
     fake.expected = ((None, 1, 4, 4), "float16")
     with pytest.raises(PredictorError, match="takes float16 input.*element_type"):
-        run(store)
+        run_evaluation()
 
 
 def test_a_framework_version_outside_the_range_is_refused(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
     with pytest.raises(PredictorError, match=r"needs fake >=2.*fake 1\.2\.3 is installed"):
-        run(store, model(framework_range=">=2"))
+        run_evaluation(model(framework_range=">=2"))
     assert fake.calls == []
 
 
-def test_unknown_split_and_unknown_framework(fake: type[FakePredictor], store: Path) -> None:
+def test_unknown_split_and_unknown_framework(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
     with pytest.raises(EvaluationError, match="no split 'test' .*validation"):
-        run(store, split="test")
+        run_evaluation(split="test")
     with pytest.raises(PredictorError, match="unknown framework 'mxnet'"):
         predictor_class("mxnet")
 
 
 def test_compare_reports_agreement_and_the_largest_difference(
-    fake: type[FakePredictor], store: Path
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    a = run(store)
-    b = run(store)
+    a = run_evaluation()
+    b = run_evaluation()
     b.outputs = b.outputs.copy()
     b.outputs[0] += np.asarray([0.0, 0.0, 25.0], dtype=np.float32)  # dark (0, -10, -20) to bright
     comparison = compare(a, b)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,13 +17,10 @@ from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import (
     CLOCK_CUDA,
-    Evaluation,
-    EvaluationOptions,
     compare,
-    evaluate,
 )
-from predictors.manifests import apply_overrides
 from predictors.predictor import FRAMEWORKS, PredictorError, PredictorOptions, predictor_class
+from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = pytest.mark.frameworks
@@ -36,28 +34,17 @@ def store() -> Path:
     return zoo_store(("digits-cnn", "shapes-color"))
 
 
-def run(
-    store: Path,
-    model: str,
-    framework: str,
-    dataset: str,
-    overrides: tuple[str, ...] = (),
-    **options: object,
-) -> Evaluation:
-    manifest = CATALOG.find_model(model, "*", framework)
-    if overrides:
-        manifest = apply_overrides(manifest.data, list(overrides))
-    return evaluate(
-        manifest,
-        CATALOG.find_dataset(dataset),
-        EvaluationOptions(threads=THREADS, **options),  # type: ignore[arg-type]
-        DataManager(store_dir=store).fetch,
-    )
+@pytest.fixture
+def evaluation_defaults(evaluation_defaults: dict[str, Any]) -> dict[str, Any]:
+    return {**evaluation_defaults, "threads": THREADS}
 
 
-def test_digits_cnn_is_accurate_in_every_framework_and_they_agree(store: Path) -> None:
+def test_digits_cnn_is_accurate_in_every_framework_and_they_agree(
+    run_evaluation: RunEvaluation,
+) -> None:
     evaluations = [
-        run(store, "digits-cnn", framework, "digits", batch_sizes=(32,)) for framework in FRAMEWORKS
+        run_evaluation("digits-cnn", framework, "digits", batch_sizes=(32,))
+        for framework in FRAMEWORKS
     ]
 
     top1 = [e.result["accuracy"]["top1"] for e in evaluations]
@@ -73,9 +60,9 @@ def test_digits_cnn_is_accurate_in_every_framework_and_they_agree(store: Path) -
         assert comparison["max_abs_diff"] < 1e-3, comparison
 
 
-def test_shapes_color_pitfall_overrides_drop_accuracy(store: Path) -> None:
+def test_shapes_color_pitfall_overrides_drop_accuracy(run_evaluation: RunEvaluation) -> None:
     def top1(*overrides: str) -> float:
-        evaluation = run(store, "shapes-color", "onnxruntime", "shapes-color", overrides)
+        evaluation = run_evaluation("shapes-color", "onnxruntime", "shapes-color", overrides)
         return float(evaluation.result["accuracy"]["top1"])
 
     baseline = top1()
@@ -93,11 +80,11 @@ def test_shapes_color_pitfall_overrides_drop_accuracy(store: Path) -> None:
     ],
 )
 def test_a_layout_the_model_does_not_take_is_an_error_not_a_silent_one(
-    store: Path, framework: str, layout: str, message: str
+    run_evaluation: RunEvaluation, framework: str, layout: str, message: str
 ) -> None:
     override = f"inputs.0.parameters.layout={layout}"
     with pytest.raises(PredictorError, match=message):
-        run(store, "shapes-color", framework, "shapes-color", (override,), limit=4)
+        run_evaluation("shapes-color", framework, "shapes-color", (override,), limit=4)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -148,12 +135,14 @@ def _has_cuda() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device (torch.cuda.is_available())")
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_digits_cnn_on_cuda(store: Path, framework: str) -> None:
+def test_digits_cnn_on_cuda(run_evaluation: RunEvaluation, framework: str) -> None:
     try:
         predictor_class(framework).check_device("cuda")
     except PredictorError as exc:
         pytest.skip(str(exc))
-    evaluation = run(store, "digits-cnn", framework, "digits", batch_sizes=(1, 32), device="cuda")
+    evaluation = run_evaluation(
+        "digits-cnn", framework, "digits", batch_sizes=(1, 32), device="cuda"
+    )
     assert evaluation.result["clock"] == CLOCK_CUDA
     assert evaluation.result["accuracy"]["top1"] >= 0.95
     assert evaluation.result["batch_sizes"][1]["latency"]["count"] == 360 // 32

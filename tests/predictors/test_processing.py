@@ -479,3 +479,19 @@ def test_load_labels_reads_inline_lists_and_files(tmp_path: Path) -> None:
     assert fetched == ["repo://models/m/1.0.0/labels.txt"]
     with pytest.raises(ProcessingError, match="labels"):
         load_labels({}, fetch)
+
+
+def test_a_tensor_inputs_shape_is_held_to_dynamic_dimensions_included() -> None:
+    from predictors.processing import ProcessingError, TensorPreprocessor
+
+    fixed = TensorPreprocessor({"element_type": "float32", "shape": [None, 3]})
+    assert fixed.batch([np.zeros((5, 3)), np.ones((5, 3))]).shape == (2, 5, 3)
+    assert fixed(np.zeros((7, 3))).shape == (7, 3)  # the first dimension is dynamic
+    with pytest.raises(ProcessingError) as wrong:
+        fixed(np.zeros((5, 4)))
+    assert wrong.value.parameter == "shape" and "(?, 3)" in str(wrong.value)
+    with pytest.raises(ProcessingError):
+        fixed(np.zeros(3))  # a missing dimension
+    with pytest.raises(ProcessingError) as bad:
+        TensorPreprocessor({"element_type": "float32", "shape": [0, "x"]})
+    assert bad.value.parameter == "shape"

@@ -12,15 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.catalog import Catalog
-from predictors.data import DataManager
-from predictors.evaluation import Evaluation, EvaluationOptions, chrome_trace, evaluate
-from predictors.tracing import Span, Tracer, at_least
+from predictors.evaluation import Evaluation, chrome_trace
+from predictors.protocol import at_least
+from predictors.tracing import Span, Tracer
+from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = pytest.mark.frameworks
 
-CATALOG = Catalog()
 # digits-cnn's TorchScript module: Conv2d ReLU Conv2d ReLU MaxPool2d Flatten Dropout Linear ReLU
 # Dropout Linear.
 TORCH_LAYERS = 11
@@ -29,15 +28,6 @@ TORCH_LAYERS = 11
 @pytest.fixture(scope="module")
 def store() -> Path:
     return zoo_store(("digits-cnn",))
-
-
-def run(store: Path, framework: str, **options: Any) -> Evaluation:
-    return evaluate(
-        CATALOG.find_model("digits-cnn", "*", framework),
-        CATALOG.find_dataset("digits"),
-        EvaluationOptions(threads=1, **options),
-        DataManager(store_dir=store).fetch,
-    )
 
 
 def batches_and_layers(evaluation: Evaluation) -> tuple[list[Span], dict[int, list[Span]]]:
@@ -55,9 +45,11 @@ def test_levels_are_ordered() -> None:
 
 
 def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
-    store: Path,
+    run_evaluation: RunEvaluation,
 ) -> None:
-    evaluation = run(store, "pytorch", trace_level="framework", batch_sizes=(8,), limit=32)
+    evaluation = run_evaluation(
+        framework="pytorch", trace_level="framework", batch_sizes=(8,), limit=32
+    )
 
     batches, layers = batches_and_layers(evaluation)
     assert len(batches) == 4
@@ -82,7 +74,7 @@ def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
         assert all(a.end_ns <= b.start_ns for a, b in zip(children, children[1:], strict=False))
         assert "host wall clock" in children[0].attributes["mlms.clock"]
     # Running layer by layer gives the model's outputs.
-    untraced = run(store, "pytorch", trace_level="none", batch_sizes=(8,), limit=32)
+    untraced = run_evaluation(framework="pytorch", trace_level="none", batch_sizes=(8,), limit=32)
     np.testing.assert_allclose(evaluation.outputs, untraced.outputs, atol=1e-5)
     # The Chrome trace holds the layer spans, nested in time in their batch's thread.
     events = [e for e in chrome_trace(evaluation.spans)["traceEvents"] if e["ph"] == "X"]
@@ -92,11 +84,10 @@ def test_pytorch_framework_level_has_one_span_per_layer_per_batch_nested_in_it(
 
 @pytest.mark.parametrize("optimization", ["none", "all"])
 def test_onnxruntime_framework_level_spans_the_profiled_nodes(
-    store: Path, optimization: str
+    run_evaluation: RunEvaluation, optimization: str
 ) -> None:
-    evaluation = run(
-        store,
-        "onnxruntime",
+    evaluation = run_evaluation(
+        framework="onnxruntime",
         trace_level="framework",
         batch_sizes=(8,),
         limit=32,
@@ -119,9 +110,11 @@ def test_onnxruntime_framework_level_spans_the_profiled_nodes(
     assert evaluation.result["settings"]["graph_optimization"] == optimization
 
 
-def test_model_level_has_stages_and_batch_spans_and_none_records_nothing(store: Path) -> None:
+def test_model_level_has_stages_and_batch_spans_and_none_records_nothing(
+    run_evaluation: RunEvaluation,
+) -> None:
     for framework in ("pytorch", "onnxruntime"):
-        model = run(store, framework, trace_level="model", batch_sizes=(8,), limit=32)
+        model = run_evaluation(framework=framework, trace_level="model", batch_sizes=(8,), limit=32)
         assert {s.attributes["mlms.level"] for s in model.spans} == {"application", "model"}
         batches = [s for s in model.spans if s.attributes["mlms.level"] == "model"]
         (stage,) = [s for s in model.spans if s.name == "predict" and s not in batches]
@@ -129,12 +122,14 @@ def test_model_level_has_stages_and_batch_spans_and_none_records_nothing(store: 
         assert all(s.name == "predict" and s.parent_id == stage.span_id for s in batches)
         assert stage.start_ns <= batches[0].start_ns and batches[-1].end_ns <= stage.end_ns
         assert "layer_spans" not in model.result["trace"]
-        none = run(store, framework, trace_level="none", batch_sizes=(8,), limit=32)
+        none = run_evaluation(framework=framework, trace_level="none", batch_sizes=(8,), limit=32)
         assert none.spans == [] and none.result["trace"]["spans"] == 0
 
 
-def test_application_level_records_the_pipeline_stages_only(store: Path) -> None:
-    evaluation = run(store, "onnxruntime", trace_level="application", batch_sizes=(8,), limit=32)
+def test_application_level_records_the_pipeline_stages_only(run_evaluation: RunEvaluation) -> None:
+    evaluation = run_evaluation(
+        framework="onnxruntime", trace_level="application", batch_sizes=(8,), limit=32
+    )
     names = [s.name for s in evaluation.spans]
     assert {s.attributes["mlms.level"] for s in evaluation.spans} == {"application"}
     assert names[0] == "load"
@@ -176,14 +171,16 @@ def collector() -> Iterator[tuple[str, list[tuple[str, dict[str, str], bytes]]]]
 
 
 def test_spans_are_exported_over_otlp_http_with_our_attributes(
-    store: Path, collector: tuple[str, list[tuple[str, dict[str, str], bytes]]]
+    run_evaluation: RunEvaluation, collector: tuple[str, list[tuple[str, dict[str, str], bytes]]]
 ) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
     hub, requests = collector
-    evaluation = run(store, "pytorch", trace_level="framework", batch_sizes=(8,), limit=16)
+    evaluation = run_evaluation(
+        framework="pytorch", trace_level="framework", batch_sizes=(8,), limit=16
+    )
     tracer = Tracer(hub=hub, token="secret-token")
     tracer.record(evaluation.spans, attributes={"model": "digits-cnn", "framework": "pytorch"})
     tracer.shutdown()  # flushes the batch processor
@@ -229,8 +226,8 @@ def test_spans_are_exported_over_otlp_http_with_our_attributes(
     assert first["mlms.device"] == "cpu"
     assert "host wall clock" in first["mlms.clock"]
     assert first["mlms.output_shape"] == [8, 32, 8, 8]
-    # Kept in memory too, for local runs.
-    assert len(list(tracer.finished())) == len(spans)
+    # An exporting tracer keeps no copy: the agent holds the spans once.
+    assert list(tracer.finished()) == []
 
 
 def test_mlms_evaluate_writes_the_layer_spans_to_the_trace_file(

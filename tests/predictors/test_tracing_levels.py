@@ -15,15 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.catalog import Catalog
 from predictors.counters import CounterSampler
-from predictors.data import DataManager
-from predictors.evaluation import Evaluation, EvaluationOptions, evaluate
 from predictors.frameworks.torch_trace import steps_by_call
 from predictors.tracing import Span
+from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-CATALOG = Catalog()
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 GPU_TRACE = FIXTURES / "digits-cnn-h100-system_library.json.gz"
 
@@ -44,14 +41,10 @@ def store() -> Path:
     return zoo_store(("digits-cnn", "resnet-18"))
 
 
-def run(store: Path, model: str, **options: Any) -> Evaluation:
-    dataset = "digits"
-    return evaluate(
-        CATALOG.find_model(model, "*", "pytorch"),
-        CATALOG.find_dataset(dataset),
-        EvaluationOptions(threads=1, **options),
-        DataManager(store_dir=store).fetch,
-    )
+@pytest.fixture
+def evaluation_defaults(evaluation_defaults: dict[str, Any]) -> dict[str, Any]:
+    """PyTorch, through torch.profiler, unless a test names another framework."""
+    return {**evaluation_defaults, "framework": "pytorch"}
 
 
 def by_level(spans: list[Span], level: str) -> list[Span]:
@@ -66,8 +59,10 @@ def children(spans: list[Span], parent: Span) -> list[Span]:
 
 
 @pytest.mark.frameworks
-def test_a_non_sequential_model_gets_layer_spans_from_its_module_hierarchy(store: Path) -> None:
-    evaluation = run(store, "resnet-18", trace_level="framework", batch_sizes=(2,), limit=4)
+def test_a_non_sequential_model_gets_layer_spans_from_its_module_hierarchy(
+    run_evaluation: RunEvaluation,
+) -> None:
+    evaluation = run_evaluation("resnet-18", trace_level="framework", batch_sizes=(2,), limit=4)
     batches = by_level(evaluation.spans, "model")
     assert len(batches) == 2
     first = [s.name for s in children(evaluation.spans, batches[0])]
@@ -87,13 +82,13 @@ def test_a_non_sequential_model_gets_layer_spans_from_its_module_hierarchy(store
     assert "torch.profiler" in layers[1].attributes["mlms.clock"]
     assert not by_level(evaluation.spans, "ml_library")
     # The same outputs as untraced.
-    untraced = run(store, "resnet-18", trace_level="none", batch_sizes=(2,), limit=4)
+    untraced = run_evaluation("resnet-18", trace_level="none", batch_sizes=(2,), limit=4)
     np.testing.assert_allclose(evaluation.outputs, untraced.outputs, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.frameworks
-def test_ml_library_nests_aten_ops_in_their_layers(store: Path) -> None:
-    evaluation = run(store, "digits-cnn", trace_level="ml_library", batch_sizes=(8,), limit=16)
+def test_ml_library_nests_aten_ops_in_their_layers(run_evaluation: RunEvaluation) -> None:
+    evaluation = run_evaluation("digits-cnn", trace_level="ml_library", batch_sizes=(8,), limit=16)
     spans = evaluation.spans
     batches = by_level(spans, "model")
     layers = by_level(spans, "framework")
@@ -124,8 +119,12 @@ def test_ml_library_nests_aten_ops_in_their_layers(store: Path) -> None:
 
 
 @pytest.mark.frameworks
-def test_full_records_op_input_shapes_and_warm_up_is_never_profiled(store: Path) -> None:
-    evaluation = run(store, "digits-cnn", trace_level="full", batch_sizes=(8,), limit=16, warmup=3)
+def test_full_records_op_input_shapes_and_warm_up_is_never_profiled(
+    run_evaluation: RunEvaluation,
+) -> None:
+    evaluation = run_evaluation(
+        "digits-cnn", trace_level="full", batch_sizes=(8,), limit=16, warmup=3
+    )
     ops = by_level(evaluation.spans, "ml_library")
     shaped = [s for s in ops if s.attributes.get("mlms.shapes")]
     assert shaped and [8, 1, 8, 8] in json.loads(json.dumps(shaped[0].attributes["mlms.shapes"]))
@@ -134,8 +133,8 @@ def test_full_records_op_input_shapes_and_warm_up_is_never_profiled(store: Path)
 
 
 @pytest.mark.frameworks
-def test_hardware_level_samples_host_counters(store: Path) -> None:
-    evaluation = run(store, "resnet-18", trace_level="hardware", batch_sizes=(2,), limit=6)
+def test_hardware_level_samples_host_counters(run_evaluation: RunEvaluation) -> None:
+    evaluation = run_evaluation("resnet-18", trace_level="hardware", batch_sizes=(2,), limit=6)
     counters = by_level(evaluation.spans, "hardware")
     assert len(counters) >= 2
     for span in counters:
@@ -241,10 +240,9 @@ def test_a_trace_without_annotations_gives_no_steps() -> None:
 @pytest.mark.gpu
 @needs_cuda
 def test_system_library_on_cuda_spans_every_gpu_activity_torch_profiler_counted(
-    store: Path,
+    run_evaluation: RunEvaluation,
 ) -> None:
-    evaluation = run(
-        store,
+    evaluation = run_evaluation(
         "resnet-18",
         trace_level="system_library",
         batch_sizes=(4,),
@@ -271,9 +269,9 @@ def test_system_library_on_cuda_spans_every_gpu_activity_torch_profiler_counted(
 
 @pytest.mark.gpu
 @needs_cuda
-def test_hardware_level_on_cuda_samples_nvml_counters(store: Path) -> None:
-    evaluation = run(
-        store, "resnet-18", trace_level="hardware", batch_sizes=(8,), limit=64, device="cuda"
+def test_hardware_level_on_cuda_samples_nvml_counters(run_evaluation: RunEvaluation) -> None:
+    evaluation = run_evaluation(
+        "resnet-18", trace_level="hardware", batch_sizes=(8,), limit=64, device="cuda"
     )
     nvml = [s for s in by_level(evaluation.spans, "hardware") if s.name.startswith("nvml")]
     assert nvml
@@ -288,12 +286,11 @@ def test_hardware_level_on_cuda_samples_nvml_counters(store: Path) -> None:
 
 
 @pytest.mark.frameworks
-def test_onnxruntime_ml_library_nests_each_nodes_kernel_in_it(store: Path) -> None:
-    evaluation = evaluate(
-        CATALOG.find_model("digits-cnn", "*", "onnxruntime"),
-        CATALOG.find_dataset("digits"),
-        EvaluationOptions(threads=1, trace_level="ml_library", batch_sizes=(8,), limit=16),
-        DataManager(store_dir=store).fetch,
+def test_onnxruntime_ml_library_nests_each_nodes_kernel_in_it(
+    run_evaluation: RunEvaluation,
+) -> None:
+    evaluation = run_evaluation(
+        "digits-cnn", "onnxruntime", trace_level="ml_library", batch_sizes=(8,), limit=16
     )
     spans = evaluation.spans
     by_id = {s.span_id: s for s in spans}

@@ -8,16 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.catalog import Catalog
-from predictors.data import DataManager
-from predictors.evaluation import Evaluation, EvaluationOptions, evaluate
+from predictors.evaluation import Evaluation
 from predictors.predictor import PredictorOptions
 from predictors.tracing import CLOCK_TF_LAYERS, Span
+from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = pytest.mark.frameworks
-
-CATALOG = Catalog()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,6 +31,12 @@ def store() -> Path:
     return zoo_store(("digits-cnn",))
 
 
+@pytest.fixture
+def evaluation_defaults(evaluation_defaults: dict[str, Any]) -> dict[str, Any]:
+    """digits-cnn on TensorFlow, 32 images in batches of 8."""
+    return {**evaluation_defaults, "framework": "tensorflow", "batch_sizes": (8,), "limit": 32}
+
+
 @pytest.fixture(scope="module")
 def keras_layers(store: Path) -> list[tuple[str, str]]:
     """digits-cnn's Keras layers (name, class), in order, its InputLayer left out."""
@@ -48,15 +51,6 @@ def keras_layers(store: Path) -> list[tuple[str, str]]:
     ]
 
 
-def run(store: Path, **options: Any) -> Evaluation:
-    return evaluate(
-        CATALOG.find_model("digits-cnn", "*", "tensorflow"),
-        CATALOG.find_dataset("digits"),
-        EvaluationOptions(threads=1, batch_sizes=(8,), limit=32, **options),
-        DataManager(store_dir=store).fetch,
-    )
-
-
 def batches_and_layers(evaluation: Evaluation) -> tuple[list[Span], dict[int, list[Span]]]:
     batches = [s for s in evaluation.spans if s.attributes["mlms.level"] == "model"]
     layers: dict[int, list[Span]] = {b.span_id: [] for b in batches}
@@ -67,9 +61,9 @@ def batches_and_layers(evaluation: Evaluation) -> tuple[list[Span], dict[int, li
 
 
 def test_tensorflow_framework_level_has_one_span_per_keras_layer_per_batch_nested_in_it(
-    store: Path, keras_layers: list[tuple[str, str]]
+    run_evaluation: RunEvaluation, keras_layers: list[tuple[str, str]]
 ) -> None:
-    evaluation = run(store, trace_level="framework")
+    evaluation = run_evaluation(trace_level="framework")
 
     count = len(keras_layers)
     assert keras_layers[0] == ("pad0", "ZeroPadding2D") and keras_layers[-1] == ("logits", "Dense")
@@ -92,14 +86,14 @@ def test_tensorflow_framework_level_has_one_span_per_keras_layer_per_batch_neste
         assert all(s.attributes["mlms.device"] == "cpu" for s in children)
 
     # Layer by layer, the model computes what its traced graph computes.
-    model = run(store, trace_level="model")
+    model = run_evaluation(trace_level="model")
     np.testing.assert_allclose(evaluation.outputs, model.outputs, atol=1e-5)
     assert evaluation.result["accuracy"] == model.result["accuracy"]
     assert (evaluation.outputs.argmax(axis=-1) == model.outputs.argmax(axis=-1)).all()
 
 
-def test_tensorflow_model_level_has_no_layer_spans(store: Path) -> None:
-    model = run(store, trace_level="model")
+def test_tensorflow_model_level_has_no_layer_spans(run_evaluation: RunEvaluation) -> None:
+    model = run_evaluation(trace_level="model")
 
     levels = [s.attributes["mlms.level"] for s in model.spans]
     assert levels.count("model") == 4 and "framework" not in levels
@@ -188,9 +182,9 @@ def test_a_model_that_is_not_a_chain_traces_no_layers(tmp_path: Path) -> None:
 
 
 def test_ml_library_nests_the_graphs_ops_in_their_keras_layers(
-    store: Path, keras_layers: list[tuple[str, str]]
+    run_evaluation: RunEvaluation, keras_layers: list[tuple[str, str]]
 ) -> None:
-    evaluation = run(store, trace_level="ml_library")
+    evaluation = run_evaluation(trace_level="ml_library")
     spans = evaluation.spans
     by_id = {s.span_id: s for s in spans}
     batches = [s for s in spans if s.attributes["mlms.level"] == "model"]
@@ -219,6 +213,6 @@ def test_ml_library_nests_the_graphs_ops_in_their_keras_layers(
     summary = evaluation.result["trace"]["profiler"]
     assert summary["calls"] == 4 and summary["ops"] == len(ops)
     assert summary["ops_outside_calls"] == 0
-    untraced = run(store, trace_level="none")
+    untraced = run_evaluation(trace_level="none")
     np.testing.assert_allclose(evaluation.outputs, untraced.outputs, atol=1e-5)
     assert not any("traces down to" in note for note in evaluation.result["notes"])

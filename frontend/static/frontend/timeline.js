@@ -16,9 +16,14 @@
   var EVALUATION = script.dataset.evaluation;
   var finished = script.dataset.finished === "true";
 
-  // One track per level; GPU activities (kernels, copies, memsets) of level system_library get a
-  // track of their own, "gpu", below the CUDA runtime calls that launched them.
-  var LEVELS = ["application", "model", "framework", "ml_library", "system_library", "gpu", "hardware"];
+  // One track per level (the page hands them over, outermost first); GPU activities (kernels,
+  // copies, memsets) of level system_library get a track of their own, "gpu", below the CUDA
+  // runtime calls that launched them.
+  var LEVELS = [];
+  script.dataset.levels.split(" ").forEach(function (level) {
+    LEVELS.push(level);
+    if (level === "system_library") LEVELS.push("gpu");
+  });
   var GPU_OPS = { kernel: true, memcpy: true, memset: true };
   // Dark enough for white names on every bar.
   var PALETTE = ["#1f6feb", "#d1495b", "#2a9d8f", "#8e5cc4", "#e07a1f", "#3d7d2e",

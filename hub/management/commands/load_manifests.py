@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from hub import actions, storage
-from hub.api.errors import ApiError
+from hub.errors import DomainError
 from hub.models import Artifact, Manifest
 from predictors import manifests as spec
 
@@ -62,7 +62,7 @@ class Command(BaseCommand):
                 actions.register_manifest(
                     doc, owner=None, visibility=doc.visibility or "public", builtin=True
                 )
-            except ApiError as error:
+            except DomainError as error:
                 failed += [f"{file}: {e['path'] or '<root>'}: {e['message']}" for e in error.errors]
                 continue
             counts["loaded"] += 1

@@ -1,0 +1,21 @@
+"""The codes of the evaluations' domain errors (an error body's `code`). Those an agent acts on
+are the protocol's (`predictors.protocol.Code`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from predictors.protocol import Code
+
+
+class EvaluationErrorCode(StrEnum):
+    NOT_FOUND = Code.NOT_FOUND
+    HOST_NOT_TRUSTED = Code.HOST_NOT_TRUSTED
+    HOST_NOT_YOURS = Code.HOST_NOT_YOURS
+    CLAIM_TAKEN = Code.CLAIM_TAKEN
+    CLAIM_SUPERSEDED = Code.CLAIM_SUPERSEDED
+    UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the request
+    DATASET_MISMATCH = "dataset_mismatch"  # the dataset is for another task, or lacks the split
+    TRACE_TAKEN = "trace_taken"  # the traceparent's trace is another user's
+    RESULT_MISMATCH = "result_mismatch"  # a result that does not answer the request
+    FINISHED = "finished"  # the evaluation is finished already

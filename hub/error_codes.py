@@ -1,0 +1,18 @@
+"""The codes of the hub's domain errors (an error body's `code`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class HubErrorCode(StrEnum):
+    INVALID = "invalid"
+    NAME_TAKEN = "name_taken"  # a manifest or host name belongs to another user
+    VERSION_EXISTS = "version_exists"  # publish a new version instead
+    FILE_CONFLICT = "file_conflict"  # a store path holds other content, or another's file
+    FILE_MISSING = "file_missing"
+    CHECKSUM_MISMATCH = "checksum_mismatch"
+    NOT_STAFF = "not_staff"
+    NOT_A_MEMBER = "not_a_member"
+    UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the constraints
+    NOT_FOUND = "not_found"

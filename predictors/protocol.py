@@ -1,0 +1,451 @@
+"""The contract between the hub and its agents, written once: importable without Django.
+
+Both sides read every shared name from here:
+
+- the Celery task the hub sends and agents run (`TASK_NAME`), and the queue names
+  (`host_queue`, `capability_queue`, `queue_scope`);
+- an evaluation's statuses (`STATUSES`, `FINISHED`);
+- the trace levels, in order, with what each adds (`TRACE_LEVELS`, `TRACE_LEVEL_MEANINGS`,
+  `SPAN_LEVELS`, `KERNEL_LEVELS`, `at_least`);
+- the span attribute keys (`Attr`);
+- one device vocabulary: `cpu` and `gpu` between hub and agent (`DEVICES`); a predictor's own
+  device string (`cpu`, `cuda`, `cuda:N`) is read with `device_kind` and made with
+  `local_device`;
+- the typed objects that cross the wire: `Job` (the claim's answer, with `JobOptions`) and
+  `ResultUpload` (an agent's result), each with `to_dict` and a strict `from_dict` that raises
+  `ProtocolError` naming the field at fault.
+
+`JobOptions` is the one place a job option is written: the hub's launch request takes its
+fields (with the bounds and help given here), the claim carries them, and the agent passes them
+to the evaluation loop by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = [
+    "CPU",
+    "DEVICES",
+    "FINISHED",
+    "GPU",
+    "KERNEL_LEVELS",
+    "SPAN_LEVELS",
+    "STATUSES",
+    "TASK_NAME",
+    "TRACE_LEVELS",
+    "TRACE_LEVEL_MEANINGS",
+    "NOT_OURS",
+    "Attr",
+    "Code",
+    "Job",
+    "JobOptions",
+    "ManifestRef",
+    "ProtocolError",
+    "ResultUpload",
+    "at_least",
+    "capability",
+    "capability_queue",
+    "device_kind",
+    "host_queue",
+    "local_device",
+    "queue_scope",
+]
+
+
+class ProtocolError(ValueError):
+    """A message that breaks the contract: `path` names the field at fault."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+class Code:
+    """The codes of the hub's refusals that an agent acts on (an error body's `code`)."""
+
+    HOST_NOT_TRUSTED = "host_not_trusted"  # the launcher does not run jobs on this host
+    HOST_NOT_YOURS = "host_not_yours"  # the host is registered with another agent token
+    CLAIM_TAKEN = "claim_taken"  # another claim holds the job, or it finished, or moved
+    CLAIM_SUPERSEDED = "claim_superseded"  # a report under a claim that is no longer current
+    NOT_FOUND = "not_found"  # the evaluation does not exist (deleted)
+
+
+# The refusals that mean the job is not, or no longer, this agent's: it drops the message.
+NOT_OURS = frozenset(
+    {
+        Code.HOST_NOT_TRUSTED,
+        Code.HOST_NOT_YOURS,
+        Code.CLAIM_TAKEN,
+        Code.CLAIM_SUPERSEDED,
+        Code.NOT_FOUND,
+    }
+)
+
+
+# -- the task and its queues --------------------------------------------------------------------
+
+# The Celery task the hub sends (by name) and agents run: args [evaluation id, dispatch number].
+TASK_NAME = "mlmodelscope.evaluate"
+
+# -- devices ------------------------------------------------------------------------------------
+
+CPU = "cpu"
+GPU = "gpu"
+DEVICES = (CPU, GPU)
+
+
+def device_kind(device: str) -> str:
+    """The hub's name (`cpu`, `gpu`) of a predictor's device (`cpu`, `cuda`, `cuda:N`)."""
+    if device == CPU:
+        return CPU
+    if device == "cuda" or device.startswith("cuda:") or device == GPU:
+        return GPU
+    raise ProtocolError("device", f"must be cpu, gpu, cuda or cuda:N; got {device!r}")
+
+
+def local_device(kind: str) -> str:
+    """The predictor's device string for the hub's device kind."""
+    if kind not in DEVICES:
+        raise ProtocolError("device", f"must be one of {', '.join(DEVICES)}; got {kind!r}")
+    return "cuda" if kind == GPU else CPU
+
+
+def capability(framework: str, device: str) -> str:
+    """What an agent offers, as the hub registers it: `onnxruntime.cpu`, `pytorch.gpu`."""
+    return f"{framework}.{device_kind(device)}"
+
+
+def host_queue(scope: str, host: str) -> str:
+    """The queue only the agent of `host` consumes. `scope` is the host's: `pool` (the
+    operators' shared pool), `group-<id>` or `user-<id>`."""
+    return f"{scope}.host.{host}"
+
+
+def capability_queue(scope: str, framework: str, device: str) -> str:
+    """The queue every agent of `scope` that runs `framework` on `device` consumes
+    (`pool.onnxruntime.cpu`, `user-7.pytorch.gpu`), so that Celery balances jobs among equal
+    hosts that the same users trust. An agent never consumes another scope's queues."""
+    return f"{scope}.{capability(framework, device)}"
+
+
+def queue_scope(queue: str) -> str:
+    """The scope a queue named by `host_queue` or `capability_queue` belongs to."""
+    return queue.split(".", 1)[0]
+
+
+# -- statuses -----------------------------------------------------------------------------------
+
+QUEUED = "queued"
+DISPATCHED = "dispatched"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+STATUSES = (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+
+# -- trace levels -------------------------------------------------------------------------------
+
+# Each level records what the ones before it do, and adds its own.
+TRACE_LEVEL_MEANINGS: dict[str, str] = {
+    "none": "no spans: the fastest run",
+    "application": "pipeline stages: read, decode, preprocess, predict, postprocess",
+    "model": "+ one span per batch inference",
+    "framework": "+ one span per layer",
+    "ml_library": "+ framework ops and kernels",
+    "system_library": "+ CUDA runtime calls, GPU kernels, copies",
+    "hardware": "+ GPU and CPU counters",
+    "full": "everything",
+}
+TRACE_LEVELS = tuple(TRACE_LEVEL_MEANINGS)
+# The levels a span can have (`Attr.LEVEL`), outermost first: a timeline track each.
+SPAN_LEVELS = TRACE_LEVELS[1:-1]
+# The levels whose spans are kernels and ops rather than layers.
+KERNEL_LEVELS = ("ml_library", "system_library", "hardware")
+
+
+def at_least(level: str, threshold: str) -> bool:
+    """Whether trace level `level` records what level `threshold` records."""
+    return TRACE_LEVELS.index(level) >= TRACE_LEVELS.index(threshold)
+
+
+class Attr:
+    """Span attribute keys."""
+
+    LEVEL = "mlms.level"  # the trace level that records the span
+    CLOCK = "mlms.clock"  # what its times were read from
+    OP_TYPE = "mlms.op_type"
+    LAYER_INDEX = "mlms.layer_index"
+    LAYER_NAME = "mlms.layer_name"
+    OUTPUT_SHAPE = "mlms.output_shape"
+    INPUT_SHAPES = "mlms.input_shapes"
+    DEVICE = "mlms.device"
+    PROVIDER = "mlms.provider"
+    PREDICTORS = "mlms.predictors"
+    EVALUATION = "mlms.evaluation"
+    ATTEMPT = "mlms.attempt"
+    HOST = "mlms.host"
+    CALL = "mlms.call"
+    MODULE = "mlms.module"
+    THREADS = "mlms.threads"
+    MERGED = "mlms.merged"
+    SHAPES = "mlms.shapes"
+    CORRELATION_ID = "mlms.correlation_id"
+    STREAM = "mlms.stream"
+    LAUNCH = "mlms.launch"
+    GRID = "mlms.grid"
+    BLOCK = "mlms.block"
+    SHARED_MEMORY = "mlms.shared_memory"
+    REGISTERS_PER_THREAD = "mlms.registers_per_thread"
+    ACHIEVED_OCCUPANCY_PCT = "mlms.achieved_occupancy_pct"
+    BYTES = "mlms.bytes"
+    BANDWIDTH_GBPS = "mlms.bandwidth_gbps"
+    PARAMETER_BYTES = "mlms.parameter_bytes"
+    OUTPUT_BYTES = "mlms.output_bytes"
+    ACTIVATION_BYTES = "mlms.activation_bytes"
+    MAIN_THREAD_WAIT_US = "mlms.main_thread_wait_us"
+    MAIN_THREAD_RUN_US = "mlms.main_thread_run_us"
+    # A hardware counter sample: a span of level `hardware` and op type `counter` whose numeric
+    # attributes `mlms.counter.<name>` (the name ends in its unit: `gpu.power_w`) are the values
+    # read at its start.
+    COUNTER_PREFIX = "mlms.counter."
+
+
+COUNTER_OP_TYPE = "counter"
+COUNTER_LEVEL = "hardware"
+
+# -- the job ------------------------------------------------------------------------------------
+
+
+def _option(default: Any, help: str, **bounds: Any) -> Any:
+    """A job option's default, with what the hub's launch request checks of it: `minimum`,
+    `maximum`, `choices`, `nullable`, `pattern`, `max_items` (lists)."""
+    return field(default=default, metadata={"help": help, **bounds})
+
+
+MAX_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How the agent runs the evaluation loop. The hub's launch request takes these fields
+    (each with its bounds below); the agent passes them to the loop by name."""
+
+    split: str = _option(
+        "validation", "the dataset split to evaluate", pattern=r"^[A-Za-z0-9._-]{1,64}$"
+    )
+    limit: int | None = _option(None, "evaluate the first N inputs", minimum=1, nullable=True)
+    batch_sizes: tuple[int, ...] = _option(
+        (1,), "batch sizes to time, in order", minimum=1, maximum=MAX_BATCH_SIZE, max_items=16
+    )
+    warmup: int = _option(1, "untimed predictions before timing", minimum=0, maximum=10000)
+    repeat: int = _option(1, "passes over the inputs, pooled", minimum=1, maximum=10000)
+    seed: int = _option(0, "the seed of every random generator", minimum=0, maximum=2**32 - 1)
+    threads: int | None = _option(
+        None,
+        "threads of each framework pool (default: the framework's)",
+        minimum=1,
+        maximum=1024,
+        nullable=True,
+    )
+    cold_start: bool = _option(False, "time the first predictions: no warm-up")
+    trace_level: str = _option("model", "what to trace", choices=TRACE_LEVELS)
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            _check_option(spec, getattr(self, spec.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["batch_sizes"] = list(self.batch_sizes)
+        return values
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "options") -> JobOptions:
+        data = _mapping(data, path)
+        known = {spec.name for spec in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ProtocolError(f"{path}.{unknown[0]}", "unknown job option")
+        values = dict(data)
+        if isinstance(values.get("batch_sizes"), list):
+            values["batch_sizes"] = tuple(values["batch_sizes"])
+        try:
+            return cls(**values)
+        except ProtocolError as error:
+            raise ProtocolError(f"{path}.{error.path}", error.message) from None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(spec.name for spec in fields(cls))
+
+
+def _check_option(spec: Any, value: Any) -> None:
+    meta = spec.metadata
+    name = spec.name
+    if value is None:
+        if not meta.get("nullable"):
+            raise ProtocolError(name, "must not be null")
+        return
+    default = spec.default
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ProtocolError(name, f"must be true or false; got {value!r}")
+        return
+    if isinstance(default, tuple):
+        if not isinstance(value, tuple) or not value:
+            raise ProtocolError(name, "must be a non-empty list")
+        if len(value) > meta.get("max_items", len(value)):
+            raise ProtocolError(name, f"must hold at most {meta['max_items']} items")
+        if len(set(value)) != len(value):
+            raise ProtocolError(name, f"names a value twice: {list(value)}")
+        for item in value:
+            _check_number(name, item, meta)
+        return
+    if isinstance(default, str) or "choices" in meta:
+        if not isinstance(value, str):
+            raise ProtocolError(name, f"must be a string; got {value!r}")
+        if "choices" in meta and value not in meta["choices"]:
+            raise ProtocolError(name, f"must be one of {', '.join(meta['choices'])}; got {value!r}")
+        if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+            raise ProtocolError(name, f"must match {meta['pattern']}; got {value!r}")
+        return
+    _check_number(name, value, meta)
+
+
+def _check_number(name: str, value: Any, meta: Mapping[str, Any]) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(name, f"must be an integer; got {value!r}")
+    if "minimum" in meta and value < meta["minimum"]:
+        raise ProtocolError(name, f"must be at least {meta['minimum']}; got {value}")
+    if "maximum" in meta and value > meta["maximum"]:
+        raise ProtocolError(name, f"must be at most {meta['maximum']}; got {value}")
+
+
+@dataclass(frozen=True)
+class ManifestRef:
+    """A manifest as a job carries it: its identity and its YAML source."""
+
+    id: int
+    name: str
+    version: str
+    framework: str
+    content_hash: str
+    source: str
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> ManifestRef:
+        data = _mapping(data, path)
+        return cls(
+            id=_get(data, path, "id", int),
+            name=_get(data, path, "name", str),
+            version=_get(data, path, "version", str),
+            framework=_get(data, path, "framework", str),
+            content_hash=_get(data, path, "content_hash", str),
+            source=_get(data, path, "source", str),
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a claim answers: the evaluation to run, under which claim, on which device."""
+
+    id: str
+    claim: str
+    attempt: int
+    device: str
+    model: ManifestRef
+    dataset: ManifestRef
+    options: JobOptions
+    trace_id: str | None = None
+    parent_span_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ProtocolError(
+                "device", f"must be one of {', '.join(DEVICES)}; got {self.device!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["options"] = self.options.to_dict()
+        return values
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Job:
+        data = _mapping(data, "")
+        return cls(
+            id=_get(data, "", "id", str),
+            claim=_get(data, "", "claim", str),
+            attempt=_get(data, "", "attempt", int),
+            device=_get(data, "", "device", str),
+            model=ManifestRef.from_dict(data.get("model"), "model"),
+            dataset=ManifestRef.from_dict(data.get("dataset"), "dataset"),
+            options=JobOptions.from_dict(data.get("options")),
+            trace_id=_get(data, "", "trace_id", str, optional=True),
+            parent_span_id=_get(data, "", "parent_span_id", str, optional=True),
+        )
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+LATENCY_KEYS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+
+
+@dataclass(frozen=True)
+class ResultUpload:
+    """What an agent posts for a finished evaluation (with its claim beside it).
+
+    `latency` and `throughput` are keyed by batch size (as a string, JSON's keys);
+    `predictions` holds `top_k`, `labels`, `classes` and `probabilities` (one row per input);
+    `details` the loop's full report."""
+
+    accuracy: dict[str, Any]
+    latency: dict[str, dict[str, Any]]
+    throughput: dict[str, float]
+    predictions: dict[str, Any]
+    content_hash: str
+    stack: dict[str, Any]
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ResultUpload:
+        data = _mapping(data, "")
+        known = {spec.name for spec in fields(cls)}
+        unknown = sorted(set(data) - known - {"claim"})
+        if unknown:
+            raise ProtocolError(unknown[0], "unknown field")
+        return cls(**{name: data[name] if name in data else _missing(name) for name in known})
+
+
+def _missing(name: str) -> Any:
+    raise ProtocolError(name, "is required")
+
+
+def _mapping(data: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ProtocolError(path, f"must be an object; got {type(data).__name__}")
+    return data
+
+
+def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: bool = False) -> Any:
+    where = f"{path}.{key}" if path else key
+    value = data.get(key)
+    if value is None:
+        if optional:
+            return None
+        raise ProtocolError(where, "is required")
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ProtocolError(where, f"must be a {kind.__name__}; got {value!r}")
+    return value
