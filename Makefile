@@ -57,7 +57,7 @@ run: migrate zoo
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy hub evaluations predictors mlmodelscope
+	$(BIN)/mypy hub evaluations traces predictors mlmodelscope
 
 test-sqlite: venv
 	@echo "=== test suite on SQLite (embedded default) ==="

@@ -11,14 +11,16 @@ process that answers 200 to every export and counts the spans) and flushes. Its 
 memory (`ru_maxrss`) is read once the spans are built (*held*) and again after the export
 (*peak*); *export* is the difference, what the export itself cost.
 
-Two ways are run alternately, `--runs` times each:
+Three ways are run alternately, `--runs` times each:
 
-- *kept*: the tracer also keeps every OpenTelemetry span in memory (`keep=True`; what the agent
-  did before: a second copy of the whole trace);
-- *streamed*: the agent's tracer today (`keep` left to its default for a tracer that exports):
-  each span is handed to the batch processor and dropped once sent.
+- *kept*: all the spans held, then recorded on a tracer that also keeps every OpenTelemetry span
+  in memory (`keep=True`: a second copy of the whole trace, as the agent's tracer did);
+- *held*: all the spans held, then recorded on an exporting tracer that keeps none;
+- *streamed*: what the agent does today: the loop writes each batch size's spans to the tracer
+  (`Tracer.start`, `write` per batch size — 10 here —, `finish`) as it goes, so the whole
+  trace is never held; *held MB* is then the memory before the first batch size.
 
-The ratio is streamed over kept (below 1: less memory). Every run must deliver every span.
+The ratios are over *kept* (below 1: less memory). Every run must deliver every span.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from predictors.protocol import Attr
 from predictors.tracing import Span, Tracer
 
-spans_wanted, keep = int(sys.argv[1]), sys.argv[2] == "kept"
+spans_wanted, way = int(sys.argv[1]), sys.argv[2]
 received = [0]
 
 class Receiver(BaseHTTPRequestHandler):
@@ -62,30 +64,45 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-start = 1_700_000_000_000_000_000
-spans, next_id, t = [], 1, start
-layers_per_batch = 63
-while len(spans) < spans_wanted:
-    batch_id = next_id
-    next_id += 1
-    spans.append(Span("batch", t, t + 1_000_000, {Attr.LEVEL: "model", "batch_size": 8},
-                      span_id=batch_id))
-    for index in range(min(layers_per_batch, spans_wanted - len(spans))):
-        spans.append(Span(f"layer{index}.conv", t + index * 10_000, t + index * 10_000 + 9_000, {
-            Attr.LEVEL: "framework", Attr.OP_TYPE: "Conv2d", Attr.LAYER_INDEX: index,
-            Attr.LAYER_NAME: f"layer{index}.conv", Attr.OUTPUT_SHAPE: [8, 64, 56, 56],
-            Attr.DEVICE: "cpu", Attr.CLOCK: "perf_counter around each layer",
-        }, span_id=next_id, parent_id=batch_id))
-        next_id += 1
-    t += 1_000_000
-held = peak_mb()
+state = {"next_id": 1, "t": 1_700_000_000_000_000_000}
+LAYERS_PER_BATCH = 63
+
+def make(count):
+    spans = []
+    while len(spans) < count:
+        t, batch_id = state["t"], state["next_id"]
+        state["next_id"] += 1
+        spans.append(Span("batch", t, t + 1_000_000, {Attr.LEVEL: "model", "batch_size": 8},
+                          span_id=batch_id))
+        for index in range(min(LAYERS_PER_BATCH, count - len(spans))):
+            spans.append(Span(f"layer{index}.conv", t + index * 10_000,
+                              t + index * 10_000 + 9_000, {
+                Attr.LEVEL: "framework", Attr.OP_TYPE: "Conv2d", Attr.LAYER_INDEX: index,
+                Attr.LAYER_NAME: f"layer{index}.conv", Attr.OUTPUT_SHAPE: [8, 64, 56, 56],
+                Attr.DEVICE: "cpu", Attr.CLOCK: "perf_counter around each layer",
+            }, span_id=state["next_id"], parent_id=batch_id))
+            state["next_id"] += 1
+        state["t"] += 1_000_000
+    return spans
+
 tracer = Tracer(hub=f"http://127.0.0.1:{server.server_address[1]}", token="t",
-                service="mlms-agent", keep=True if keep else None, retry_seconds=30)
-tracer.record(spans, attributes={"model": "m", "framework": "onnxruntime"}, trace_id="ab" * 16)
+                service="mlms-agent", keep=True if way == "kept" else None, retry_seconds=30)
+attributes = {"model": "m", "framework": "onnxruntime"}
+if way == "streamed":
+    held = peak_mb()
+    tracer.start(attributes=attributes, trace_id="ab" * 16)
+    for _ in range(10):
+        tracer.write(make(spans_wanted // 10))
+    tracer.finish()
+    sent = 10 * (spans_wanted // 10) + 1
+else:
+    spans = make(spans_wanted)
+    held = peak_mb()
+    tracer.record(spans, attributes=attributes, trace_id="ab" * 16)
+    sent = len(spans) + 1
 tracer.flush()
 tracer.shutdown()
-print(json.dumps({"held_mb": held, "peak_mb": peak_mb(), "sent": len(spans) + 1,
-                  "received": received[0]}))
+print(json.dumps({"held_mb": held, "peak_mb": peak_mb(), "sent": sent, "received": received[0]}))
 """
 
 
@@ -109,9 +126,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results: dict[str, list[dict[str, float]]] = {"kept": [], "streamed": []}
+    ways = ("kept", "held", "streamed")
+    results: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
     for run in range(args.runs):
-        for way in ("kept", "streamed"):
+        for way in ways:
             results[way].append(_run(args.spans, way))
             last = results[way][-1]
             print(
@@ -126,19 +144,19 @@ def main() -> int:
             "peak_mb": statistics.median(r["peak_mb"] for r in runs),
             "export_mb": statistics.median(r["peak_mb"] - r["held_mb"] for r in runs),
         }
-    summary["ratio_peak"] = summary["streamed"]["peak_mb"] / summary["kept"]["peak_mb"]
-    summary["ratio_export"] = summary["streamed"]["export_mb"] / summary["kept"]["export_mb"]
+    for way in ("held", "streamed"):
+        summary[way]["peak_ratio"] = summary[way]["peak_mb"] / summary["kept"]["peak_mb"]
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{args.spans} spans, median of {args.runs} runs each")
-        print(f"{'way':>10} {'held MB':>8} {'peak MB':>8} {'export MB':>10}")
-        for way in ("kept", "streamed"):
+        print(f"{'way':>10} {'held MB':>8} {'peak MB':>8} {'export MB':>10} {'peak/kept':>10}")
+        for way in ways:
             row = summary[way]
-            print(f"{way:>10} {row['held_mb']:8.0f} {row['peak_mb']:8.0f} {row['export_mb']:10.0f}")
-        print(
-            f"streamed/kept: peak {summary['ratio_peak']:.2f}, export {summary['ratio_export']:.2f}"
-        )
+            print(
+                f"{way:>10} {row['held_mb']:8.0f} {row['peak_mb']:8.0f} "
+                f"{row['export_mb']:10.0f} {row.get('peak_ratio', 1.0):10.2f}"
+            )
     return 0
 
 

@@ -7,11 +7,11 @@ benchmarks/README.md.
 
 A hub of its own (a temporary folder: SQLite, artifact store; migrated; served by daphne on a
 free port) with two succeeded evaluations of one user. Their traces are written through the
-hub's ingest path in-process (`evaluations.traces.decode` and `.ingest`), in OTLP exports of
-`--request-spans` spans each as the agents send them (512: the SDK's BatchSpanProcessor
-default, so the large trace is stored as about 2,000 Parquet chunks, as an agent's export of
-it would be): `_hub.agent_spans`, batch spans with resnet-18 layer spans and kernel spans
-nested in them.
+hub's ingest path in-process (`traces.otlp.decode` and `traces.ingest.ingest`), in OTLP
+exports of `--request-spans` spans each as the agents send them (512: the SDK's
+BatchSpanProcessor default, so the large trace is stored as about 2,000 Parquet chunks, as an
+agent's export of it would be): `_hub.agent_spans`, batch spans with resnet-18 layer spans and
+kernel spans nested in them.
 
 Each visit opens the page in a fresh context of headless Chromium (Debian's, by path:
 /usr/bin/chromium, `--no-sandbox --disable-gpu --disable-background-networking`; Playwright
@@ -98,9 +98,10 @@ def seed(user: Any, raw_token: str, spans: int, per_request: int) -> tuple[str, 
     A child process builds the exports while this one ingests them."""
     import multiprocessing
 
-    from evaluations import traces
-    from evaluations.trace_models import Trace
     from hub.authentication import authenticate_token
+    from traces.ingest import ingest
+    from traces.models import Trace
+    from traces.otlp import decode
 
     evaluation = _hub.evaluation(user, finished=True)
     token = authenticate_token(raw_token)
@@ -113,7 +114,7 @@ def seed(user: Any, raw_token: str, spans: int, per_request: int) -> tuple[str, 
     producer.start()
     sent = 0
     while (body := queue.get()) is not None:
-        sent += traces.ingest(token, traces.decode(body, CONTENT_TYPE))
+        sent += ingest(token, decode(body, CONTENT_TYPE))
         if sent % 102_400 < per_request:
             log(f"  {sent:,} of {spans:,} spans")
     producer.join()

@@ -18,7 +18,7 @@ For each request size:
 - *parse*: `ExportTraceServiceRequest.ParseFromString` of every body, in this process: the
   floor, what any OTLP receiver written in Python pays;
 - *in-process*: the hub's ingest path without HTTP, in this process, one body after the other:
-  `evaluations.traces.decode` then `evaluations.traces.ingest` (rows, authorization, a zstd
+  `traces.otlp.decode` then `traces.ingest.ingest` (rows, authorization, a zstd
   Parquet chunk written to the artifact store, the Trace row, the evaluation's event) — the
   baseline;
 - *http*: `POST /v1/traces` with `Authorization: Bearer …` and
@@ -74,13 +74,14 @@ def run_parse(bodies: list[bytes]) -> float:
 
 
 def run_in_process(bodies: list[bytes], raw_token: str) -> float:
-    from evaluations import traces
     from hub.authentication import authenticate_token
+    from traces.ingest import ingest
+    from traces.otlp import decode
 
     token = authenticate_token(raw_token)
     start = time.perf_counter()
     for body in bodies:
-        traces.ingest(token, traces.decode(body, CONTENT_TYPE))
+        ingest(token, decode(body, CONTENT_TYPE))
     return time.perf_counter() - start
 
 
@@ -125,7 +126,7 @@ def run_http(url: str, bodies: list[bytes], raw_token: str, clients: int) -> flo
 
 
 def stored_spans(trace_id: str) -> int:
-    from evaluations.trace_models import Trace
+    from traces.models import Trace
 
     trace = Trace.objects.filter(trace_id=trace_id).first()
     return trace.span_count if trace else 0

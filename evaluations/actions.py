@@ -30,13 +30,13 @@ from django.utils import timezone
 from evaluations import events, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation, Result, StatusChange
-from evaluations.trace_models import Trace
-from evaluations.traceparent import TraceParent
 from hub import actions as hub_actions
 from hub import solver
 from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host
 from predictors.protocol import ResultUpload
+from traces.actions import owned_by_another_user
+from traces.traceparent import TraceParent
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +162,8 @@ def launch_evaluation(
 def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:
     """Joining a trace that another user's evaluation or spans use would let this user write
     into it and read it through their own evaluation: 400 naming `traceparent`."""
-    taken = (
-        Evaluation.objects.filter(trace_id=parent.trace_id).exclude(user_id=user.pk).exists()
-        or Trace.objects.filter(trace_id=parent.trace_id).exclude(owner_id=user.pk).exists()
-    )
-    if taken:
+    others = Evaluation.objects.filter(trace_id=parent.trace_id).exclude(user_id=user.pk)
+    if others.exists() or owned_by_another_user(parent.trace_id, user):
         raise Invalid(
             "this trace id belongs to another user's trace",
             path="traceparent",

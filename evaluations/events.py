@@ -102,6 +102,13 @@ def spans_received(evaluation: Evaluation, levels: dict[str, int]) -> None:
     )
 
 
+def on_spans_received(
+    sender: Any, *, evaluation: Evaluation, levels: dict[str, int], **_: Any
+) -> None:
+    """`traces.signals.spans_received`: send `spans_received`."""
+    spans_received(evaluation, levels)
+
+
 def _send(evaluation: Evaluation, payload: dict[str, Any]) -> None:
     message = {"type": MESSAGE_TYPE, "payload": plain(payload)}
     groups = [evaluation_group(evaluation.pk), user_group(evaluation.user_id), STAFF_GROUP]

@@ -180,7 +180,3 @@ class Result(models.Model):
 
     def __str__(self) -> str:
         return f"result of {self.evaluation_id}"
-
-
-# The traces' models live in their own module; importing them here registers them with the app.
-from evaluations.trace_models import SpanAggregate, SpanExport, Trace  # noqa: E402, F401

@@ -10,7 +10,6 @@ from evaluations.api import (
     progress,
     result,
     status,
-    traces,
 )
 
 urlpatterns = [
@@ -45,17 +44,4 @@ urlpatterns = [
         name="api-evaluation-result",
     ),
     path("agent/config/", agent_config.AgentConfig.as_view(), name="api-agent-config"),
-    # Traces.
-    path(
-        "evaluations/<uuid:pk>/trace",
-        traces.EvaluationTrace.as_view(),
-        name="api-evaluation-trace",
-    ),
-    path("traces/<str:trace_id>", traces.TraceExport.as_view(), name="api-trace"),
-    path(
-        "traces/<str:trace_id>/timeline",
-        traces.TraceTimeline.as_view(),
-        name="api-trace-timeline",
-    ),
-    path("traces/<str:trace_id>/layers", traces.TraceLayers.as_view(), name="api-trace-layers"),
 ]

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "channels",
     "hub",
     "evaluations",
+    "traces",
     "frontend",
 ]
 

@@ -3,11 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from evaluations.api.traces import otlp_receiver
+from traces.api.receiver import otlp_receiver
 
 urlpatterns = [
     path("api/v1/", include("hub.urls")),
     path("api/v1/", include("evaluations.urls")),
+    path("api/v1/", include("traces.urls")),
     # OpenTelemetry clients export spans here (OTLP/HTTP's standard path).
     path("v1/traces", otlp_receiver, name="otlp-traces"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

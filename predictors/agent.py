@@ -300,9 +300,13 @@ class Agent:
         outcome: tuple[str, str] | None = None
         evaluation: Evaluation | None = None
         spans: dict[str, Any] | None = None
+        tracer = self._open_trace(job)
         try:
-            evaluation = self._evaluate(job, reporter)
-            spans = self._export_trace(job, evaluation)
+            evaluation = self._evaluate(job, reporter, tracer)
+            if tracer is not None:
+                opened = tracer
+                tracer = None
+                spans = self._close_trace(job, opened)
         except EvaluationCancelled:
             outcome = ("cancelled", "")
         except USER_ERRORS as exc:
@@ -312,6 +316,9 @@ class Agent:
             outcome = ("failed", f"the agent hit an unexpected error: {type(exc).__name__}: {exc}")
         finally:
             reporter.stop()
+            if tracer is not None:
+                # A failed or cancelled run: what it measured is delivered all the same.
+                self._close_trace(job, tracer)
         if reporter.lost:
             logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
             return "lost"
@@ -334,16 +341,13 @@ class Agent:
         logger.info("evaluation %s succeeded", evaluation_id)
         return "succeeded"
 
-    def _export_trace(self, job: Job, evaluation: Evaluation) -> dict[str, Any] | None:
-        """Send the evaluation's spans to the hub (OTLP/HTTP, batched) under the job's
-        `trace_id` and claim, its root span the child of the job's `parent_span_id` when the
-        launch carried a `traceparent`; wait until the hub has taken them, or refused them, or
-        `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`, `stored`,
-        `refused`, `spooled`, `retries`, and a `note` when not all were stored), for the
-        result's details; a failure never fails the evaluation."""
-        if not evaluation.spans or not job.trace_id:
+    def _open_trace(self, job: Job) -> Tracer | None:
+        """A tracer that exports the job's spans as the loop writes them (OTLP/HTTP, batched)
+        under the job's `trace_id` and claim, its root span the child of the job's
+        `parent_span_id` when the launch carried a `traceparent`; None when the job is not
+        traced (or the tracer cannot start: the evaluation runs all the same)."""
+        if not job.trace_id or job.options.trace_level == "none":
             return None
-        counts: dict[str, Any] = {}
         try:
             tracer = Tracer(
                 hub=self.client.url,
@@ -353,20 +357,33 @@ class Agent:
                 spool=self.spool_dir,
                 retry_seconds=SPAN_RETRY_SECONDS,
             )
+            tracer.start(
+                attributes={
+                    Attr.EVALUATION: job.id,
+                    Attr.ATTEMPT: job.attempt,
+                    Attr.HOST: self.name,
+                    "model": job.model.name,
+                    "framework": job.model.framework,
+                    "dataset": job.dataset.name,
+                },
+                trace_id=job.trace_id,
+                parent_span_id=job.parent_span_id or None,
+            )
+        except Exception:
+            logger.exception("evaluation %s: the trace could not be opened", job.id)
+            return None
+        return tracer
+
+    def _close_trace(self, job: Job, tracer: Tracer) -> dict[str, Any] | None:
+        """End the job's trace and wait until the hub has taken its spans, or refused them, or
+        `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`,
+        `stored`, `refused`, `spooled`, `retries`, and a `note` when not all were stored), for
+        the result's details; a failure never fails the evaluation."""
+        counts: dict[str, Any] = {}
+        refusals: list[str] = []
+        try:
             try:
-                tracer.record(
-                    evaluation.spans,
-                    attributes={
-                        Attr.EVALUATION: job.id,
-                        Attr.ATTEMPT: job.attempt,
-                        Attr.HOST: self.name,
-                        "model": job.model.name,
-                        "framework": job.model.framework,
-                        "dataset": job.dataset.name,
-                    },
-                    trace_id=job.trace_id,
-                    parent_span_id=job.parent_span_id or None,
-                )
+                tracer.finish()
                 tracer.flush()  # blocks while the delivery retries
             finally:
                 tracer.shutdown()
@@ -393,7 +410,17 @@ class Agent:
         logger.warning("evaluation %s: %s", job.id, note)
         return counts | {"note": note}
 
-    def _evaluate(self, job: Job, reporter: _Reporter) -> Evaluation:
+    def _export_trace(self, job: Job, evaluation: Evaluation) -> dict[str, Any] | None:
+        """Send a finished evaluation's spans (as `_open_trace`, then `_close_trace`)."""
+        if not evaluation.spans:
+            return None
+        tracer = self._open_trace(job)
+        if tracer is None:
+            return None
+        tracer.write(evaluation.spans)
+        return self._close_trace(job, tracer)
+
+    def _evaluate(self, job: Job, reporter: _Reporter, tracer: Tracer | None) -> Evaluation:
         model = manifests.load(job.model.source, kind="model")
         dataset = manifests.load(job.dataset.source, kind="dataset")
         # A hub restart while the job fetches its files is waited out, as for its reports.
@@ -410,6 +437,7 @@ class Agent:
             data.fetch,
             progress=reporter.progress,
             cancelled=reporter.cancelled.is_set,
+            sink=tracer,  # exported as the loop goes, not kept
         )
 
     # -- the broker ------------------------------------------------------------------------------

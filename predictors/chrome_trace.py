@@ -2,7 +2,8 @@
 behind `mlms evaluate --trace-file` and the hub's `?format=chrome`, so both draw the same spans
 the same way.
 
-One process; one thread per span level, outermost first (`protocol.SPAN_LEVELS`; a span of no
+One process per framework (the spans' `framework` attribute: `mlms evaluate` compares several
+in one file), named after it; in each, one thread per span level, outermost first (`protocol.SPAN_LEVELS`; a span of no
 known level goes to thread 0, "other"), each span a complete event (`ph: "X"`, microseconds)
 whose `args` are its attributes and its span and parent ids; each hardware counter sample a
 counter event (`ph: "C"`) per counter, so that every counter gets a track of its own (named
@@ -43,11 +44,21 @@ def chrome_trace(rows: Iterable[SpanRow], *, trace_id: str | None = None) -> dic
     ordered = sorted(rows, key=lambda row: row["start_ns"])
     samples = [row for row in ordered if row.get("counters")]
     spans = [row for row in ordered if not row.get("counters")]
+    processes: dict[str, int] = {}
+    for row in ordered:
+        processes.setdefault(_framework(row), len(processes) + 1)
     events: list[dict[str, Any]] = []
-    for tid in sorted({thread_of(row.get("level")) for row in spans}):
+    for framework, pid in processes.items():
+        if framework:
+            events.append(
+                {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": framework}}
+            )
+    for pid, tid in sorted(
+        {(processes[_framework(row)], thread_of(row.get("level"))) for row in spans}
+    ):
         name = SPAN_LEVELS[tid - 1] if tid else "other"
         events.append(
-            {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
         )
     devices: dict[str, set[str | None]] = defaultdict(set)
     for row in samples:
@@ -63,7 +74,7 @@ def chrome_trace(rows: Iterable[SpanRow], *, trace_id: str | None = None) -> dic
                         "cat": COUNTER_LEVEL,
                         "ph": "C",
                         "ts": row["start_ns"] / 1000,
-                        "pid": 1,
+                        "pid": processes[_framework(row)],
                         "args": {key: counter["value"]},
                     }
                 )
@@ -77,7 +88,7 @@ def chrome_trace(rows: Iterable[SpanRow], *, trace_id: str | None = None) -> dic
                 "ph": "X",
                 "ts": row["start_ns"] / 1000,
                 "dur": max(row["end_ns"] - row["start_ns"], 0) / 1000,
-                "pid": 1,
+                "pid": processes[_framework(row)],
                 "tid": thread_of(row.get("level")),
                 "args": args,
             }
@@ -86,6 +97,10 @@ def chrome_trace(rows: Iterable[SpanRow], *, trace_id: str | None = None) -> dic
     if trace_id:
         document["otherData"] = {"trace_id": trace_id}
     return document
+
+
+def _framework(row: SpanRow) -> str:
+    return str((row.get("attributes") or {}).get("framework") or "")
 
 
 def rows_of_spans(spans: Sequence[Span]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from predictors import introspection
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
+from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
 from predictors.evaluation import (
     GRAPH_OPTIMIZATIONS,
@@ -30,7 +31,6 @@ from predictors.evaluation import (
     Evaluation,
     EvaluationCancelled,
     EvaluationOptions,
-    chrome_trace,
     compare,
     evaluate,
     split_entry,
@@ -38,7 +38,7 @@ from predictors.evaluation import (
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides
 from predictors.predictor import predictor_class, registered
-from predictors.protocol import TRACE_LEVELS
+from predictors.protocol import TRACE_LEVELS, JobOptions, ProtocolError, device_kind
 from predictors.zoo.build import default_store
 
 __all__ = ["main"]
@@ -309,7 +309,8 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     comparisons = [compare(a, b) for a, b in itertools.combinations(evaluations, 2)]
     if args.trace_file is not None:
         spans = [span for e in evaluations for span in e.spans]
-        args.trace_file.write_text(json.dumps(chrome_trace(spans)), encoding="utf-8")
+        document = chrome_trace(rows_of_spans(spans))
+        args.trace_file.write_text(json.dumps(document), encoding="utf-8")
     return {
         "model": {"name": args.model, "version_range": args.version},
         "dataset": {"name": dataset.name, "version": dataset.version, "split": split},
@@ -461,30 +462,50 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(
             "--set works only locally: publish the changed manifest to the hub instead"
         )
+    for flag, value in (
+        ("--graph-optimization", args.graph_optimization),
+        ("--trace-file", args.trace_file),
+        ("--store", args.store),
+    ):
+        if value is not None:
+            raise UsageError(
+                f"{flag} works only locally: the hub's agents run the job (the trace is on the "
+                "evaluation's timeline page, and its Chrome trace at "
+                "/api/v1/evaluations/<id>/trace?format=chrome)"
+            )
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError(
+            f"--device: with --hub, use cpu or cuda, not {args.device!r} (the hub's host picks "
+            "the GPU)"
+        )
     frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
     if len(frameworks) != 1:
         raise UsageError("--framework: with --hub, name exactly one framework per evaluation")
     dataset, split = _dataset(args.dataset)
-    request: dict[str, Any] = {
+    try:
+        # The job options, checked here as the hub checks them (`predictors.protocol`).
+        options = JobOptions(
+            split=split,
+            limit=args.limit,
+            batch_sizes=_batch_sizes(args.batch_sizes),
+            warmup=args.warmup,
+            repeat=args.repeat,
+            seed=args.seed,
+            threads=args.threads,
+            trace_level=args.trace_level,
+        )
+    except ProtocolError as error:
+        raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None
+    return {
         "model": args.model,
         "model_version": args.version,
         "framework": frameworks[0],
         "dataset": dataset,
         "dataset_version": args.dataset_version,
-        "split": split,
-        "device": "gpu" if args.device.startswith("cuda") else "cpu",
+        "device": device_kind(args.device),
         "hosts": args.hosts,
-        "batch_sizes": list(_batch_sizes(args.batch_sizes)),
-        "warmup": args.warmup,
-        "repeat": args.repeat,
-        "seed": args.seed,
-        "trace_level": args.trace_level,
+        **options.to_dict(),
     }
-    if args.limit is not None:
-        request["limit"] = args.limit
-    if args.threads is not None:
-        request["threads"] = args.threads
-    return request
 
 
 def run_remote(args: argparse.Namespace) -> dict[str, Any]:

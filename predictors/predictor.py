@@ -63,10 +63,9 @@ class PredictorOptions:
     (`Predictor.take_layers`); below it, it installs nothing. `graph_optimization` (none, basic,
     extended, all) is ONNX Runtime's graph optimization level (e.g. `none` for no fusion, so
     that the layers are the graph's nodes); None leaves the framework's default.
-    `warmup_calls` is how many of the first `predict` calls are warm-up: a predictor that
-    traces through a profiler starts it after them, so that its start-up costs no timed call
-    anything. The loop warms up again at each later batch size; those calls are profiled too,
-    and their steps dropped by the loop (`add_layer_spans` keeps the timed calls' only).
+    A predictor that traces through a profiler starts it when the loop calls
+    `start_tracing` (right before the first timed call, after the warm-up), so that its start-up
+    costs no timed call anything, and stops it at `stop_tracing`.
     """
 
     graph_file: Path
@@ -76,7 +75,6 @@ class PredictorOptions:
     seed: int | None = None
     trace_level: str = "none"
     graph_optimization: str | None = None
-    warmup_calls: int = 0
 
 
 class Predictor(ABC):
@@ -123,6 +121,15 @@ class Predictor(ABC):
 
     def synchronize(self) -> None:  # noqa: B027 - an optional hook, empty on the host
         """Wait until the device has finished all work queued so far (a no-op on the CPU)."""
+
+    def start_tracing(self) -> None:  # noqa: B027 - an optional hook
+        """Called by the loop once, right before its first timed `predict` call: a predictor
+        that traces through a profiler starts it here (the default does nothing). Later batch
+        sizes' warm-up calls are traced too; the loop drops their steps."""
+
+    def stop_tracing(self) -> None:  # noqa: B027 - an optional hook
+        """Called by the loop once, after its last timed `predict` call and before
+        `take_layers`: a profiler stops here (the default does nothing)."""
 
     def take_layers(self) -> list[list[Layer]] | None:
         """At trace level `framework` or finer: the layers of every `predict` call since the

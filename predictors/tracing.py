@@ -173,26 +173,30 @@ class Tracer:
             self._provider.add_span_processor(self._batch)
         self._tracer = self._provider.get_tracer(Attr.PREDICTORS)
         self._pending = 0
+        self._root: Any = None
+        self._root_context: Any = None
+        self._contexts: dict[int, Any] = {}
+        self._end_ns = 0
 
-    def record(
+    def start(
         self,
-        spans: Sequence[Span],
-        *,
         name: str = "evaluation",
+        *,
         attributes: Mapping[str, Any],
         trace_id: str | None = None,
         parent_span_id: str | None = None,
+        start_ns: int | None = None,
     ) -> None:
-        """Turn one evaluation's spans into OpenTelemetry spans, in one trace under a root span
-        `name` that covers them all. A span's parent must come before it in `spans`.
+        """Open one evaluation's trace: a root span `name` (started at `start_ns`, default now)
+        under which `write` nests the spans as they come; `finish` ends it.
 
         `trace_id` (32 hex digits) pins the trace's id (else a random one); `parent_span_id`
         (16 hex digits, with `trace_id`) makes a remote span the root span's parent (W3C trace
         context: the caller's span)."""
+        import time
+
         from opentelemetry import trace
 
-        if not spans:
-            return
         context = None
         if trace_id and parent_span_id:
             remote = trace.SpanContext(
@@ -204,21 +208,35 @@ class Tracer:
             context = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         self._ids.trace_id = int(trace_id, 16) if trace_id else None
         try:
-            root = self._tracer.start_span(
+            self._root = self._tracer.start_span(
                 name,
                 context=context,
-                start_time=min(s.start_ns for s in spans),
+                start_time=start_ns if start_ns is not None else time.time_ns(),
                 attributes={k: _attribute(v) for k, v in attributes.items() if v is not None},
             )
         finally:
             self._ids.trace_id = None
-        root_context = trace.set_span_in_context(root)
-        # Only parents' contexts are kept: a context holds its span, and keeping every one
-        # would hold the whole trace in memory until the end.
-        parents = {span.parent_id for span in spans if span.parent_id}
-        contexts: dict[int, Any] = {}
+        self._root_context = trace.set_span_in_context(self._root)
+        # Each written span's SpanContext (its ids), without the span: a later span may be its
+        # child, and a context that held the span would hold the whole trace in memory.
+        self._contexts = {}
+        self._end_ns = 0
+
+    def write(self, spans: Sequence[Span]) -> None:
+        """Record spans of the open trace (a `predictors.evaluation.SpanSink`): each becomes an
+        OpenTelemetry span, nested in its parent (written before it) or in the root, handed to
+        the exporter and not kept."""
+        from opentelemetry import trace
+
+        if self._root is None:
+            raise RuntimeError("Tracer.write before Tracer.start")
         for span in spans:
-            parent = contexts.get(span.parent_id, root_context) if span.parent_id else root_context
+            known = self._contexts.get(span.parent_id) if span.parent_id else None
+            parent = (
+                trace.set_span_in_context(trace.NonRecordingSpan(known))
+                if known is not None
+                else self._root_context
+            )
             otel = self._tracer.start_span(
                 span.name,
                 context=parent,
@@ -226,11 +244,45 @@ class Tracer:
                 attributes={k: _attribute(v) for k, v in span.attributes.items() if v is not None},
             )
             otel.end(end_time=span.end_ns)
-            if span.span_id in parents:
-                contexts[span.span_id] = trace.set_span_in_context(otel)
+            if span.span_id:
+                self._contexts[span.span_id] = otel.get_span_context()
+            self._end_ns = max(self._end_ns, span.end_ns)
             self._queued()
-        root.end(end_time=max(s.end_ns for s in spans))
+
+    def finish(self, end_ns: int | None = None) -> None:
+        """End the root span (at `end_ns`, default the last span's end, or now)."""
+        import time
+
+        if self._root is None:
+            return
+        self._root.end(end_time=end_ns or self._end_ns or time.time_ns())
+        self._root = None
+        self._contexts = {}
         self._queued()
+
+    def record(
+        self,
+        spans: Sequence[Span],
+        *,
+        name: str = "evaluation",
+        attributes: Mapping[str, Any],
+        trace_id: str | None = None,
+        parent_span_id: str | None = None,
+    ) -> None:
+        """Turn one finished evaluation's spans into OpenTelemetry spans, in one trace under a
+        root span `name` that covers them all (`start`, `write`, `finish` at once). A span's
+        parent must come before it in `spans`."""
+        if not spans:
+            return
+        self.start(
+            name,
+            attributes=attributes,
+            trace_id=trace_id,
+            parent_span_id=parent_span_id,
+            start_ns=min(s.start_ns for s in spans),
+        )
+        self.write(spans)
+        self.finish(max(s.end_ns for s in spans))
 
     def _queued(self) -> None:
         """Count a span handed to the batch processor; wait for the export of what is queued

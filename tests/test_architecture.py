@@ -14,7 +14,7 @@ import pytest
 from predictors.protocol import TRACE_LEVELS
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("hub", "evaluations", "frontend", "predictors", "mlmodelscope")
+APPS = ("hub", "evaluations", "traces", "frontend", "predictors", "mlmodelscope")
 
 
 def _sources(*packages: str) -> Iterator[Path]:
@@ -65,14 +65,34 @@ def test_no_app_uses_another_apps_private_names() -> None:
     assert not found, "private names used across apps:\n" + "\n".join(found)
 
 
-def test_the_hub_app_imports_nothing_of_the_evaluations_app() -> None:
+def test_the_hub_app_imports_nothing_of_the_apps_built_on_it() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in _sources("hub")
         for line, module, _, _ in _imports(path)
-        if _app(module) in ("evaluations", "frontend")
+        if _app(module) in ("evaluations", "traces", "frontend")
     ]
     assert not found, "hub/ depends on apps built on it:\n" + "\n".join(found)
+
+
+def test_the_traces_app_imports_only_the_models_of_the_evaluations_app() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in _sources("traces")
+        for line, module, _, _ in _imports(path)
+        if (_app(module) == "evaluations" and module != "evaluations.models")
+        or _app(module) == "frontend"
+    ]
+    assert not found, "traces/ may import evaluations.models only:\n" + "\n".join(found)
+
+
+def test_the_evaluations_app_keeps_no_trace_modules() -> None:
+    kept = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "evaluations").rglob("*.py")
+        if "migrations" not in path.parts and "trace" in path.name
+    )
+    assert not kept, "trace modules belong to traces/: " + ", ".join(kept)
 
 
 def test_predictors_import_no_django_and_no_hub_app() -> None:
@@ -80,7 +100,7 @@ def test_predictors_import_no_django_and_no_hub_app() -> None:
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in _sources("predictors")
         for line, module, _, _ in _imports(path)
-        if _app(module) in ("django", "rest_framework", "hub", "evaluations", "frontend")
+        if _app(module) in ("django", "rest_framework", "hub", "evaluations", "traces", "frontend")
     ]
     assert not found, "predictors/ must run without Django:\n" + "\n".join(found)
     # And importing all of it (the agent, the CLI, the protocol) loads none.

@@ -29,10 +29,10 @@ from evaluations.api.serializers import (
     EvaluationSerializer,
 )
 from evaluations.models import Evaluation
-from evaluations.traceparent import TraceParentError, parse_traceparent
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
 from hub.api.query import choice, flag, flag_parameter
+from traces.traceparent import TraceParentError, parse_traceparent
 
 READ_SCOPES = ("read", "evaluate")
 

@@ -9,11 +9,11 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from evaluations import traces
 from evaluations.models import Evaluation, Result, StatusChange
 from predictors.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES, LATENCY_KEYS, JobOptions, ProtocolError
 from predictors.versioning import InvalidRange, validate_range
+from traces.actions import spans_stored
 
 LATENCY_FIELDS = LATENCY_KEYS
 
@@ -282,7 +282,7 @@ class EvaluationDetailSerializer(EvaluationSerializer):
         sent = None
         if result is not None and isinstance(result.details.get("spans"), dict):
             sent = result.details["spans"].get("sent")
-        return {"sent": sent, "stored": traces.spans_stored(evaluation)}
+        return {"sent": sent, "stored": spans_stored(evaluation)}
 
     def get_result(self, evaluation: Evaluation) -> dict[str, Any] | None:
         result = getattr(evaluation, "result", None)

@@ -17,7 +17,7 @@ serializers' validation rules from the views. `AutoSchema` adds what it cannot s
   (its form encodings serve the browsable API only); a view with parsers of its own shows those.
 
 `add_otlp_receiver`, a postprocessing hook, adds `POST /v1/traces`: the OTLP/HTTP receiver is a
-plain Django view (evaluations/api/traces.py), which drf-spectacular does not see.
+plain Django view (traces/api/receiver.py), which drf-spectacular does not see.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class PyTorchPredictor(Predictor):
         # Profiler tracing: the level, the profiler once started, and the predict calls so far.
         self._profile_level: str | None = None
         self._profiler: Any = None
-        self._warmup_calls = 0
+        self._stopped: Any = None  # the profiler after stop_tracing, for take_layers
         self._call_count = 0
         self._summary: dict[str, Any] | None = None
 
@@ -131,20 +131,19 @@ class PyTorchPredictor(Predictor):
                 self._profile(options)
 
     def _profile(self, options: PredictorOptions) -> None:
-        """Trace through torch.profiler: every call annotated; the profiler started after the
-        warm-up calls (now, if there are none)."""
+        """Trace through torch.profiler: every call annotated once the loop has started
+        tracing (`start_tracing`, after the warm-up)."""
         self._profile_level = options.trace_level
-        self._warmup_calls = options.warmup_calls
         # The whole call is annotated, copies to and from the device included.
         self.predict = self._predict_profiled  # type: ignore[method-assign]
-        if self._warmup_calls == 0:
-            self._start_profiler()
 
-    def _start_profiler(self) -> None:
+    def start_tracing(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         level = self._profile_level
-        assert level is not None
+        if level is None or self._profiler is not None:
+            return
+        self.synchronize()
         activities = [ProfilerActivity.CPU]
         if self._device.type == "cuda" and at_least(level, "system_library"):
             activities.append(ProfilerActivity.CUDA)
@@ -162,12 +161,8 @@ class PyTorchPredictor(Predictor):
 
         index = self._call_count
         self._call_count += 1
-        if index < self._warmup_calls:
-            outputs = PyTorchPredictor.predict(self, batch)
-            if index == self._warmup_calls - 1:
-                self.synchronize()
-                self._start_profiler()
-            return outputs
+        if self._profiler is None:  # before the loop started tracing: a warm-up call
+            return PyTorchPredictor.predict(self, batch)
         with record_function(call_name(index)):
             return PyTorchPredictor.predict(self, batch)
 
@@ -229,6 +224,14 @@ class PyTorchPredictor(Predictor):
         self._calls = []
         return calls
 
+    def stop_tracing(self) -> None:
+        if self._profiler is not None:
+            self.synchronize()
+            profiler, self._profiler = self._profiler, None
+            with _quiet_stderr():
+                profiler.stop()
+            self._stopped = profiler
+
     def _take_profiled(self) -> list[list[Layer]]:
         """Stop the profiler; each call's steps from its trace (warm-up calls: none)."""
         from torch.autograd import DeviceType
@@ -236,11 +239,10 @@ class PyTorchPredictor(Predictor):
         calls = self._call_count
         level = self._profile_level
         assert level is not None
-        if self._profiler is None:
+        self.stop_tracing()
+        profiler, self._stopped = self._stopped, None
+        if profiler is None:
             return [[] for _ in range(calls)]
-        profiler, self._profiler = self._profiler, None
-        with _quiet_stderr():
-            profiler.stop()
         handle, path = tempfile.mkstemp(prefix="mlms-torch-trace-", suffix=".json")
         os.close(handle)
         try:

@@ -86,7 +86,7 @@ class TensorFlowPredictor(Predictor):
         # Profiler tracing (trace level ml_library and finer).
         self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
         self._profiling = False
-        self._warmup_calls = 0
+        self._stopped = False  # the profiler ran and was stopped: take_layers reads its trace
         self._call_count = 0
         self._summary: dict[str, Any] | None = None
 
@@ -151,19 +151,18 @@ class TensorFlowPredictor(Predictor):
         if at_least(options.trace_level, "ml_library"):
             # TensorFlow's profiler times every op the graph runs; `take_layers` reads it.
             self._profile_dir = tempfile.TemporaryDirectory(prefix="mlms-tf-profile-")
-            self._warmup_calls = options.warmup_calls
             self._call_count = 0
             self._run = self._run_profiled
-            if self._warmup_calls == 0:
-                self._start_profiler()
         elif at_least(options.trace_level, "framework"):
             self._layers = _chain(model)
             if self._layers is not None:
                 self._timed = _timed_chain(self._layers, signature)
                 self._run = self._run_layers
 
-    def _start_profiler(self) -> None:
-        assert self._profile_dir is not None
+    def start_tracing(self) -> None:
+        if self._profile_dir is None or self._profiling:
+            return
+        self.synchronize()
         options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=2, python_tracer_level=0, device_tracer_level=1
         )
@@ -171,15 +170,11 @@ class TensorFlowPredictor(Predictor):
         self._profiling = True
 
     def _run_profiled(self, batch: np.ndarray) -> Any:
-        """The model's graph, each call after the warm-up annotated for the profiler."""
+        """The model's graph, each call annotated for the profiler once it runs."""
         index = self._call_count
         self._call_count += 1
-        if index < self._warmup_calls:
-            outputs = self._function(batch)
-            if index == self._warmup_calls - 1:
-                self.synchronize()
-                self._start_profiler()
-            return outputs
+        if not self._profiling:  # before the loop started tracing: a warm-up call
+            return self._function(batch)
         with tf.profiler.experimental.Trace(CALL_ANNOTATION, call=index):
             return self._function(batch)
 
@@ -245,16 +240,23 @@ class TensorFlowPredictor(Predictor):
         self._calls = []
         return calls
 
+    def stop_tracing(self) -> None:
+        if self._profiling:
+            self.synchronize()
+            tf.profiler.experimental.stop()
+            self._profiling = False
+            self._stopped = True
+
     def _take_profiled(self) -> list[list[Layer]]:
         """Stop the profiler; each call's layers and ops from its XSpace (warm-up: none)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         assert self._profile_dir is not None and self._model is not None
         calls = self._call_count
-        if not self._profiling:
+        self.stop_tracing()
+        if not self._stopped:
             return [[] for _ in range(calls)]
-        tf.profiler.experimental.stop()
-        self._profiling = False
+        self._stopped = False
         files = sorted(Path(self._profile_dir.name).rglob("*.xplane.pb"))
         if not files:
             raise PredictorError("the TensorFlow profiler wrote no trace (*.xplane.pb)")

@@ -26,8 +26,8 @@ from tests.evaluations.factories import (
     result_body,
     url,
 )
-from tests.evaluations.test_traces import PROTOBUF, export
 from tests.hub.factories import model_yaml, register_host, upload
+from tests.traces.factories import PROTOBUF, export
 
 pytestmark = pytest.mark.django_db
 

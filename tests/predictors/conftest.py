@@ -16,7 +16,7 @@ import pytest
 
 from predictors.catalog import Catalog
 from predictors.data import DataManager
-from predictors.evaluation import Evaluation, EvaluationOptions, Progress, evaluate
+from predictors.evaluation import Evaluation, EvaluationOptions, Progress, SpanSink, evaluate
 from predictors.manifests import Manifest, apply_overrides
 
 RunEvaluation = Callable[..., Evaluation]
@@ -42,7 +42,7 @@ def evaluation_defaults() -> dict[str, Any]:
 
 @pytest.fixture
 def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvaluation:
-    """`run_evaluation(model, framework, dataset, overrides, *, progress, cancelled,
+    """`run_evaluation(model, framework, dataset, overrides, *, progress, cancelled, sink,
     **options)`: evaluate `model` (a name in the built-in catalog, its highest version for
     `framework`, or a manifest) with the manifest `overrides` ("PATH=VALUE") applied, on
     `dataset` (a catalog name or a manifest), with EvaluationOptions `options`, fetching from
@@ -56,6 +56,7 @@ def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvalu
         *,
         progress: Progress | None = None,
         cancelled: Callable[[], bool] | None = None,
+        sink: SpanSink | None = None,
         **options: Any,
     ) -> Evaluation:
         given = {"model": model, "framework": framework, "dataset": dataset}
@@ -82,6 +83,7 @@ def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvalu
             DataManager(store_dir=store).fetch,
             progress=progress,
             cancelled=cancelled,
+            sink=sink,
         )
 
     return run

@@ -190,3 +190,24 @@ def test_cuda_without_a_device_is_one_line(store: Path, capsys: pytest.CaptureFi
     code, err = fails(capsys, *argv, "--store", str(store))
     assert code == 1
     assert "pytorch cannot use cuda: torch.cuda.is_available() is false" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--trace-file", "t.json"], "--trace-file"),
+        (["--graph-optimization", "none"], "--graph-optimization"),
+        (["--store", "somewhere"], "--store"),
+        (["--device", "cuda:1"], "--device"),
+        (["--repeat", "0"], "--repeat"),
+        (["--trace-level", "everything"], "--trace-level"),
+    ],
+)
+def test_a_flag_the_hub_cannot_honour_is_refused_before_anything_is_sent(
+    capsys: pytest.CaptureFixture[str], extra: list[str], flag: str
+) -> None:
+    # Nothing listens at the hub's address: a refusal comes before any request.
+    argv = ["digits-cnn", "--framework", "onnxruntime", "--dataset", "digits:validation"]
+    status, err = fails(capsys, *argv, "--hub", "http://127.0.0.1:9", "--token", "mlms_x", *extra)
+    assert status == 2, err
+    assert flag in err

@@ -20,12 +20,12 @@ import pytest
 from PIL import Image
 
 from predictors import manifests
+from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.evaluation import (
     CLOCK_HOST,
     EvaluationCancelled,
     EvaluationError,
     EvaluationOptions,
-    chrome_trace,
     compare,
     latency_summary,
 )
@@ -221,16 +221,21 @@ def test_every_timed_batch_is_a_span_at_trace_level_model(
     assert all(s.name == "predict" and s.end_ns >= s.start_ns for s in spans)
     assert all(a.end_ns <= b.start_ns for a, b in zip(spans, spans[1:], strict=False))
     assert {by.span_id for by in stages if by.name == "predict"} == {s.parent_id for s in spans}
-    events = chrome_trace(spans)["traceEvents"]
+    # The Chrome trace (`mlms evaluate --trace-file`, and the hub's): a process per framework,
+    # a thread per level, the span ids in the events' args.
+    events = chrome_trace(rows_of_spans(every))["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
-    assert len(complete) == 39
-    assert complete[0]["dur"] == (spans[0].end_ns - spans[0].start_ns) / 1e3
+    assert len(complete) == len(every)
+    first = next(e for e in complete if e["args"]["span_id"] == spans[0].span_id)
+    assert first["dur"] == (spans[0].end_ns - spans[0].start_ns) / 1e3
+    assert first["args"]["parent_span_id"] == spans[0].parent_id
     names = {(e["name"], e["args"]["name"]) for e in events if e["ph"] == "M"}
     assert names == {
         ("process_name", "fake"),
-        ("thread_name", "batch size 1"),
-        ("thread_name", "batch size 4"),
+        ("thread_name", "application"),
+        ("thread_name", "model"),
     }
+    assert {e["tid"] for e in complete if e["cat"] == "model"} == {2}
 
 
 def test_trace_level_none_records_no_spans(
@@ -375,3 +380,32 @@ def test_latency_summary() -> None:
     assert summary["p90_ms"] == pytest.approx(3.7)
     assert (summary["min_ms"], summary["max_ms"]) == (1.0, 4.0)
     assert summary["std_ms"] == pytest.approx(np.std([1, 2, 3, 4]))
+
+
+def test_the_spans_go_to_the_sink_as_the_loop_goes_and_are_not_kept(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    """An agent's sink exports each batch size's spans when it ends: nothing is held twice."""
+    writes: list[list[Any]] = []
+
+    class Sink:
+        def write(self, spans: Any) -> None:
+            writes.append(list(spans))
+
+    evaluation = run_evaluation(batch_sizes=(1, 4), repeat=2, sink=Sink())
+
+    assert evaluation.spans == []  # the sink has them
+    # One write per batch size, with that batch size's batch spans.
+    batch_sizes = [
+        {s.attributes["batch_size"] for s in w if s.attributes["mlms.level"] == "model"}
+        for w in writes
+    ]
+    assert batch_sizes == [{1}, {4}]
+    written = [span for w in writes for span in w]
+    assert len(written) == evaluation.result["trace"]["spans"]
+    # Ids count on across writes, and every parent is written before its children.
+    assert [s.span_id for s in written] == list(range(1, len(written) + 1))
+    seen: set[int] = set()
+    for span in written:
+        assert not span.parent_id or span.parent_id in seen
+        seen.add(span.span_id)

@@ -5,60 +5,27 @@ from __future__ import annotations
 
 import gzip
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2
 
-from evaluations.models import Evaluation, SpanAggregate, Trace
+from evaluations.models import Evaluation
 from tests.evaluations.factories import claim, launch, launched_id
+from tests.traces.factories import (
+    BASE,
+    OTLP,
+    PROTOBUF,
+    chunks,
+    export,
+    json_export,
+    new_id,
+    post,
+)
+from traces.models import SpanAggregate, Trace
 
 pytestmark = pytest.mark.django_db
-
-OTLP = "/v1/traces"
-PROTOBUF = "application/x-protobuf"
-BASE = 1_700_000_000_000_000_000
-
-
-def _value(value: Any) -> common_pb2.AnyValue:
-    if isinstance(value, int):
-        return common_pb2.AnyValue(int_value=value)
-    return common_pb2.AnyValue(string_value=str(value))
-
-
-def export(trace_id: str, *spans: tuple[str, int, int, dict[str, Any]]) -> bytes:
-    """An ExportTraceServiceRequest of spans (name, start offset ns, duration ns, attributes)."""
-    message = trace_service_pb2.ExportTraceServiceRequest()
-    resource = message.resource_spans.add()
-    resource.resource.attributes.add(key="service.name", value=_value("test"))
-    scope = resource.scope_spans.add()
-    scope.scope.name = "tests"
-    for name, offset, duration, attributes in spans:
-        span = scope.spans.add()
-        span.trace_id = bytes.fromhex(trace_id)
-        span.span_id = secrets.token_bytes(8)
-        span.name = name
-        span.kind = 1  # type: ignore[assignment]
-        span.start_time_unix_nano = BASE + offset
-        span.end_time_unix_nano = BASE + offset + duration
-        for key, value in attributes.items():
-            span.attributes.add(key=key, value=_value(value))
-    return message.SerializeToString()
-
-
-def post(client: Any, body: bytes, content_type: str = PROTOBUF, **extra: Any) -> Any:
-    return client.generic("POST", OTLP, body, content_type=content_type, **extra)
-
-
-def chunks(settings: Any, trace_id: str) -> list[Path]:
-    return sorted((Path(settings.ARTIFACT_ROOT) / "traces" / trace_id).glob("*"))
-
-
-def new_id() -> str:
-    return secrets.token_hex(16)
 
 
 def test_the_opentelemetry_sdk_exports_a_span_that_the_api_returns(
@@ -378,51 +345,6 @@ def test_layer_aggregates(bob_client) -> None:  # type: ignore[no-untyped-def]
 
 
 # --- Hardware counters and GPU activity ----------------------------------------------------------
-
-
-def _json_value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, list):
-        return {"arrayValue": {"values": [_json_value(item) for item in value]}}
-    return {"stringValue": str(value)}
-
-
-def json_export(trace_id: str, *spans: tuple[str, int, int, dict[str, Any]]) -> bytes:
-    """An OTLP JSON export of spans (name, start offset ns, duration ns, attributes)."""
-    return json.dumps(
-        {
-            "resourceSpans": [
-                {
-                    "resource": {"attributes": []},
-                    "scopeSpans": [
-                        {
-                            "scope": {"name": "tests"},
-                            "spans": [
-                                {
-                                    "traceId": trace_id,
-                                    "spanId": secrets.token_hex(8),
-                                    "name": name,
-                                    "kind": 1,
-                                    "startTimeUnixNano": str(BASE + offset),
-                                    "endTimeUnixNano": str(BASE + offset + duration),
-                                    "attributes": [
-                                        {"key": key, "value": _json_value(value)}
-                                        for key, value in attributes.items()
-                                    ],
-                                }
-                                for name, offset, duration, attributes in spans
-                            ],
-                        }
-                    ],
-                }
-            ]
-        }
-    ).encode()
 
 
 def counter(device: str, **values: float) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """Traces: the database's summary of the spans stored in the artifact store.
 
-The spans themselves live in Parquet chunks under `traces/<trace_id>/` (see
-`evaluations.traces`); the database keeps one `Trace` row per trace id (who owns it, which
-evaluation it belongs to, how many spans and chunks) and its per-level, per-name aggregates.
+The spans themselves live in Parquet chunks under `traces/<trace_id>/` (see `traces.store`);
+the database keeps one `Trace` row per trace id (who owns it, which evaluation it belongs to,
+how many spans and chunks), its per-level, per-name aggregates and one row per stored export.
+
+These models began in the evaluations app: their tables keep its names (`db_table`), so that
+moving them moved no data (`traces/migrations/0001_initial.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class Trace(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        app_label = "evaluations"
+        db_table = "evaluations_trace"
         ordering = ["-created_at", "id"]
 
     def __str__(self) -> str:
@@ -60,7 +63,7 @@ class SpanAggregate(models.Model):
     max_ns = models.BigIntegerField()
 
     class Meta:
-        app_label = "evaluations"
+        db_table = "evaluations_spanaggregate"
         ordering = ["trace", "-total_ns", "id"]
 
     def __str__(self) -> str:
@@ -87,7 +90,7 @@ class SpanExport(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        app_label = "evaluations"
+        db_table = "evaluations_spanexport"
         ordering = ["created_at", "id"]
         constraints = [
             models.UniqueConstraint(
@@ -96,7 +99,11 @@ class SpanExport(models.Model):
                 name="span_export_once_per_trace",
             )
         ]
-        indexes = [models.Index(fields=["evaluation", "attempt"])]
+        # The name the index got in the evaluations app (a name made from the table and
+        # columns), given here so that it stays the same.
+        indexes = [
+            models.Index(fields=["evaluation", "attempt"], name="evaluations_evaluat_6831d5_idx")
+        ]
 
     def __str__(self) -> str:
         return f"{self.spans} spans into {self.trace_id}"

@@ -1,8 +1,11 @@
-"""Where a trace's spans are kept: Parquet files in the artifact store, and reading them fast.
+"""Where a trace's spans are kept, and reading them fast.
 
-An accepted export adds one zstd Parquet *chunk* under `traces/<trace_id>/` (see
-`evaluations.traces.ingest`): cheap to write, but a million-span trace sent in 512-span exports
-is about two thousand files, and opening them all for every timeline window costs seconds.
+`TraceStore` is what the rest of the app asks of a store: add an export's rows to a trace (one
+*chunk*), take a chunk back (an export refused after it was written), read every span of a
+trace, and read a timeline window. `ParquetTraceStore`, the one in use (`get_store()`), keeps
+them as zstd Parquet files in the artifact store, under `traces/<trace_id>/`, each export one
+chunk: cheap to write, but a million-span trace sent in 512-span exports is about two thousand
+files, and opening them all for every timeline window costs seconds.
 
 **Compaction.** When a read finds more than `COMPACT_AT` data files in a trace's folder, it
 merges them (under a lock on the folder, so that one reader compacts and the others wait) into
@@ -22,7 +25,9 @@ it cannot be among the longest `max_spans` (equal durations aside).
 
 from __future__ import annotations
 
+import abc
 import fcntl
+import io
 import json
 import os
 import re
@@ -31,6 +36,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -111,7 +117,7 @@ def _empty(columns: list[str] | None) -> pa.Table:
     return SCHEMA.empty_table().select(columns or SCHEMA.names)
 
 
-def read_table(trace_id: str, columns: list[str] | None = None) -> pa.Table:
+def _read_table(trace_id: str, columns: list[str] | None) -> pa.Table:
     """Every stored span of a trace, as one table (compacting the trace first if it is spread
     over more than `COMPACT_AT` files)."""
     files = _files(trace_id)
@@ -219,7 +225,7 @@ def _overlapping(table: pa.Table, start: int | None, end: int | None) -> pa.Arra
     return mask
 
 
-def window(trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
+def _window(trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
     """How many spans (counter samples aside) overlap [start, end], and the `max_spans`
     longest of them (longest first, ties by start), with every column."""
     files = _files(trace_id)
@@ -302,3 +308,76 @@ def _rows(files: list[Path], file_of: np.ndarray, row_of: np.ndarray) -> pa.Tabl
     combined = pa.concat_tables(pieces)
     order = np.argsort(np.concatenate(positions), kind="stable")
     return combined.take(pa.array(order))
+
+
+def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
+    """`rows` (mappings of `SCHEMA`'s columns) as one zstd Parquet file."""
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+# --- The interface, and the store in use ------------------------------------------------------
+
+
+class TraceStore(abc.ABC):
+    """Where the spans of traces are kept: what ingest, the exports, the timeline and the
+    aggregates ask of it. Rows are mappings of `SCHEMA`'s columns."""
+
+    @abc.abstractmethod
+    def add_chunk(self, trace_id: str, rows: list[dict[str, Any]]) -> str:
+        """Keep `rows` (spans of `trace_id`) as one more chunk of the trace, at once and whole;
+        a handle that `remove_chunk` takes."""
+
+    @abc.abstractmethod
+    def remove_chunk(self, handle: str) -> None:
+        """Take back a chunk that `add_chunk` kept (its export was refused after all)."""
+
+    @abc.abstractmethod
+    def read_table(self, trace_id: str, columns: list[str] | None = None) -> pa.Table:
+        """Every stored span of a trace (these columns, else all), in no particular order; an
+        empty table for a trace of no spans, or a malformed trace id."""
+
+    @abc.abstractmethod
+    def window(self, trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
+        """How many spans (counter samples aside) overlap [start, end], and the `max_spans`
+        longest of them (longest first, ties by start), with every column; with the trace's
+        counter samples and bounds."""
+
+
+class ParquetTraceStore(TraceStore):
+    """Zstd Parquet chunks in the artifact store (`hub.storage`), under `traces/<trace_id>/`,
+    compacted as they are read (see the module's text)."""
+
+    def add_chunk(self, trace_id: str, rows: list[dict[str, Any]]) -> str:
+        path = f"{chunk_folder(trace_id)}/{secrets.token_hex(8)}.parquet"
+        storage.write(path, [parquet_bytes(rows)])
+        return path
+
+    def remove_chunk(self, handle: str) -> None:
+        storage.remove(handle)
+
+    def read_table(self, trace_id: str, columns: list[str] | None = None) -> pa.Table:
+        return _read_table(trace_id, columns)
+
+    def window(self, trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
+        return _window(trace_id, start, end, max_spans)
+
+
+_STORE: TraceStore = ParquetTraceStore()
+
+
+def get_store() -> TraceStore:
+    """The store that keeps the hub's traces."""
+    return _STORE
+
+
+def read_table(trace_id: str, columns: list[str] | None = None) -> pa.Table:
+    """`get_store().read_table`."""
+    return get_store().read_table(trace_id, columns)
+
+
+def window(trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
+    """`get_store().window`."""
+    return get_store().window(trace_id, start, end, max_spans)

@@ -13,10 +13,11 @@ from django.test import Client
 from django.utils import timezone
 
 from evaluations import actions
-from evaluations.models import Evaluation, SpanExport, Trace
+from evaluations.models import Evaluation
 from hub.models import Host
 from tests.evaluations.factories import claim, launch, launched_id, post_result, result_body, url
-from tests.evaluations.test_traces import chunks, export, post
+from tests.traces.factories import chunks, export, post
+from traces.models import SpanExport, Trace
 
 pytestmark = pytest.mark.django_db
 

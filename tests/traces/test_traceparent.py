@@ -11,11 +11,12 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from evaluations.models import Evaluation, Trace
-from evaluations.traceparent import TraceParent, TraceParentError, parse_traceparent
+from evaluations.models import Evaluation
 from mlmodelscope.asgi import application
 from tests.evaluations.factories import EVALUATIONS_URL, claim, error_paths, launch, launched_id
-from tests.evaluations.test_traces import export, post
+from tests.traces.factories import export, post
+from traces.models import Trace
+from traces.traceparent import TraceParent, TraceParentError, parse_traceparent
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"

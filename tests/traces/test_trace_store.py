@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from evaluations import trace_store
-from evaluations.models import SpanAggregate, Trace
-from tests.evaluations.test_traces import BASE, export, new_id, post
+from tests.traces.factories import BASE, export, new_id, post
+from traces import store
+from traces.models import SpanAggregate, Trace
 
 pytestmark = pytest.mark.django_db
 
@@ -58,11 +58,11 @@ def test_many_chunks_are_compacted_once_and_nothing_is_lost_or_doubled(
     send(bob_client, trace_id, exports=20, per_export=30)
     folder = folder_of(settings, trace_id)
     assert len(list(folder.glob("*.parquet"))) == 20
-    monkeypatch.setattr(trace_store, "COMPACT_AT", 1_000)
-    before = trace_store.read_table(trace_id)
-    monkeypatch.setattr(trace_store, "COMPACT_AT", 4)
+    monkeypatch.setattr(store, "COMPACT_AT", 1_000)
+    before = store.read_table(trace_id)
+    monkeypatch.setattr(store, "COMPACT_AT", 4)
 
-    after = trace_store.read_table(trace_id)
+    after = store.read_table(trace_id)
 
     files = sorted(p.name for p in folder.glob("*.parquet"))
     assert len(files) == 2 and files[0].startswith("_overview-") and files[1].startswith("compact-")
@@ -71,7 +71,7 @@ def test_many_chunks_are_compacted_once_and_nothing_is_lost_or_doubled(
     assert after["start_ns"].to_pylist() == sorted(after["start_ns"].to_pylist())
     # More chunks arrive: they are read beside the compacted file, then merged with it.
     send(bob_client, trace_id, exports=5, per_export=10, seed=1)
-    assert trace_store.read_table(trace_id).num_rows == 650
+    assert store.read_table(trace_id).num_rows == 650
     assert len(list(folder.glob("compact-*.parquet"))) == 1
     assert Trace.objects.get(trace_id=trace_id).span_count == 650
 
@@ -84,13 +84,13 @@ def test_a_chunk_a_compacted_file_replaced_is_never_read_again(
     folder = folder_of(settings, trace_id)
     saved = tmp_path / "saved"
     shutil.copytree(folder, saved)
-    monkeypatch.setattr(trace_store, "COMPACT_AT", 2)
-    assert trace_store.read_table(trace_id).num_rows == 60
+    monkeypatch.setattr(store, "COMPACT_AT", 2)
+    assert store.read_table(trace_id).num_rows == 60
     # As if a reader listed the folder before compaction removed the chunks it merged.
     for chunk in saved.glob("*.parquet"):
         shutil.copy(chunk, folder / chunk.name)
-    assert len(trace_store.data_files(folder)) == 1
-    assert trace_store.read_table(trace_id).num_rows == 60
+    assert len(store.data_files(folder)) == 1
+    assert store.read_table(trace_id).num_rows == 60
 
 
 @pytest.mark.parametrize("compacted", [False, True])
@@ -99,17 +99,17 @@ def test_windows_give_the_longest_overlapping_spans_as_a_full_read_does(
 ) -> None:
     trace_id = new_id()
     send(bob_client, trace_id, exports=12, per_export=40)
-    monkeypatch.setattr(trace_store, "COMPACT_AT", 3 if compacted else 1_000)
-    monkeypatch.setattr(trace_store, "ROW_GROUP", 64)  # many row groups, few read
-    monkeypatch.setattr(trace_store, "OVERVIEW_SPANS", 50)
-    table = trace_store.read_table(trace_id)
+    monkeypatch.setattr(store, "COMPACT_AT", 3 if compacted else 1_000)
+    monkeypatch.setattr(store, "ROW_GROUP", 64)  # many row groups, few read
+    monkeypatch.setattr(store, "OVERVIEW_SPANS", 50)
+    table = store.read_table(trace_id)
     rng = random.Random(7)
     windows: list[tuple[int | None, int | None, int]] = [(None, None, 10), (None, None, 480)]
     for _ in range(30):
         a, b = sorted(rng.randrange(0, 1_050_000) for _ in range(2))
         windows.append((BASE + a, BASE + b, rng.choice([1, 5, 40, 200])))
     for start, end, k in windows:
-        spans = trace_store.window(trace_id, start, end, k)
+        spans = store.window(trace_id, start, end, k)
         expected = brute_force(table, start, end, k)
         overlapping = len(brute_force(table, start, end, 10**6))
         assert spans.total == overlapping
@@ -118,7 +118,7 @@ def test_windows_give_the_longest_overlapping_spans_as_a_full_read_does(
         # Equal durations may be broken differently; the durations kept are the same.
         by_id = {r["span_id"]: r for r in table.to_pylist()}
         assert durations == [by_id[i]["end_ns"] - by_id[i]["start_ns"] for i in expected]
-        assert spans.longest.schema.names == trace_store.SCHEMA.names
+        assert spans.longest.schema.names == store.SCHEMA.names
         assert all(r["attributes"] for r in spans.longest.to_pylist())
 
 
@@ -131,7 +131,7 @@ def test_chunks_written_before_the_device_and_counter_columns_still_read(
     (chunk,) = folder.glob("*.parquet")
     old = pq.read_table(chunk).drop_columns(["device", "counters"])
     pq.write_table(old, chunk)
-    spans = trace_store.window(trace_id, None, None, 3)
+    spans = store.window(trace_id, None, None, 3)
     assert spans.total == 5 and spans.longest.num_rows == 3
     assert spans.longest["device"].null_count == 3
 
@@ -150,7 +150,7 @@ def test_aggregates_are_computed_in_arrow_with_nearest_rank_percentiles(bob_clie
 
 
 def test_an_empty_or_unknown_trace_reads_as_empty() -> None:
-    assert trace_store.read_table(new_id()).num_rows == 0
-    assert trace_store.window(new_id(), None, None, 10).total == 0
-    assert trace_store.read_table("../../etc").num_rows == 0
-    assert pc.sum(trace_store.read_table(new_id(), ["start_ns"])["start_ns"]).as_py() is None
+    assert store.read_table(new_id()).num_rows == 0
+    assert store.window(new_id(), None, None, 10).total == 0
+    assert store.read_table("../../etc").num_rows == 0
+    assert pc.sum(store.read_table(new_id(), ["start_ns"])["start_ns"]).as_py() is None

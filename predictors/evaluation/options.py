@@ -1,0 +1,75 @@
+"""What to run: the evaluation loop's options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from predictors.evaluation.errors import EvaluationError
+from predictors.predictor import (
+    DEVICES,
+)
+from predictors.protocol import TRACE_LEVELS, JobOptions
+
+# ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
+GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class EvaluationOptions:
+    """What to run. `threads` None leaves each framework's default thread pools."""
+
+    batch_sizes: tuple[int, ...] = (1,)
+    split: str = "validation"
+    limit: int | None = None
+    device: str = "cpu"
+    # TorchScript profiles its first run and compiles an optimized graph on the second.
+    warmup: int = 2
+    repeat: int = 1
+    threads: int | None = None
+    seed: int = 0
+    trace_level: str = "model"
+    stage_bytes: int = 256 * 1024 * 1024
+    graph_optimization: str | None = None
+    # Time the first predictions, with no warm-up (warmup must be 0); the report says so.
+    cold_start: bool = False
+
+    @classmethod
+    def from_job(cls, options: JobOptions, *, device: str) -> EvaluationOptions:
+        """The loop's options for a hub job: every job option, by name."""
+        values = options.to_dict()
+        values["batch_sizes"] = tuple(values["batch_sizes"])
+        return cls(device=device, **values)
+
+    def __post_init__(self) -> None:
+        def positive(name: str, value: Any, minimum: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise EvaluationError(f"{name} must be an integer >= {minimum}; got {value!r}")
+
+        if not self.batch_sizes:
+            raise EvaluationError("batch_sizes must name at least one batch size")
+        for size in self.batch_sizes:
+            positive("a batch size", size, 1)
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise EvaluationError(f"batch_sizes repeats a batch size: {list(self.batch_sizes)}")
+        if self.limit is not None:
+            positive("limit", self.limit, 1)
+        positive("warmup", self.warmup, 0)
+        positive("repeat", self.repeat, 1)
+        if self.threads is not None:
+            positive("threads", self.threads, 1)
+        positive("seed", self.seed, 0)
+        positive("stage_bytes", self.stage_bytes, 1)
+        if self.cold_start and self.warmup:
+            raise EvaluationError(f"a cold start runs no warm-up; got warmup {self.warmup}")
+        if self.trace_level not in TRACE_LEVELS:
+            raise EvaluationError(
+                f"trace level must be one of {', '.join(TRACE_LEVELS)}; got {self.trace_level!r}"
+            )
+        if self.graph_optimization not in (None, *GRAPH_OPTIMIZATIONS):
+            raise EvaluationError(
+                f"graph optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}; "
+                f"got {self.graph_optimization!r}"
+            )
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise EvaluationError(f"device must be cpu, cuda or cuda:N; got {self.device!r}")

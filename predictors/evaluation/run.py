@@ -1,0 +1,249 @@
+"""`evaluate`: one model, one dataset split, one framework, several batch sizes."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictors import versioning
+from predictors.counters import CounterSampler
+from predictors.data import DatasetReader
+from predictors.evaluation.errors import EvaluationError
+from predictors.evaluation.fixed_batches import (
+    CLOCK_CUDA,
+    CLOCK_HOST,
+    FixedBatches,
+    Progress,
+    _ModelSpec,
+)
+from predictors.evaluation.options import EvaluationOptions
+from predictors.evaluation.sinks import SpanList, SpanSink
+from predictors.evaluation.summaries import _notes, _trace_notes
+from predictors.manifests import Manifest
+from predictors.predictor import (
+    PredictorError,
+    PredictorOptions,
+    predictor_class,
+)
+from predictors.processing import (
+    load_labels,
+    preprocessor_for,
+)
+from predictors.protocol import at_least
+from predictors.tracing import Span
+
+Fetch = Callable[[str, str | None], Path]
+"""`fetch(url, sha256)`: a local file for a manifest's URL (e.g. `DataManager.fetch`)."""
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` returns.
+
+    `result` is the JSON-able summary. `outputs` holds the model's raw outputs for every input
+    (dataset order, float32, one row per input) at the first batch size, first pass; `labels`
+    the dataset labels; `predictions` the top-k (class, label, probability) of every input at
+    the first batch size; `spans` the recorded spans (none at trace level `none`).
+    """
+
+    result: dict[str, Any]
+    outputs: np.ndarray
+    labels: np.ndarray
+    predictions: list[list[tuple[int, str, float]]]
+    spans: list[Span]
+
+
+def evaluate(
+    model: Manifest,
+    dataset: Manifest,
+    options: EvaluationOptions,
+    fetch: Fetch,
+    *,
+    progress: Progress | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    sink: SpanSink | None = None,
+) -> Evaluation:
+    """Evaluate `model` on a split of `dataset` (see the module docstring for the loop).
+
+    The spans go to `sink` as the loop goes (an agent's sink exports them, so that no span is
+    held twice); by default they are kept, in `Evaluation.spans`."""
+    kept = SpanList() if sink is None else None
+    sink = sink if sink is not None else kept
+    assert sink is not None
+    started = datetime.now(UTC)
+    spec = _model_spec(model)
+    split = split_entry(dataset, options.split)
+    split_file = fetch(split["path"], split.get("sha256"))
+    predictor_type = predictor_class(model.framework)
+    software = predictor_type.software()
+    _check_version(model, software["version"])
+    predictor_type.check_device(options.device)
+    preprocessor = preprocessor_for(spec.input)
+    labels = load_labels(spec.output_parameters, lambda url: fetch(url, None))
+    readers = [DatasetReader(split_file, size, limit=options.limit) for size in options.batch_sizes]
+    if readers[0].count == 0:
+        raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
+    total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
+
+    random.seed(options.seed)
+    np.random.seed(options.seed)
+    graph_file = fetch(spec.graph_path, spec.graph_sha256)
+    weights_file = fetch(spec.weights_path, spec.weights_sha256) if spec.weights_path else None
+    predictor = predictor_type()
+    load_start = time.perf_counter_ns()
+    predictor.load(
+        model,
+        PredictorOptions(
+            graph_file=graph_file,
+            weights_file=weights_file,
+            device=options.device,
+            threads=options.threads,
+            seed=options.seed,
+            trace_level=options.trace_level,
+            graph_optimization=options.graph_optimization,
+        ),
+    )
+    load_end = time.perf_counter_ns()
+    load_ns = load_end - load_start
+    sampler = None
+    try:
+        loop = FixedBatches(
+            model, predictor, options, spec, labels, total, progress, cancelled, sink
+        )
+        loop.stage_span("load", load_start, load_end, {})
+        if at_least(options.trace_level, "hardware"):
+            sampler = CounterSampler(
+                options.device, attributes={"framework": model.framework, "model": model.name}
+            )
+            sampler.start()
+        per_batch_size = []
+        for reader in readers:
+            per_batch_size.append(loop.run(reader, preprocessor))
+            loop.flush()  # this batch size's spans
+        if sampler is not None:
+            loop.spans.extend(sampler.stop())
+        settings = predictor.settings()
+        predictor.stop_tracing()
+        if loop.layers:
+            loop.add_layer_spans(predictor.take_layers())
+        profiler_summary = predictor.trace_summary()
+        loop.flush()
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        predictor.close()
+
+    first = loop.first
+    assert first is not None
+    result = {
+        "model": {
+            "name": model.name,
+            "version": model.version,
+            "task": model.task,
+            "content_hash": model.content_hash(),
+            "trained": (model.data.get("attributes") or {}).get("trained"),
+        },
+        "dataset": {
+            "name": dataset.name,
+            "version": dataset.version,
+            "split": options.split,
+            "count": len(first.labels),
+            "split_count": split.get("count"),
+        },
+        "framework": {"name": model.framework, "range": model.framework_range, **software},
+        "output_type": spec.output_type,
+        "device": options.device,
+        "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
+        "settings": {"threads_requested": options.threads, "seed": options.seed, **settings},
+        "options": {
+            "batch_sizes": list(options.batch_sizes),
+            "limit": options.limit,
+            "warmup": options.warmup,
+            "repeat": options.repeat,
+            "cold_start": options.cold_start,
+            "trace_level": options.trace_level,
+        },
+        "load_ms": load_ns / 1e6,
+        "accuracy": per_batch_size[0]["accuracy"],
+        "batch_sizes": per_batch_size,
+        "trace": {
+            "level": options.trace_level,
+            "spans": loop.written,
+            "levels": dict(loop.level_counts),
+            **({"layer_spans": loop.layer_spans} if loop.layers else {}),
+            **(
+                {"gpu_activity_spans": loop.gpu_spans}
+                if at_least(options.trace_level, "system_library")
+                else {}
+            ),
+            **({"profiler": profiler_summary} if profiler_summary else {}),
+        },
+        "notes": _notes(model, dataset, labels, first.outputs.shape[1])
+        + _trace_notes(options, predictor_type, sampler),
+        "started_at": started.isoformat(timespec="seconds"),
+        "duration_s": (datetime.now(UTC) - started).total_seconds(),
+    }
+    return Evaluation(
+        result=result,
+        outputs=first.outputs,
+        labels=first.labels,
+        predictions=first.predictions,
+        spans=kept.spans if kept is not None else [],
+    )
+
+
+def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
+    """The manifest entry of a dataset split (`path`, `sha256`, `count`), checked."""
+    if dataset.kind != "dataset":
+        raise EvaluationError(f"{dataset.name} is a {dataset.kind} manifest, not a dataset")
+    if dataset.data.get("format") != "parquet":
+        raise EvaluationError(
+            f"dataset {dataset.name} is in {dataset.data.get('format')!r} format; the loop "
+            "reads parquet"
+        )
+    splits = dataset.data["splits"]
+    if split not in splits:
+        raise EvaluationError(
+            f"dataset {dataset.name} {dataset.version} has no split {split!r} "
+            f"(it has {', '.join(splits)})"
+        )
+    entry: dict[str, Any] = splits[split]
+    return entry
+
+
+def _model_spec(model: Manifest) -> _ModelSpec:
+    if model.kind != "model":
+        raise EvaluationError(f"{model.name} is a {model.kind} manifest, not a model")
+    if model.task != "image_classification":
+        raise EvaluationError(
+            f"{model.name} is a {model.task} model; the evaluation loop scores "
+            "image_classification models only"
+        )
+    inputs, outputs = model.data["inputs"], model.data["outputs"]
+    if len(inputs) != 1:
+        raise EvaluationError(f"{model.name} has {len(inputs)} inputs; the loop feeds one")
+    files = model.data["model"]
+    return _ModelSpec(
+        input=inputs[0],
+        output_type=outputs[0]["type"],
+        output_parameters=outputs[0].get("parameters") or {},
+        graph_path=files["graph_path"],
+        graph_sha256=files.get("graph_sha256"),
+        weights_path=files.get("weights_path"),
+        weights_sha256=files.get("weights_sha256"),
+    )
+
+
+def _check_version(model: Manifest, version: str) -> None:
+    if not versioning.satisfies(version, model.framework_range):
+        raise PredictorError(
+            f"{model.name} {model.version} needs {model.framework} {model.framework_range}, "
+            f"but {model.framework} {version} is installed"
+        )

@@ -1,0 +1,119 @@
+"""Summaries of an evaluation: latency statistics, accuracy, comparisons, notes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from predictors.counters import CounterSampler
+from predictors.evaluation.errors import EvaluationError
+from predictors.evaluation.options import EvaluationOptions
+from predictors.manifests import Manifest
+from predictors.predictor import (
+    Predictor,
+)
+from predictors.protocol import at_least
+
+if TYPE_CHECKING:
+    from predictors.evaluation.run import Evaluation
+
+
+def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
+    """How far two evaluations of the same inputs agree: the share of inputs with the same
+    top-1 class, and the largest absolute difference between their raw outputs."""
+    names = [e.result["framework"]["name"] for e in (a, b)]
+    if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
+        raise EvaluationError(
+            f"{names[0]} and {names[1]} did not evaluate the same inputs "
+            f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
+        )
+    same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
+    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
+    return {
+        "frameworks": names,
+        "count": int(same.size),
+        "top1_agreement": float(same.mean()),
+        "top1_disagreements": int(same.size - same.sum()),
+        "max_abs_diff": float(difference.max()),
+        "output_type": a.result["output_type"],
+    }
+
+
+def latency_summary(durations_ns: Sequence[int] | np.ndarray) -> dict[str, float | int]:
+    """mean, p50/p90/p99 (linear interpolation), min, max and std (population) in ms."""
+    ms = np.asarray(durations_ns, dtype=np.float64) / 1e6
+    if ms.size == 0:
+        raise ValueError("no durations to summarise")
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {
+        "count": int(ms.size),
+        "mean_ms": float(ms.mean()),
+        "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p99_ms": float(p99),
+        "min_ms": float(ms.min()),
+        "max_ms": float(ms.max()),
+        "std_ms": float(ms.std()),
+    }
+
+
+def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]:
+    k = min(5, outputs.shape[1])
+    # A stable sort of the negated outputs breaks ties towards the lower class index, as
+    # `postprocess` does; softmax keeps the order, so logits rank like probabilities.
+    top = np.argsort(-outputs, axis=1, kind="stable")[:, :k]
+    hits = top == labels[:, None]
+    return {
+        "top1": float(hits[:, 0].mean()),
+        "top5": float(hits.any(axis=1).mean()),
+        "count": int(labels.size),
+    }
+
+
+def _notes(model: Manifest, dataset: Manifest, labels: list[str], classes: int) -> list[str]:
+    notes = []
+    if (model.data.get("attributes") or {}).get("trained") is False:
+        notes.append(
+            f"{model.name} is not trained (attributes.trained: false): its accuracy is "
+            "meaningless; use it for latency and throughput"
+        )
+    dataset_labels = dataset.data.get("labels")
+    if isinstance(dataset_labels, list) and dataset_labels != labels:
+        notes.append(
+            f"the model's {len(labels)} labels are not the dataset's {len(dataset_labels)} "
+            "labels: accuracy compares class indices"
+        )
+    if classes != len(labels):
+        notes.append(f"the model gives {classes} outputs per input for {len(labels)} labels")
+    return notes
+
+
+def _trace_notes(
+    options: EvaluationOptions, predictor_type: type[Predictor], sampler: CounterSampler | None
+) -> list[str]:
+    """What the requested trace level could not record here, in words."""
+    level = options.trace_level
+    notes: list[str] = []
+    finest = predictor_type.finest_trace_level
+    framework = predictor_type.framework
+    if at_least(level, "ml_library") and not at_least(finest, level):
+        notes.append(
+            f"trace level {level}: the {framework} predictor traces down to {finest}; "
+            "finer steps inside its calls are not recorded"
+        )
+    if at_least(level, "system_library") and options.device == "cpu":
+        notes.append(
+            f"trace level {level} on the CPU: there are no CUDA runtime calls or GPU kernels "
+            "to record"
+        )
+    if sampler is not None:
+        notes.extend(sampler.notes)
+    return notes
+
+
+def _shown(value: Any) -> str:
+    """A manifest value as the manifest would show it: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)

@@ -1,0 +1,109 @@
+"""Who may write spans into a trace, and who may read it.
+
+A trace id that belongs to an evaluation is written by the evaluation's user (token scope
+`write` or `evaluate`) or by an agent token whose host claimed that evaluation; a trace id of no
+evaluation belongs to the user whose token first wrote into it. Reads follow the evaluation's
+visibility, or the owner (and staff) for a free-standing trace.
+
+An export that carries an agent's claim (`X-MLMS-Claim`) is refused (409) once the hub has given
+the job to another attempt, so an evaluation's spans are those of the attempt that produced its
+result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from evaluations.models import Evaluation
+from hub.models import ApiToken
+from traces.errors import TraceError
+from traces.models import Trace
+from traces.store import TRACE_ID
+
+# The token scopes of a user who writes spans, and of anyone who may.
+USER_SCOPES = frozenset({"write", "evaluate"})
+WRITE_SCOPES = USER_SCOPES | {"agent"}
+
+
+@dataclass
+class Target:
+    """A trace an export may write into: its id, the evaluation its spans count for (if any),
+    and its row (None while it has none)."""
+
+    trace_id: str
+    evaluation: Evaluation | None
+    trace: Trace | None
+
+
+def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
+    if trace is not None and trace.evaluation_id is not None:
+        return trace.evaluation
+    return Evaluation.objects.select_related("host").filter(trace_id=trace_id).first()
+
+
+def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "") -> list[Target]:
+    """The traces `token` may write into, or TraceError(403) naming the first it may not.
+
+    With `claim` (an agent's `X-MLMS-Claim`), an evaluation's trace takes the spans only for the
+    evaluation that claim currently holds: TraceError(409) when the hub has given the job to
+    another attempt since."""
+    scopes = set(token.scopes)
+    targets = []
+    for trace_id in sorted(trace_ids):
+        trace = Trace.objects.select_related("evaluation__host").filter(trace_id=trace_id).first()
+        evaluation = _evaluation_of(trace_id, trace)
+        if evaluation is not None:
+            # Evaluations launched with one `traceparent` share its trace id (`hosts: all`
+            # launches several): the token may write when it may write into any of them, and
+            # the spans are counted for the one its claim holds, else the first of them.
+            sharing = Evaluation.objects.select_related("host").filter(trace_id=trace_id)
+            writable = [e for e in [evaluation, *sharing] if _may_write(token, scopes, e)]
+            allowed = bool(writable)
+            if writable:
+                evaluation = writable[0]
+            if writable and claim:
+                current = [e for e in writable if e.claim == claim]
+                if not current:
+                    raise TraceError(
+                        409,
+                        f"Claim {claim} is no longer current for the evaluation of trace "
+                        f"{trace_id}: the hub gave the job to another attempt, whose spans "
+                        "replace these.",
+                    )
+                evaluation = current[0]
+        elif trace is not None:
+            allowed = bool(scopes & USER_SCOPES) and trace.owner_id == token.user_id
+        else:
+            allowed = bool(scopes & USER_SCOPES)
+        if not allowed:
+            raise TraceError(403, f"This token may not write spans into trace {trace_id}.")
+        targets.append(Target(trace_id, evaluation, trace))
+    return targets
+
+
+def _may_write(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:
+    return bool(scopes & USER_SCOPES and evaluation.user_id == token.user_id) or (
+        "agent" in scopes and evaluation.host is not None and evaluation.host.token_id == token.pk
+    )
+
+
+def readable_trace(
+    user: AbstractBaseUser | AnonymousUser, trace_id: str
+) -> tuple[Trace | None, Evaluation | None] | None:
+    """(the Trace row if any, its evaluation if any) when `user` may read the trace; else None."""
+    if not TRACE_ID.match(trace_id) or not user.is_authenticated:
+        return None
+    trace = Trace.objects.filter(trace_id=trace_id).first()
+    evaluation = _evaluation_of(trace_id, trace)
+    if evaluation is not None:
+        if not Evaluation.objects.visible_to(user).filter(pk=evaluation.pk).exists():
+            return None
+        return trace, evaluation
+    if trace is None:
+        return None
+    if trace.owner_id != user.pk and not user.is_staff:  # type: ignore[union-attr]
+        return None
+    return trace, None
