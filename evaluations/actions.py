@@ -27,13 +27,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evaluations import events, placement, tasks
+from evaluations import events, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
-from evaluations.models import Evaluation, Result, StatusChange
+from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
 from hub import solver
 from hub.errors import Conflict, Forbidden, Invalid, NotFound
-from hub.models import ApiToken, Host
+from hub.models import ApiToken, Host, Manifest
+from predictors import manifests as spec
 from predictors.protocol import ResultUpload
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
@@ -125,6 +126,7 @@ def launch_evaluation(
     dataset = solution.dataset
     assert dataset is not None
     placements = placement.place(solution, request, user.pk)
+    _check_overrides(request.get("overrides") or [], {where.manifest for where in placements})
 
     group = uuid.uuid4()
     launched = []
@@ -146,6 +148,10 @@ def launch_evaluation(
                 dataset_version=dataset.version,
                 split=request["split"],
                 device=request["device"],
+                trace_level=request["trace_level"],
+                threads=request.get("threads"),
+                seed=request["seed"],
+                overrides="\n".join(request.get("overrides") or []),
                 request=dict(request),
                 group=group,
                 **traced,
@@ -157,6 +163,28 @@ def launch_evaluation(
             _dispatch(evaluation, where, "")
             launched.append(evaluation)
     return launched
+
+
+def _check_overrides(overrides: list[str], manifests: set[Manifest]) -> None:
+    """The overrides must apply to every manifest the launch runs, and leave it valid (as
+    `mlms evaluate --set` does locally): Invalid naming `overrides` and the manifest's field."""
+    if not overrides:
+        return
+    for manifest in sorted(manifests, key=lambda m: m.pk):
+        try:
+            spec.apply_overrides(manifest.content, overrides)
+        except spec.ManifestError as error:
+            raise Invalid(
+                [
+                    {
+                        "path": "overrides",
+                        "message": f"on {manifest.name} {manifest.version} "
+                        f"({manifest.framework}): {e['path'] or '<root>'}: {e['message']}",
+                    }
+                    for e in error.errors
+                ],
+                code=EvaluationErrorCode.INVALID_OVERRIDE,
+            ) from None
 
 
 def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:
@@ -341,26 +369,54 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
                 path="latency",
                 code=EvaluationErrorCode.RESULT_MISMATCH,
             )
-        accuracy = upload.accuracy
-        result = Result.objects.create(
+        # The per-input outputs go to the artifact store, and are removed again if the result
+        # is not stored after all.
+        predictions_path = outputs.write(evaluation.pk, upload.predictions)
+        try:
+            result = _store_result(evaluation, upload, predictions_path)
+            evaluation.progress_done = evaluation.progress_total
+            reason = f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
+            if evaluation.cancel_requested:
+                # The cancel raced the end of the run and lost: say so rather than drop it.
+                reason += "; a cancel was requested, but the run finished before the agent saw it"
+            record_status(evaluation, SUCCEEDED, reason, host=evaluation.host)
+        except BaseException:
+            outputs.remove(evaluation.pk)
+            raise
+    return result
+
+
+def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path: str) -> Result:
+    """The Result and its rows, one per batch size."""
+    accuracy = upload.accuracy
+    given = upload.stack.get("cpu")
+    cpu: dict[str, Any] = given if isinstance(given, dict) else {}
+    gpus = [g for g in upload.stack.get("gpus") or [] if isinstance(g, dict)]
+    result = Result.objects.create(
+        evaluation=evaluation,
+        top1=accuracy["top1"],
+        top5=accuracy["top5"],
+        count=accuracy["count"],
+        predictions_path=predictions_path,
+        top_k=int(upload.predictions.get("top_k") or 1),
+        content_hash=upload.content_hash,
+        cpu_model=str(cpu.get("model") or "")[:256],
+        gpu_model=str(gpus[0].get("name") or "")[:256] if gpus else "",
+        stack=upload.stack,
+        details=upload.details,
+        host=evaluation.host,
+    )
+    BatchResult.objects.bulk_create(
+        BatchResult(
+            result=result,
             evaluation=evaluation,
-            top1=accuracy["top1"],
-            top5=accuracy["top5"],
-            count=accuracy["count"],
-            predictions=upload.predictions,
-            latency=upload.latency,
-            throughput=upload.throughput,
-            content_hash=upload.content_hash,
-            stack=upload.stack,
-            details=upload.details,
-            host=evaluation.host,
+            batch_size=int(size),
+            count=entry["count"],
+            throughput_ips=upload.throughput[size],
+            **{name: entry[name] for name in BatchResult.LATENCY_FIELDS},
         )
-        evaluation.progress_done = evaluation.progress_total
-        reason = f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
-        if evaluation.cancel_requested:
-            # The cancel raced the end of the run and lost: say so rather than drop it.
-            reason += "; a cancel was requested, but the run finished before the agent saw it"
-        record_status(evaluation, SUCCEEDED, reason, host=evaluation.host)
+        for size, entry in upload.latency.items()
+    )
     return result
 
 

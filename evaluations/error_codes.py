@@ -19,3 +19,4 @@ class EvaluationErrorCode(StrEnum):
     TRACE_TAKEN = "trace_taken"  # the traceparent's trace is another user's
     RESULT_MISMATCH = "result_mismatch"  # a result that does not answer the request
     FINISHED = "finished"  # the evaluation is finished already
+    INVALID_OVERRIDE = "invalid_override"  # an override that leaves the manifest invalid

@@ -66,8 +66,14 @@ class Evaluation(models.Model):
     dataset_version = models.CharField(max_length=128)
     split = models.CharField(max_length=64)
     device = models.CharField(max_length=8)
-    # The request as validated, with its defaults filled in.
+    # The request as validated, with its defaults filled in; the keys people compare and
+    # filter on are columns of their own too.
     request = models.JSONField()
+    trace_level = models.CharField(max_length=16, default="model")
+    threads = models.PositiveIntegerField(null=True, blank=True)
+    seed = models.BigIntegerField(default=0)
+    # The manifest parameters it overrides, PATH=VALUE, one per line in the order applied.
+    overrides = models.CharField(max_length=1024, blank=True, default="", db_index=True)
 
     status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
     progress_done = models.PositiveIntegerField(default=0)
@@ -121,6 +127,10 @@ class Evaluation(models.Model):
             models.Index(fields=["user", "-created_at"]),
             models.Index(fields=["status"]),
             models.Index(fields=["model_name"]),
+            models.Index(fields=["framework", "framework_version"]),
+            models.Index(fields=["dataset_name", "dataset_version", "split"]),
+            models.Index(fields=["device"]),
+            models.Index(fields=["trace_level"]),
             # The trace receiver and the trace API find an evaluation by its trace id.
             models.Index(fields=["trace_id"]),
         ]
@@ -160,15 +170,15 @@ class Result(models.Model):
     top1 = models.FloatField()
     top5 = models.FloatField()
     count = models.PositiveIntegerField()
-    # {"top_k": k, "labels": [true class per input], "classes": [[top-k classes] per input],
-    #  "probabilities": [[top-k probabilities] per input]}
-    predictions = models.JSONField()
-    # {"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}
-    latency = models.JSONField()
-    # {"<batch size>": inputs per second}
-    throughput = models.JSONField()
+    # The per-input outputs (true class, top-k classes and probabilities of every input): a
+    # columnar file in the artifact store (`evaluations.outputs`), not rows of JSON here.
+    predictions_path = models.CharField(max_length=255, blank=True, default="")
+    top_k = models.PositiveSmallIntegerField(default=1)
     # The content hash of the model manifest that ran (as the agent computed it).
-    content_hash = models.CharField(max_length=64)
+    content_hash = models.CharField(max_length=64, db_index=True)
+    # The hardware it ran on, as the agent read it (from `stack`), to filter and compare on.
+    cpu_model = models.CharField(max_length=256, blank=True, default="", db_index=True)
+    gpu_model = models.CharField(max_length=256, blank=True, default="", db_index=True)
     # The host's hardware/software stack as the agent read it when the job finished.
     stack = models.JSONField()
     # The evaluation loop's whole report (settings, per-batch-size timings, notes, …).
@@ -180,3 +190,53 @@ class Result(models.Model):
 
     def __str__(self) -> str:
         return f"result of {self.evaluation_id}"
+
+    @property
+    def latency(self) -> dict[str, dict[str, float | int]]:
+        """{"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}"""
+        return {str(row.batch_size): row.latency for row in self.batch_results.all()}
+
+    @property
+    def throughput(self) -> dict[str, float]:
+        """{"<batch size>": inputs per second}"""
+        return {str(row.batch_size): row.throughput_ips for row in self.batch_results.all()}
+
+
+class BatchResult(models.Model):
+    """What one batch size of a result measured: a row per batch size, to filter, sort and
+    compare on."""
+
+    LATENCY_FIELDS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+
+    result = models.ForeignKey(Result, on_delete=models.CASCADE, related_name="batch_results")
+    evaluation = models.ForeignKey(
+        Evaluation, on_delete=models.CASCADE, related_name="batch_results"
+    )
+    batch_size = models.PositiveIntegerField()
+    mean_ms = models.FloatField()
+    p50_ms = models.FloatField()
+    p90_ms = models.FloatField()
+    p99_ms = models.FloatField()
+    min_ms = models.FloatField()
+    max_ms = models.FloatField()
+    std_ms = models.FloatField()
+    # The batches the latency statistics cover.
+    count = models.PositiveIntegerField()
+    throughput_ips = models.FloatField()
+
+    class Meta:
+        ordering = ["batch_size"]
+        constraints = [
+            models.UniqueConstraint(fields=["result", "batch_size"], name="one_row_per_batch_size")
+        ]
+        indexes = [
+            models.Index(fields=["batch_size", "p50_ms"]),
+            models.Index(fields=["batch_size", "throughput_ips"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch size {self.batch_size} of {self.evaluation_id}"
+
+    @property
+    def latency(self) -> dict[str, float | int]:
+        return {**{name: getattr(self, name) for name in self.LATENCY_FIELDS}, "count": self.count}

@@ -7,6 +7,7 @@ from evaluations.api import (
     cancel,
     claim,
     evaluations,
+    predictions,
     progress,
     result,
     status,
@@ -18,6 +19,11 @@ urlpatterns = [
         "evaluations/<uuid:pk>/",
         evaluations.EvaluationDetail.as_view(),
         name="api-evaluation-detail",
+    ),
+    path(
+        "evaluations/<uuid:pk>/predictions/",
+        predictions.EvaluationPredictions.as_view(),
+        name="api-evaluation-predictions",
     ),
     path(
         "evaluations/<uuid:pk>/cancel/",

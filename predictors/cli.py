@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import introspection
+from predictors import history_cli, introspection
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
@@ -148,7 +148,8 @@ def _parser() -> _Parser:
         action="append",
         default=[],
         metavar="PATH=VALUE",
-        help="override a manifest field, e.g. inputs.0.parameters.color_mode=BGR (repeatable)",
+        help="override a manifest field, e.g. inputs.0.parameters.color_mode=BGR (repeatable; "
+        "with --hub, sent as the launch's overrides)",
     )
     run.add_argument("--format", choices=("table", "json"), default="table")
     run.add_argument(
@@ -183,6 +184,7 @@ def _parser() -> _Parser:
         default="one",
         help="with --hub: run on one matching host, or on every one (default: one)",
     )
+    history_cli.add_commands(commands)
     commands.add_parser(
         "agent",
         help="serve evaluations for a hub on this host (see `mlms agent --help`)",
@@ -458,10 +460,6 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
     """The `POST /api/v1/evaluations/` body for `mlms evaluate … --hub`."""
     if not args.token:
         raise UsageError("--hub needs --token (or $MLMS_TOKEN), a token with the 'evaluate' scope")
-    if args.overrides:
-        raise UsageError(
-            "--set works only locally: publish the changed manifest to the hub instead"
-        )
     for flag, value in (
         ("--graph-optimization", args.graph_optimization),
         ("--trace-file", args.trace_file),
@@ -493,6 +491,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             threads=args.threads,
             trace_level=args.trace_level,
+            overrides=tuple(args.overrides),
         )
     except ProtocolError as error:
         raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None
@@ -578,8 +577,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return agent_main(arguments[1:])
     try:
         args = _parser().parse_args(arguments)
+        if args.command == "evaluations":
+            print(history_cli.run(args))
+            return 0
         report = run_remote(args) if args.hub else run_evaluate(args)
-    except UsageError as exc:
+    except (UsageError, history_cli.HistoryUsageError) as exc:
         return _fail(str(exc), 2)
     except (CommandError, CatalogError) as exc:
         return _fail(str(exc), 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 
@@ -146,6 +147,11 @@ class HubClient:
 
     def evaluation(self, evaluation: str) -> dict[str, Any]:
         return dict(self.request("GET", f"evaluations/{evaluation}/"))
+
+    def evaluations(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """A page of `GET /evaluations/` with the history's filters and ordering (`query`:
+        the API's query parameters; the hub refuses one it does not know, naming it)."""
+        return dict(self.request("GET", f"evaluations/?{urlencode(dict(query))}"))
 
     def cancel(self, evaluation: str) -> dict[str, Any]:
         return dict(self.request("POST", f"evaluations/{evaluation}/cancel/"))

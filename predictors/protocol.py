@@ -227,7 +227,8 @@ COUNTER_LEVEL = "hardware"
 
 def _option(default: Any, help: str, **bounds: Any) -> Any:
     """A job option's default, with what the hub's launch request checks of it: `minimum`,
-    `maximum`, `choices`, `nullable`, `pattern`, `max_items` (lists)."""
+    `maximum`, `choices`, `nullable`, `pattern`; for lists `item` (int or str), `min_items`,
+    `max_items`, `item_max_length`."""
     return field(default=default, metadata={"help": help, **bounds})
 
 
@@ -257,6 +258,15 @@ class JobOptions:
         nullable=True,
     )
     cold_start: bool = _option(False, "time the first predictions: no warm-up")
+    overrides: tuple[str, ...] = _option(
+        (),
+        "manifest parameters to override, PATH=VALUE, applied in order (as `mlms evaluate "
+        "--set`), e.g. inputs.0.parameters.color_mode=BGR",
+        item="str",
+        min_items=0,
+        max_items=8,
+        item_max_length=120,
+    )
     trace_level: str = _option("model", "what to trace", choices=TRACE_LEVELS)
 
     def __post_init__(self) -> None:
@@ -264,9 +274,7 @@ class JobOptions:
             _check_option(spec, getattr(self, spec.name))
 
     def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)
-        values["batch_sizes"] = list(self.batch_sizes)
-        return values
+        return {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "options") -> JobOptions:
@@ -275,9 +283,9 @@ class JobOptions:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ProtocolError(f"{path}.{unknown[0]}", "unknown job option")
-        values = dict(data)
-        if isinstance(values.get("batch_sizes"), list):
-            values["batch_sizes"] = tuple(values["batch_sizes"])
+        values: dict[str, Any] = {
+            key: tuple(v) if isinstance(v, list) else v for key, v in data.items()
+        }
         try:
             return cls(**values)
         except ProtocolError as error:
@@ -301,14 +309,17 @@ def _check_option(spec: Any, value: Any) -> None:
             raise ProtocolError(name, f"must be true or false; got {value!r}")
         return
     if isinstance(default, tuple):
-        if not isinstance(value, tuple) or not value:
+        if not isinstance(value, tuple) or len(value) < meta.get("min_items", 1):
             raise ProtocolError(name, "must be a non-empty list")
         if len(value) > meta.get("max_items", len(value)):
             raise ProtocolError(name, f"must hold at most {meta['max_items']} items")
         if len(set(value)) != len(value):
             raise ProtocolError(name, f"names a value twice: {list(value)}")
         for item in value:
-            _check_number(name, item, meta)
+            if meta.get("item") == "str":
+                _check_assignment(name, item, meta)
+            else:
+                _check_number(name, item, meta)
         return
     if isinstance(default, str) or "choices" in meta:
         if not isinstance(value, str):
@@ -319,6 +330,14 @@ def _check_option(spec: Any, value: Any) -> None:
             raise ProtocolError(name, f"must match {meta['pattern']}; got {value!r}")
         return
     _check_number(name, value, meta)
+
+
+def _check_assignment(name: str, value: Any, meta: Mapping[str, Any]) -> None:
+    """A PATH=VALUE item."""
+    if not isinstance(value, str) or "=" not in value or not value.partition("=")[0].strip():
+        raise ProtocolError(name, f"each item is PATH=VALUE; got {value!r}")
+    if len(value) > meta.get("item_max_length", len(value)):
+        raise ProtocolError(name, f"an item is at most {meta['item_max_length']} characters")
 
 
 def _check_number(name: str, value: Any, meta: Mapping[str, Any]) -> None:

@@ -6,7 +6,6 @@ hosts and dispatches one evaluation (`hosts: one`) or one per matching host (`ho
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.db.models import QuerySet
@@ -22,7 +21,7 @@ from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from evaluations import actions
+from evaluations import actions, history
 from evaluations.api.serializers import (
     EvaluationDetailSerializer,
     EvaluationRequestSerializer,
@@ -31,34 +30,26 @@ from evaluations.api.serializers import (
 from evaluations.models import Evaluation
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
-from hub.api.query import choice, flag, flag_parameter
+from hub.api.query import flag, flag_parameter
 from traces.traceparent import TraceParentError, parse_traceparent
 
 READ_SCOPES = ("read", "evaluate")
-
-_FILTERS = {
-    # query parameter: (lookup, description)
-    "model": ("model_name", "model name"),
-    "framework": ("framework", "pytorch, tensorflow or onnxruntime"),
-    "dataset": ("dataset_name", "dataset name"),
-    "host": ("host__name", "the host it ran (or runs) on"),
-    "status": ("status", "queued, dispatched, running, succeeded, failed or cancelled"),
-    "user": ("user__username", "user name (staff see every user's evaluations)"),
-    "group": ("group", "the evaluations one request launched"),
-}
 
 
 def visible_evaluations(request: Request) -> QuerySet[Evaluation]:
     return (
         Evaluation.objects.visible_to(request.user)
         .select_related("user", "host", "result")
-        .prefetch_related("history")
+        .prefetch_related("history", "result__batch_results")
     )
 
 
-_FILTER_TYPES: dict[str, dict[str, Any]] = {
-    "status": {"enum": [value for value, _ in Evaluation.STATUSES]},
-    "group": {"type": OpenApiTypes.UUID},
+_KIND_TYPES = {
+    "integer": OpenApiTypes.INT,
+    "uuid": OpenApiTypes.UUID,
+    "date": OpenApiTypes.STR,
+    "text": OpenApiTypes.STR,
+    "choice": OpenApiTypes.STR,
 }
 
 
@@ -76,38 +67,32 @@ LAUNCHED = inline_serializer(
     get=extend_schema(
         summary="List your evaluations (staff: everyone's)",
         parameters=[
+            *(
+                OpenApiParameter(
+                    spec.name,
+                    _KIND_TYPES[spec.kind],
+                    enum=list(spec.choices) or None,
+                    description=spec.description,
+                )
+                for spec in history.FILTERS
+            ),
             OpenApiParameter(
-                name,
-                _FILTER_TYPES.get(name, {}).get("type", OpenApiTypes.STR),
-                enum=_FILTER_TYPES.get(name, {}).get("enum"),
-                description=text,
-            )
-            for name, (_, text) in _FILTERS.items()
+                "ordering",
+                OpenApiTypes.STR,
+                enum=list(history.ORDERINGS),
+                description="sort by a field or metric, `-` for descending (default: "
+                "-created_at); the latency and throughput metrics need `batch_size`",
+            ),
         ],
     ),
 )
 class EvaluationList(generics.ListAPIView[Evaluation]):
-    query_parameters = tuple(_FILTERS)
+    query_parameters = (*(spec.name for spec in history.FILTERS), "ordering")
     serializer_class = EvaluationSerializer
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES, "POST": "evaluate"}
 
     def get_queryset(self) -> QuerySet[Evaluation]:
-        queryset = visible_evaluations(self.request)
-        params = self.request.query_params
-        choice(self.request, "status", sorted(value for value, _ in Evaluation.STATUSES))
-        group = params.get("group")
-        if group is not None:
-            try:
-                uuid.UUID(group)
-            except ValueError:
-                raise ApiError(
-                    [{"path": "group", "message": f"group must be a UUID, not {group[:40]!r}"}]
-                ) from None
-        for name, (lookup, _) in _FILTERS.items():
-            value = params.get(name)
-            if value:
-                queryset = queryset.filter(**{lookup: value})
-        return queryset
+        return history.apply(visible_evaluations(self.request), self.request.query_params)
 
     @extend_schema(
         summary="Launch an evaluation",

@@ -6,9 +6,11 @@ import dataclasses
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from evaluations import outputs
 from evaluations.models import Evaluation, Result, StatusChange
 from predictors.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES, LATENCY_KEYS, JobOptions, ProtocolError
@@ -34,9 +36,14 @@ def _option_field(spec: dataclasses.Field[Any]) -> serializers.Field[Any, Any, A
     if isinstance(default, bool):
         return serializers.BooleanField(default=default, **common)
     if isinstance(default, tuple):
+        child: serializers.Field[Any, Any, Any, Any] = (
+            serializers.CharField(max_length=meta["item_max_length"], trim_whitespace=False)
+            if meta.get("item") == "str"
+            else serializers.IntegerField(**bounds)
+        )
         return serializers.ListField(
-            child=serializers.IntegerField(**bounds),
-            min_length=1,
+            child=child,
+            min_length=meta.get("min_items", 1),
             max_length=meta.get("max_items"),
             default=list(default),
             **common,
@@ -151,9 +158,26 @@ class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
         fields = ["status", "reason", "at", "attempt", "host"]
 
 
+class LatencyRowSerializer(serializers.Serializer[dict[str, Any]]):
+    mean_ms = serializers.FloatField()
+    p50_ms = serializers.FloatField()
+    p90_ms = serializers.FloatField()
+    p99_ms = serializers.FloatField()
+    min_ms = serializers.FloatField()
+    max_ms = serializers.FloatField()
+    std_ms = serializers.FloatField()
+    count = serializers.IntegerField(help_text="the batches the statistics cover")
+
+
 class ResultSerializer(serializers.ModelSerializer[Result]):
     accuracy = serializers.SerializerMethodField()
     host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    latency = serializers.DictField(
+        child=LatencyRowSerializer(), read_only=True, help_text="by batch size"
+    )
+    throughput = serializers.DictField(
+        child=serializers.FloatField(), read_only=True, help_text="inputs per second, by batch size"
+    )
 
     class Meta:
         model = Result
@@ -162,6 +186,8 @@ class ResultSerializer(serializers.ModelSerializer[Result]):
             "latency",
             "throughput",
             "content_hash",
+            "cpu_model",
+            "gpu_model",
             "host",
             "stack",
             "details",
@@ -173,8 +199,20 @@ class ResultSerializer(serializers.ModelSerializer[Result]):
 
 
 class ResultWithPredictionsSerializer(ResultSerializer):
+    """With every input's predictions (`?predictions=1`; a page at a time:
+    `GET /api/v1/evaluations/<id>/predictions/`)."""
+
+    predictions = serializers.SerializerMethodField()
+
     class Meta(ResultSerializer.Meta):
         fields = [*ResultSerializer.Meta.fields, "predictions"]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_predictions(self, result: Result) -> dict[str, Any] | None:
+        """{"top_k", "labels", "classes", "probabilities"}: one row per input."""
+        if not result.predictions_path:
+            return None
+        return {"top_k": result.top_k, **outputs.read_all(result.predictions_path)}
 
 
 class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
@@ -187,6 +225,7 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
     host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     progress = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
+    overrides = serializers.SerializerMethodField()
     accuracy = serializers.SerializerMethodField()
 
     class Meta:
@@ -209,6 +248,7 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
             "attempts",
             "trace_id",
             "group",
+            "overrides",
             "accuracy",
             "created_at",
             "started_at",
@@ -216,6 +256,11 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
             "updated_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_overrides(self, evaluation: Evaluation) -> list[str]:
+        """The manifest parameters it overrides, PATH=VALUE, in the order applied."""
+        return evaluation.overrides.split("\n") if evaluation.overrides else []
 
     def get_url(self, evaluation: Evaluation) -> str:
         return reverse("api-evaluation-detail", kwargs={"pk": evaluation.pk})

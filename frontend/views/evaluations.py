@@ -187,7 +187,7 @@ def _visible(request: HttpRequest) -> Any:
     return (
         Evaluation.objects.visible_to(request.user)
         .select_related("user", "host", "result")
-        .prefetch_related("history")
+        .prefetch_related("history", "result__batch_results")
     )
 
 

@@ -33,12 +33,16 @@ class EvaluationOptions:
     graph_optimization: str | None = None
     # Time the first predictions, with no warm-up (warmup must be 0); the report says so.
     cold_start: bool = False
+    # Manifest parameters to override, PATH=VALUE, applied to the model manifest in order
+    # before it runs (`mlms evaluate --set`, a hub launch's `overrides`).
+    overrides: tuple[str, ...] = ()
 
     @classmethod
     def from_job(cls, options: JobOptions, *, device: str) -> EvaluationOptions:
         """The loop's options for a hub job: every job option, by name."""
-        values = options.to_dict()
-        values["batch_sizes"] = tuple(values["batch_sizes"])
+        values: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in options.to_dict().items()
+        }
         return cls(device=device, **values)
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ from predictors.evaluation.fixed_batches import (
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanList, SpanSink
 from predictors.evaluation.summaries import _notes, _trace_notes
-from predictors.manifests import Manifest
+from predictors.manifests import Manifest, apply_overrides
 from predictors.predictor import (
     PredictorError,
     PredictorOptions,
@@ -78,6 +78,8 @@ def evaluate(
     sink = sink if sink is not None else kept
     assert sink is not None
     started = datetime.now(UTC)
+    if options.overrides:
+        model = apply_overrides(model.data, list(options.overrides))
     spec = _model_spec(model)
     split = split_entry(dataset, options.split)
     split_file = fetch(split["path"], split.get("sha256"))
@@ -168,6 +170,7 @@ def evaluate(
             "warmup": options.warmup,
             "repeat": options.repeat,
             "cold_start": options.cold_start,
+            "overrides": list(options.overrides),
             "trace_level": options.trace_level,
         },
         "load_ms": load_ns / 1e6,

@@ -133,6 +133,28 @@ def test_the_mlms_cli_submits_to_the_hub_and_follows_the_run(hub: LiveHub) -> No
     assert refused.returncode == 1
     assert refused.stderr.startswith("mlms: error:") and len(refused.stderr.splitlines()) == 1
 
+    # The history, from the command line: the run just made, found by its batch size and
+    # shown with its latency per batch size; a filter the hub does not know is refused.
+    history = [sys.executable, "-m", "predictors.cli", "evaluations"]
+    listed = subprocess.run(
+        [*history, "list", "--hub", hub.url, "--where", "batch_size=32", "--format", "json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert evaluation["id"] in [e["id"] for e in json.loads(listed.stdout)["results"]]
+    shown = subprocess.run(
+        [*history, "show", evaluation["id"], "--hub", hub.url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "succeeded" in shown.stdout and "batch size" in shown.stdout
+    assert any(line.split()[:1] == ["32"] for line in shown.stdout.splitlines())
+    unknown = subprocess.run(
+        [*history, "list", "--hub", hub.url, "--where", "speed=fast"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert unknown.returncode == 1 and "speed" in unknown.stderr
+
 
 def test_curl_launches_an_evaluation_with_a_bearer_token(hub: LiveHub) -> None:
     body = json.dumps(

@@ -288,3 +288,38 @@ def test_a_job_option_is_written_once_in_the_protocol() -> None:
     assert (
         fields["warmup"].max_value == JobOptions.__dataclass_fields__["warmup"].metadata["maximum"]
     )
+
+
+def test_a_launch_overrides_manifest_parameters_validated_like_the_manifest(
+    alice_client, agent, hosts
+) -> None:
+    """`overrides` as `mlms evaluate --set` takes them: applied to the manifest and checked,
+    recorded with the evaluation, shown, carried by the job, and found in the history."""
+    from tests.evaluations.factories import claim, error_paths, launched_id
+
+    overrides = ["inputs.0.parameters.color_mode=BGR", "outputs.0.parameters.top_k=2"]
+    response = launch(alice_client, overrides=overrides)
+
+    assert response.status_code == 201, response.content
+    (shown,) = response.json()["evaluations"]
+    assert shown["overrides"] == overrides
+    evaluation = Evaluation.objects.get(pk=launched_id(response))
+    assert evaluation.overrides == "\n".join(overrides)
+    job = claim(agent, evaluation.pk, hosts["cpu-1"]).json()
+    assert job["options"]["overrides"] == overrides
+    listed = alice_client.get(EVALUATIONS_URL, {"override": "color_mode=BGR"}).json()
+    assert [e["id"] for e in listed["results"]] == [str(evaluation.pk)]
+    assert alice_client.get(EVALUATIONS_URL, {"override": "RGB"}).json()["count"] == 0
+
+    for bad, words in (
+        (["inputs.0.parameters.color_mode=CMYK"], "color_mode"),
+        (["inputs.0.parameters.nothing_here.deeper=1"], "nothing_here"),
+        (["no equals sign"], "PATH=VALUE"),
+        (["a=1", "a=1"], "twice"),
+        ([f"inputs.0.name={'x' * 200}"], "120"),
+    ):
+        refused = launch(alice_client, overrides=bad)
+        assert refused.status_code == 400, (bad, refused.content)
+        assert error_paths(refused)[0].split(".")[0] == "overrides"
+        assert words in refused.json()["detail"], refused.json()
+    assert Evaluation.objects.count() == 1

@@ -104,7 +104,7 @@ def test_an_agent_token_cannot_read_evaluations(agent, launched) -> None:
 @pytest.mark.parametrize(
     "url, name",
     [
-        ("/api/v1/evaluations/?created_after=2030-01-01", "created_after"),
+        ("/api/v1/evaluations/?started_after=2030-01-01", "started_after"),
         ("/api/v1/evaluations/?status=running&sort=-p50", "sort"),
         ("/api/v1/manifests/?framwork=pytorch", "framwork"),
         ("/api/v1/hosts/?live=true&arch=arm64", "arch"),

@@ -8,7 +8,7 @@ and may override `evaluation_defaults` for defaults of its own.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import Evaluation, EvaluationOptions, Progress, SpanSink, evaluate
-from predictors.manifests import Manifest, apply_overrides
+from predictors.manifests import Manifest
 
 RunEvaluation = Callable[..., Evaluation]
 
@@ -42,9 +42,9 @@ def evaluation_defaults() -> dict[str, Any]:
 
 @pytest.fixture
 def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvaluation:
-    """`run_evaluation(model, framework, dataset, overrides, *, progress, cancelled, sink,
-    **options)`: evaluate `model` (a name in the built-in catalog, its highest version for
-    `framework`, or a manifest) with the manifest `overrides` ("PATH=VALUE") applied, on
+    """`run_evaluation(model, framework, dataset, *, progress, cancelled, sink, **options)`:
+    evaluate `model` (a name in the built-in catalog, its highest version for `framework`, or
+    a manifest) on
     `dataset` (a catalog name or a manifest), with EvaluationOptions `options`, fetching from
     the module's `store`. What is not given comes from `evaluation_defaults`."""
 
@@ -52,7 +52,6 @@ def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvalu
         model: str | Manifest | None = None,
         framework: str | None = None,
         dataset: str | Manifest | None = None,
-        overrides: Sequence[str] = (),
         *,
         progress: Progress | None = None,
         cancelled: Callable[[], bool] | None = None,
@@ -72,8 +71,6 @@ def run_evaluation(store: Path, evaluation_defaults: dict[str, Any]) -> RunEvalu
             model = _catalog().find_model(model, "*", framework)
         if model is None or dataset is None:
             raise TypeError("run_evaluation: needs a model and a dataset")
-        if overrides:
-            model = apply_overrides(model.data, list(overrides))
         if isinstance(dataset, str):
             dataset = _catalog().find_dataset(dataset)
         return evaluate(

@@ -62,7 +62,9 @@ def test_digits_cnn_is_accurate_in_every_framework_and_they_agree(
 
 def test_shapes_color_pitfall_overrides_drop_accuracy(run_evaluation: RunEvaluation) -> None:
     def top1(*overrides: str) -> float:
-        evaluation = run_evaluation("shapes-color", "onnxruntime", "shapes-color", overrides)
+        evaluation = run_evaluation(
+            "shapes-color", "onnxruntime", "shapes-color", overrides=overrides
+        )
         return float(evaluation.result["accuracy"]["top1"])
 
     baseline = top1()
@@ -84,7 +86,7 @@ def test_a_layout_the_model_does_not_take_is_an_error_not_a_silent_one(
 ) -> None:
     override = f"inputs.0.parameters.layout={layout}"
     with pytest.raises(PredictorError, match=message):
-        run_evaluation("shapes-color", framework, "shapes-color", (override,), limit=4)
+        run_evaluation("shapes-color", framework, "shapes-color", overrides=(override,), limit=4)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

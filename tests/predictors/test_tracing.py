@@ -292,3 +292,24 @@ def test_a_large_evaluation_loses_no_span_to_the_export_queue(
         received += sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
     assert received == count + 1  # and the root span
     assert tracer.export_failures == 0
+
+
+def test_the_loop_applies_the_options_overrides_to_the_manifest(
+    run_evaluation: RunEvaluation,
+) -> None:
+    """A hub job's `overrides` reach the loop by name and change the manifest that runs."""
+    from predictors.manifests import ManifestError
+
+    evaluation = run_evaluation(
+        framework="onnxruntime",
+        limit=8,
+        batch_sizes=(8,),
+        overrides=("outputs.0.parameters.top_k=1",),
+    )
+
+    assert all(len(p) == 1 for p in evaluation.predictions)
+    assert evaluation.result["options"]["overrides"] == ["outputs.0.parameters.top_k=1"]
+    with pytest.raises(ManifestError, match="top_k"):
+        run_evaluation(
+            framework="onnxruntime", limit=8, overrides=("outputs.0.parameters.top_k=none",)
+        )

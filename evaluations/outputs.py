@@ -1,0 +1,96 @@
+"""Per-input outputs of a result, kept as a columnar file in the artifact store rather than in
+the database, so that a dataset of a million inputs does not bloat it; read back a page at a
+time.
+
+`results/<evaluation id>/predictions.parquet` holds a row per input, in dataset order:
+`index` (int64), `label` (the dataset's class, int64), `classes` (the top-k classes,
+list<int64>) and `probabilities` (their probabilities, list<float32>), zstd-compressed.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hub import storage
+
+__all__ = ["SCHEMA", "count", "page", "path_of", "read_all", "remove", "write"]
+
+SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("label", pa.int64()),
+        ("classes", pa.list_(pa.int64())),
+        ("probabilities", pa.list_(pa.float32())),
+    ]
+)
+ROW_GROUP = 65_536
+
+
+def path_of(evaluation_id: Any) -> str:
+    return f"results/{evaluation_id}/predictions.parquet"
+
+
+def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
+    """Store a result's predictions (`{"labels", "classes", "probabilities"}`, one row per
+    input); the store path."""
+    labels = predictions["labels"]
+    table = pa.table(
+        {
+            "index": pa.array(range(len(labels)), pa.int64()),
+            "label": pa.array(labels, pa.int64()),
+            "classes": pa.array(predictions["classes"], pa.list_(pa.int64())),
+            "probabilities": pa.array(predictions["probabilities"], pa.list_(pa.float32())),
+        },
+        schema=SCHEMA,
+    )
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd", row_group_size=ROW_GROUP)
+    path = path_of(evaluation_id)
+    storage.write(path, [buffer.getvalue()])
+    return path
+
+
+def remove(evaluation_id: Any) -> None:
+    storage.remove(path_of(evaluation_id))
+
+
+def count(path: str) -> int:
+    """How many inputs the file holds (read from its footer)."""
+    with pq.ParquetFile(storage.resolve(path)) as parquet:
+        return int(parquet.metadata.num_rows)
+
+
+def page(path: str, offset: int, limit: int) -> list[dict[str, Any]]:
+    """Rows `offset` to `offset + limit` (reading only the row groups they lie in)."""
+    rows: list[dict[str, Any]] = []
+    with pq.ParquetFile(storage.resolve(path)) as parquet:
+        start = 0
+        for group in range(parquet.metadata.num_row_groups):
+            size = parquet.metadata.row_group(group).num_rows
+            if start + size > offset and start < offset + limit:
+                table = parquet.read_row_group(group)
+                first = max(offset - start, 0)
+                rows.extend(table.slice(first, offset + limit - start - first).to_pylist())
+            start += size
+    return [_rounded(row) for row in rows[:limit]]
+
+
+def read_all(path: str) -> dict[str, Any]:
+    """The whole file as the result's `predictions` object."""
+    table = pq.read_table(storage.resolve(path))
+    rows = [_rounded(row) for row in table.to_pylist()]
+    return {
+        "labels": [row["label"] for row in rows],
+        "classes": [row["classes"] for row in rows],
+        "probabilities": [row["probabilities"] for row in rows],
+    }
+
+
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
+    """float32 read back as the 5 decimals the agent sent, not float32's binary noise."""
+    row["probabilities"] = [round(p, 5) for p in row["probabilities"] or []]
+    return row

@@ -1,0 +1,150 @@
+"""`mlms evaluations list|show`: a hub's evaluation history from the command line.
+
+    mlms evaluations list [--hub URL] [--token T] [--where NAME=VALUE]... [--ordering KEY]
+                          [--page N] [--page-size N] [--format table|json]
+    mlms evaluations show ID [--hub URL] [--token T] [--format table|json]
+
+`--where` takes the history's filters by the API's names (`GET /api/v1/evaluations/`:
+`model`, `framework`, `batch_size`, `trace_level`, `created_after`, `gpu_model`, …; see
+docs/api.md), so the CLI and the API filter the same way; the hub refuses a filter or value it
+does not know, naming it. `--ordering` sorts by a field or metric (`-p50_ms` with
+`--where batch_size=1`). The hub and token come from `--hub`/`--token` or `$MLMS_HUB`/
+`$MLMS_TOKEN`; the token needs the `read` (or `evaluate`) scope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from predictors.hub_client import HubClient
+
+__all__ = ["add_commands", "run"]
+
+
+class HistoryUsageError(Exception):
+    """A command line that cannot be run (exit status 2)."""
+
+
+def add_commands(commands: Any) -> None:
+    """The `evaluations` command and its `list` and `show` subcommands."""
+    history = commands.add_parser(
+        "evaluations", help="list and show a hub's evaluations (mlms evaluations list|show)"
+    )
+    actions = history.add_subparsers(dest="action", required=True, parser_class=type(history))
+    listing = actions.add_parser("list", help="list evaluations, filtered and sorted")
+    listing.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a history filter by its API name, e.g. batch_size=1, framework=pytorch, "
+        "created_after=2026-11-01 (repeatable)",
+    )
+    listing.add_argument("--ordering", metavar="KEY", help="e.g. -created_at, top1, p50_ms")
+    listing.add_argument("--page", type=int, default=1, metavar="N")
+    listing.add_argument("--page-size", type=int, default=50, metavar="N")
+    show = actions.add_parser("show", help="one evaluation, with its result")
+    show.add_argument("id", help="the evaluation's id")
+    for parser in (listing, show):
+        parser.add_argument(
+            "--hub", default=os.environ.get("MLMS_HUB"), metavar="URL", help="(default: $MLMS_HUB)"
+        )
+        parser.add_argument(
+            "--token",
+            default=os.environ.get("MLMS_TOKEN"),
+            metavar="T",
+            help="API token with the 'read' scope (default: $MLMS_TOKEN)",
+        )
+        parser.add_argument("--format", choices=("table", "json"), default="table")
+
+
+def run(args: argparse.Namespace) -> str:
+    """What `mlms evaluations …` prints."""
+    if not args.hub:
+        raise HistoryUsageError("--hub (or $MLMS_HUB) is required: the hub to read from")
+    if not args.token:
+        raise HistoryUsageError("--token (or $MLMS_TOKEN) is required, with the 'read' scope")
+    client = HubClient(args.hub, args.token)
+    if args.action == "show":
+        evaluation = client.evaluation(args.id)
+        return json.dumps(evaluation, indent=2) if args.format == "json" else _detail(evaluation)
+    query: dict[str, str] = {}
+    for item in args.where:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise HistoryUsageError(f"--where: {item!r} is not NAME=VALUE")
+        query[name.strip()] = value.strip()
+    if args.ordering:
+        query["ordering"] = args.ordering
+    query["page"] = str(args.page)
+    query["page_size"] = str(args.page_size)
+    page = client.evaluations(query)
+    if args.format == "json":
+        return json.dumps(page, indent=2)
+    return _listing(page, query.get("batch_size"))
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "-"
+
+
+def _listing(page: dict[str, Any], batch_size: str | None) -> str:
+    results = page.get("results") or []
+    if not results:
+        return "no evaluations match"
+    header = ["id", "model", "framework", "dataset", "device", "host", "status", "top-1"]
+    rows = [header]
+    for item in results:
+        accuracy = item.get("accuracy") or {}
+        rows.append(
+            [
+                str(item["id"])[:8],
+                f"{item['model']['name']} {item['model']['version']}",
+                f"{item['framework']} {item.get('framework_version') or ''}".strip(),
+                f"{item['dataset']['name']}:{item['dataset']['split']}",
+                str(item.get("device") or ""),
+                str(item.get("host") or "-"),
+                str(item["status"]),
+                f"{accuracy['top1']:.2%}" if accuracy.get("top1") is not None else "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(f"{len(results)} of {page.get('count', len(results))} evaluations")
+    if batch_size:
+        lines.append(f"(filtered to evaluations with a result at batch size {batch_size})")
+    return "\n".join(lines)
+
+
+def _detail(evaluation: dict[str, Any]) -> str:
+    model, dataset = evaluation["model"], evaluation["dataset"]
+    lines = [
+        f"evaluation {evaluation['id']}: {evaluation['status']}"
+        + (f" ({evaluation['reason']})" if evaluation.get("reason") else ""),
+        f"  model      {model['name']} {model['version']} ({evaluation['framework']} "
+        f"{evaluation.get('framework_version') or ''})".rstrip(),
+        f"  dataset    {dataset['name']} {dataset['version']}, split {dataset['split']}",
+        f"  device     {evaluation['device']} on {evaluation.get('host') or '-'}",
+        f"  launched   {evaluation['created_at']} by {evaluation['user']}",
+    ]
+    result = evaluation.get("result")
+    if result:
+        accuracy = result["accuracy"]
+        lines.append(
+            f"  accuracy   top-1 {accuracy['top1']:.2%}, top-5 {accuracy['top5']:.2%} on "
+            f"{accuracy['count']} inputs"
+        )
+        lines.append("  batch size   p50 ms   p90 ms   p99 ms   inputs/s")
+        for size in sorted(result["latency"], key=int):
+            latency = result["latency"][size]
+            lines.append(
+                f"  {size:>10} {_ms(latency['p50_ms']):>8} {_ms(latency['p90_ms']):>8} "
+                f"{_ms(latency['p99_ms']):>8} {result['throughput'][size]:>10.1f}"
+            )
+    return "\n".join(lines)
