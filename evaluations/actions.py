@@ -148,6 +148,7 @@ def launch_evaluation(
                 dataset_version=dataset.version,
                 split=request["split"],
                 device=request["device"],
+                task=where.manifest.task,
                 trace_level=request["trace_level"],
                 threads=request.get("threads"),
                 seed=request["seed"],
@@ -406,7 +407,7 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
         details=upload.details,
         host=evaluation.host,
     )
-    BatchResult.objects.bulk_create(
+    rows = BatchResult.objects.bulk_create(
         BatchResult(
             result=result,
             evaluation=evaluation,
@@ -416,6 +417,10 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
             **{name: entry[name] for name in BatchResult.LATENCY_FIELDS},
         )
         for size, entry in upload.latency.items()
+    )
+    result.summarize(rows)
+    result.save(
+        update_fields=["p50_ms_at_1", "p99_ms_at_1", "best_throughput_ips", "best_batch_size"]
     )
     return result
 

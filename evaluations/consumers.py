@@ -17,6 +17,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth.models import AnonymousUser
 
 from evaluations import events
 from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationSerializer
@@ -28,12 +29,18 @@ SNAPSHOT_SIZE = 50
 
 class _EvaluationsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     joined: list[str]
+    # Whether an anonymous caller may connect (and then sees only published evaluations).
+    anonymous = False
 
     async def connect(self) -> None:
         self.joined = []
         await self.accept()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            if self.anonymous:
+                # An anonymous reader follows a published evaluation (`visible_to`).
+                await self.start(AnonymousUser())
+                return
             await self.close(code=4401)
             return
         if not READ_SCOPES & set(self.scope.get("auth_scopes", ())):
@@ -65,6 +72,8 @@ def _evaluations(user: Any) -> Any:
 
 
 class EvaluationConsumer(_EvaluationsConsumer):
+    anonymous = True
+
     async def start(self, user: Any) -> None:
         pk = self.scope["url_route"]["kwargs"]["pk"]
         if not await database_sync_to_async(_evaluations(user).filter(pk=pk).exists)():

@@ -20,3 +20,6 @@ class EvaluationErrorCode(StrEnum):
     RESULT_MISMATCH = "result_mismatch"  # a result that does not answer the request
     FINISHED = "finished"  # the evaluation is finished already
     INVALID_OVERRIDE = "invalid_override"  # an override that leaves the manifest invalid
+    NOT_OWNER = "not_owner"  # only the evaluation's owner may do this
+    NOT_PUBLISHABLE = "not_publishable"  # not succeeded, or of a private model or dataset
+    NOT_SHAREABLE = "not_shareable"  # its model or dataset is hidden from the group

@@ -64,6 +64,14 @@ FILTERS: tuple[Filter, ...] = (
         "an override it ran with, PATH=VALUE or a part of one (color_mode=BGR)",
     ),
     Filter("user", "user__username", "user name (staff see every user's evaluations)"),
+    Filter(
+        "published",
+        "published",
+        "true: only published evaluations; false: only unpublished ones",
+        "choice",
+        ("true", "false"),
+    ),
+    Filter("task", "task", "the model's task"),
     Filter("group", "group", "the evaluations one request launched", "uuid"),
     Filter(
         "created_after",
@@ -98,11 +106,14 @@ def apply(queryset: QuerySet[Evaluation], params: Mapping[str, Any]) -> QuerySet
             raise Invalid(
                 f"{spec.name} is empty: leave it out to match any {spec.name}", path=spec.name
             )
-        queryset = queryset.filter(**{spec.lookup: _value(spec, str(raw))})
+        value = _value(spec, str(raw))
+        if spec.name == "published":
+            value = value == "true"
+        queryset = queryset.filter(**{spec.lookup: value})
     if params.get("batch_size"):
         queryset = queryset.distinct()
     ordering = params.get("ordering")
-    if ordering:
+    if ordering is not None:
         queryset = _ordered(queryset, str(ordering), params.get("batch_size"))
     return queryset
 

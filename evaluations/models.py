@@ -12,8 +12,9 @@ import secrets
 import uuid
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db import models
+from django.db.models import Q
 
 from hub.models import Host, Manifest
 
@@ -25,12 +26,22 @@ def new_trace_id() -> str:
 
 class EvaluationQuerySet(models.QuerySet["Evaluation"]):
     def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> EvaluationQuerySet:
-        """A user sees their own evaluations; staff see every evaluation."""
+        """Who reads an evaluation (`evaluations.sharing`): anyone, once it is published and
+        its model and dataset are public (checked here too, not only when it was published);
+        its owner; the members of a group it is shared with; staff."""
+        published = Q(
+            published=True,
+            model__visibility=Manifest.PUBLIC,
+            dataset__visibility=Manifest.PUBLIC,
+        )
         if not user.is_authenticated:
-            return self.none()
+            return self.filter(published)
         if user.is_staff:  # type: ignore[union-attr]
             return self
-        return self.filter(user=user)
+        shared = Evaluation.shared_groups.through.objects.filter(group__user=user).values(
+            "evaluation_id"
+        )
+        return self.filter(published | Q(user=user) | Q(pk__in=shared))
 
     def active(self) -> EvaluationQuerySet:
         return self.filter(status__in=Evaluation.ACTIVE)
@@ -66,6 +77,8 @@ class Evaluation(models.Model):
     dataset_version = models.CharField(max_length=128)
     split = models.CharField(max_length=64)
     device = models.CharField(max_length=8)
+    # The model's task (from its manifest): a leaderboard is a task and a dataset.
+    task = models.CharField(max_length=64, blank=True, default="")
     # The request as validated, with its defaults filled in; the keys people compare and
     # filter on are columns of their own too.
     request = models.JSONField()
@@ -74,6 +87,11 @@ class Evaluation(models.Model):
     seed = models.BigIntegerField(default=0)
     # The manifest parameters it overrides, PATH=VALUE, one per line in the order applied.
     overrides = models.CharField(max_length=1024, blank=True, default="", db_index=True)
+
+    # Private to its owner until published (`evaluations.sharing`), or shared with groups.
+    published = models.BooleanField(default=False)
+    published_at = models.DateTimeField(null=True, blank=True)
+    shared_groups = models.ManyToManyField(Group, blank=True, related_name="shared_evaluations")
 
     status = models.CharField(max_length=16, choices=STATUSES, default=QUEUED)
     progress_done = models.PositiveIntegerField(default=0)
@@ -133,6 +151,8 @@ class Evaluation(models.Model):
             models.Index(fields=["trace_level"]),
             # The trace receiver and the trace API find an evaluation by its trace id.
             models.Index(fields=["trace_id"]),
+            # The leaderboards: published results of one task and dataset.
+            models.Index(fields=["published", "task", "dataset_name", "status"]),
         ]
 
     def __str__(self) -> str:
@@ -179,6 +199,12 @@ class Result(models.Model):
     # The hardware it ran on, as the agent read it (from `stack`), to filter and compare on.
     cpu_model = models.CharField(max_length=256, blank=True, default="", db_index=True)
     gpu_model = models.CharField(max_length=256, blank=True, default="", db_index=True)
+    # What the leaderboards show and sort by: the latency at batch size 1 (null when it was not
+    # measured), and the best throughput with its batch size.
+    p50_ms_at_1 = models.FloatField(null=True, blank=True, db_index=True)
+    p99_ms_at_1 = models.FloatField(null=True, blank=True)
+    best_throughput_ips = models.FloatField(null=True, blank=True, db_index=True)
+    best_batch_size = models.PositiveIntegerField(null=True, blank=True)
     # The host's hardware/software stack as the agent read it when the job finished.
     stack = models.JSONField()
     # The evaluation loop's whole report (settings, per-batch-size timings, notes, …).
@@ -188,8 +214,20 @@ class Result(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        indexes = [models.Index(fields=["top1"])]
+
     def __str__(self) -> str:
         return f"result of {self.evaluation_id}"
+
+    def summarize(self, rows: list[BatchResult]) -> None:
+        """Set the leaderboard columns from the result's rows."""
+        at_1 = next((row for row in rows if row.batch_size == 1), None)
+        self.p50_ms_at_1 = at_1.p50_ms if at_1 else None
+        self.p99_ms_at_1 = at_1.p99_ms if at_1 else None
+        best = max(rows, key=lambda row: (row.throughput_ips, -row.batch_size), default=None)
+        self.best_throughput_ips = best.throughput_ips if best else None
+        self.best_batch_size = best.batch_size if best else None
 
     @property
     def latency(self) -> dict[str, dict[str, float | int]]:

@@ -7,9 +7,11 @@ from evaluations.api import (
     cancel,
     claim,
     evaluations,
+    leaderboards,
     predictions,
     progress,
     result,
+    sharing,
     status,
 )
 
@@ -24,6 +26,27 @@ urlpatterns = [
         "evaluations/<uuid:pk>/predictions/",
         predictions.EvaluationPredictions.as_view(),
         name="api-evaluation-predictions",
+    ),
+    path(
+        "evaluations/<uuid:pk>/publish/",
+        sharing.EvaluationPublish.as_view(),
+        name="api-evaluation-publish",
+    ),
+    path(
+        "evaluations/<uuid:pk>/shares/",
+        sharing.EvaluationShares.as_view(),
+        name="api-evaluation-shares",
+    ),
+    path(
+        "evaluations/<uuid:pk>/shares/<str:group>/",
+        sharing.EvaluationShare.as_view(),
+        name="api-evaluation-share",
+    ),
+    path("leaderboards/", leaderboards.LeaderboardList.as_view(), name="api-leaderboard-list"),
+    path(
+        "leaderboards/<str:task>/<str:dataset>/",
+        leaderboards.LeaderboardDetail.as_view(),
+        name="api-leaderboard",
     ),
     path(
         "evaluations/<uuid:pk>/cancel/",

@@ -203,6 +203,13 @@ class LaunchForm(forms.Form):
     cold_start = forms.BooleanField(
         label="Cold start: time the first predictions, with no warm-up", required=False
     )
+    overrides = forms.CharField(
+        label="Processing overrides",
+        required=False,
+        widget=forms.Textarea({"rows": 2, "class": "mono", "spellcheck": "false"}),
+        help_text="Manifest parameters to override, PATH=VALUE, one per line "
+        "(inputs.0.parameters.color_mode=BGR); checked against the manifest like an upload.",
+    )
     # One per rendered form: the same form submitted twice (Enter pressed twice, a resubmitted
     # POST) launches once.
     nonce = forms.CharField(required=False, max_length=32, widget=forms.HiddenInput)
@@ -234,6 +241,10 @@ class LaunchForm(forms.Form):
                 continue
             if name == "cold_start":
                 request[name] = bool(value)
+            elif name == "overrides":
+                lines = [line.strip() for line in str(value or "").splitlines()]
+                if any(lines):
+                    request[name] = [line for line in lines if line]
             elif name == "batch_sizes":
                 sizes = [part.strip() for part in str(value or "").replace(";", ",").split(",")]
                 if any(sizes):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend.views import catalog, evaluations, manifests, tokens
+from frontend.views import catalog, evaluations, groups, leaderboards, manifests, tokens
 
 urlpatterns = [
     path("", catalog.catalog, name="home"),
@@ -12,5 +12,11 @@ urlpatterns = [
     path("evaluations/<uuid:pk>/", evaluations.evaluation, name="evaluation"),
     path("evaluations/<uuid:pk>/timeline/", evaluations.timeline, name="evaluation-timeline"),
     path("evaluations/<uuid:pk>/cancel/", evaluations.cancel, name="evaluation-cancel"),
+    path("evaluations/<uuid:pk>/publish/", evaluations.publish, name="evaluation-publish"),
+    path("evaluations/<uuid:pk>/share/", evaluations.share, name="evaluation-share"),
+    path("leaderboards/", leaderboards.index, name="leaderboards"),
+    path("leaderboards/<str:task>/<str:dataset>/", leaderboards.board, name="leaderboard"),
+    path("groups/", groups.group_list, name="groups"),
+    path("groups/<str:name>/", groups.group, name="group"),
     path("tokens/", tokens.tokens, name="tokens"),
 ]

@@ -16,3 +16,5 @@ class HubErrorCode(StrEnum):
     NOT_A_MEMBER = "not_a_member"
     UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the constraints
     NOT_FOUND = "not_found"
+    NOT_OWNER = "not_owner"  # only the object's owner may do this
+    NOT_GROUP_OWNER = "not_group_owner"  # only the group's owner may do this

@@ -155,6 +155,21 @@ class Artifact(models.Model):
         return self.path
 
 
+class GroupProfile(models.Model):
+    """What the hub keeps of a group beyond Django's: who owns it (and so may add and remove
+    members, or delete it) and what it is for (`hub.groups`)."""
+
+    group = models.OneToOneField(Group, on_delete=models.CASCADE, related_name="profile")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_groups"
+    )
+    description = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"group {self.group.name}"
+
+
 class HostQuerySet(models.QuerySet["Host"]):
     def live(self) -> HostQuerySet:
         cutoff = timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)

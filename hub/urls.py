@@ -2,11 +2,29 @@
 
 from django.urls import path
 
-from hub.api import artifacts, hosts, manifests, resolve, schema, tokens
+from hub.api import artifacts, groups, hosts, manifests, resolve, schema, tokens
 
 urlpatterns = [
     path("manifests/", manifests.ManifestList.as_view(), name="api-manifest-list"),
     path("manifests/<int:pk>/", manifests.ManifestDetail.as_view(), name="api-manifest-detail"),
+    path(
+        "manifests/<int:pk>/shares/",
+        groups.ManifestShares.as_view(),
+        name="api-manifest-shares",
+    ),
+    path(
+        "manifests/<int:pk>/shares/<str:group>/",
+        groups.ManifestShare.as_view(),
+        name="api-manifest-share",
+    ),
+    path("groups/", groups.GroupList.as_view(), name="api-group-list"),
+    path("groups/<str:name>/", groups.GroupDetail.as_view(), name="api-group-detail"),
+    path("groups/<str:name>/members/", groups.GroupMembers.as_view(), name="api-group-members"),
+    path(
+        "groups/<str:name>/members/<str:username>/",
+        groups.GroupMember.as_view(),
+        name="api-group-member",
+    ),
     path("datasets/", manifests.DatasetList.as_view(), name="api-dataset-list"),
     path("datasets/<int:pk>/", manifests.DatasetDetail.as_view(), name="api-dataset-detail"),
     path("hosts/", hosts.HostList.as_view(), name="api-host-list"),

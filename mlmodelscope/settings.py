@@ -267,6 +267,12 @@ SPECTACULAR_SETTINGS = {
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # The charting library, from the plotly wheel (`frontend.staticfinders`).
+    "frontend.staticfinders.VendorFinder",
+]
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 LANGUAGE_CODE = "en-us"

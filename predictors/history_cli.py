@@ -48,7 +48,19 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--page-size", type=int, default=50, metavar="N")
     show = actions.add_parser("show", help="one evaluation, with its result")
     show.add_argument("id", help="the evaluation's id")
-    for parser in (listing, show):
+    publish = actions.add_parser(
+        "publish",
+        help="publish an evaluation of yours: anyone may read it, and it joins the "
+        "leaderboards (refused for a private model or dataset)",
+    )
+    publish.add_argument("id", help="the evaluation's id")
+    unpublish = actions.add_parser("unpublish", help="make a published evaluation private again")
+    unpublish.add_argument("id", help="the evaluation's id")
+    share = actions.add_parser("share", help="share an evaluation of yours with one of your groups")
+    share.add_argument("id", help="the evaluation's id")
+    share.add_argument("--group", required=True, help="the group's name")
+    share.add_argument("--stop", action="store_true", help="stop sharing it with the group")
+    for parser in (listing, show, publish, unpublish, share):
         parser.add_argument(
             "--hub", default=os.environ.get("MLMS_HUB"), metavar="URL", help="(default: $MLMS_HUB)"
         )
@@ -56,7 +68,8 @@ def add_commands(commands: Any) -> None:
             "--token",
             default=os.environ.get("MLMS_TOKEN"),
             metavar="T",
-            help="API token with the 'read' scope (default: $MLMS_TOKEN)",
+            help="API token: 'read' to list and show, 'evaluate' or 'write' to publish and "
+            "share (default: $MLMS_TOKEN)",
         )
         parser.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -68,6 +81,19 @@ def run(args: argparse.Namespace) -> str:
     if not args.token:
         raise HistoryUsageError("--token (or $MLMS_TOKEN) is required, with the 'read' scope")
     client = HubClient(args.hub, args.token)
+    if args.action in ("publish", "unpublish"):
+        evaluation = client.publish(args.id, published=args.action == "publish")
+        if args.format == "json":
+            return json.dumps(evaluation, indent=2)
+        state = "published" if evaluation.get("published") else "private"
+        return f"evaluation {evaluation['id']} is {state}"
+    if args.action == "share":
+        shares = client.share(args.id, args.group, shared=not args.stop)
+        if args.format == "json":
+            return json.dumps(shares, indent=2)
+        if args.stop:
+            return f"evaluation {args.id} is no longer shared with {args.group}"
+        return f"evaluation {args.id} is shared with: {', '.join(shares.get('groups') or [])}"
     if args.action == "show":
         evaluation = client.evaluation(args.id)
         return json.dumps(evaluation, indent=2) if args.format == "json" else _detail(evaluation)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import requests
 
@@ -155,6 +155,20 @@ class HubClient:
 
     def cancel(self, evaluation: str) -> dict[str, Any]:
         return dict(self.request("POST", f"evaluations/{evaluation}/cancel/"))
+
+    def publish(self, evaluation: str, *, published: bool = True) -> dict[str, Any]:
+        """Publish (or unpublish) an evaluation of the caller's; the hub refuses one of a
+        private model or dataset, saying why."""
+        method = "POST" if published else "DELETE"
+        return dict(self.request(method, f"evaluations/{evaluation}/publish/", retries=0))
+
+    def share(self, evaluation: str, group: str, *, shared: bool = True) -> dict[str, Any]:
+        """Share an evaluation of the caller's with one of their groups (or stop sharing)."""
+        if shared:
+            body = {"group": group}
+            return dict(self.request("POST", f"evaluations/{evaluation}/shares/", body, retries=0))
+        self.request("DELETE", f"evaluations/{evaluation}/shares/{quote(group, safe='')}/")
+        return {}
 
 
 def evaluate_remote(

@@ -94,15 +94,16 @@ def readable_trace(
     user: AbstractBaseUser | AnonymousUser, trace_id: str
 ) -> tuple[Trace | None, Evaluation | None] | None:
     """(the Trace row if any, its evaluation if any) when `user` may read the trace; else None."""
-    if not TRACE_ID.match(trace_id) or not user.is_authenticated:
+    if not TRACE_ID.match(trace_id):
         return None
     trace = Trace.objects.filter(trace_id=trace_id).first()
     evaluation = _evaluation_of(trace_id, trace)
     if evaluation is not None:
+        # An anonymous caller reads the trace of a published evaluation only.
         if not Evaluation.objects.visible_to(user).filter(pk=evaluation.pk).exists():
             return None
         return trace, evaluation
-    if trace is None:
+    if trace is None or not user.is_authenticated:
         return None
     if trace.owner_id != user.pk and not user.is_staff:  # type: ignore[union-attr]
         return None

@@ -65,7 +65,7 @@ LAUNCHED = inline_serializer(
 
 @extend_schema_view(
     get=extend_schema(
-        summary="List your evaluations (staff: everyone's)",
+        summary="List the evaluations you may read: yours, those shared with your groups, and published ones (anonymous: published ones; staff: all)",
         parameters=[
             *(
                 OpenApiParameter(
@@ -90,6 +90,8 @@ class EvaluationList(generics.ListAPIView[Evaluation]):
     query_parameters = (*(spec.name for spec in history.FILTERS), "ordering")
     serializer_class = EvaluationSerializer
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES, "POST": "evaluate"}
+    # Anonymous callers list and read published evaluations only (`visible_to`).
+    anonymous_methods = ("GET", "HEAD")
 
     def get_queryset(self) -> QuerySet[Evaluation]:
         return history.apply(visible_evaluations(self.request), self.request.query_params)
@@ -142,6 +144,7 @@ class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
     query_parameters = ("predictions",)
     serializer_class = EvaluationDetailSerializer
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
+    anonymous_methods = ("GET", "HEAD")
 
     @extend_schema(
         summary="One evaluation with its request, status history, progress and result",

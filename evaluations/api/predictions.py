@@ -55,6 +55,7 @@ class _Rows:
 
 class EvaluationPredictions(generics.GenericAPIView[Any]):
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
+    anonymous_methods = ("GET", "HEAD")
     query_parameters = ("page", "page_size")
 
     @extend_schema(

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.db.models import Max, Min
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from evaluations import leaderboards
 from frontend import display
 from hub.api.manifests import filter_manifests
 from hub.models import Host, Manifest
@@ -25,6 +27,9 @@ class CatalogEntry:
     versions: list[str] = field(default_factory=list)
     frameworks: list[str] = field(default_factory=list)
     private: bool = False
+    # The best published top-1 and the lowest published p50 latency at batch size 1.
+    best_top1: float | None = None
+    best_p50_ms: float | None = None
 
     @property
     def training_dataset(self) -> str:
@@ -103,11 +108,15 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "task": [(t, display.task_name(t)) for t in sorted(tasks)],
         "dataset": [(d, d) for d in sorted(dataset_names)],
     }
+    model_entries = entries(list(models))
+    best = _best_published([entry.name for entry in model_entries])
+    for entry in model_entries:
+        entry.best_top1, entry.best_p50_ms = best.get(entry.name, (None, None))
     return render(
         request,
         "frontend/catalog.html",
         {
-            "models": entries(list(models)),
+            "models": model_entries,
             "datasets": entries(list(datasets)),
             "chosen": chosen,
             "filtered": any(chosen.values()),
@@ -115,3 +124,15 @@ def catalog(request: HttpRequest) -> HttpResponse:
             "live_hosts": Host.objects.live().count(),
         },
     )
+
+
+def _best_published(names: list[str]) -> dict[str, tuple[float | None, float | None]]:
+    """Per model name, the best published top-1 and the lowest published p50 latency at batch
+    size 1 (over every framework, dataset and host)."""
+    rows = (
+        leaderboards.published()
+        .filter(model_name__in=names)
+        .values("model_name")
+        .annotate(top1=Max("result__top1"), p50=Min("result__p50_ms_at_1"))
+    )
+    return {row["model_name"]: (row["top1"], row["p50"]) for row in rows}

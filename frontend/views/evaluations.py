@@ -19,11 +19,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from evaluations import actions
+from evaluations import actions, sharing
 from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
 from evaluations.models import Evaluation
 from frontend import display
 from frontend.forms import LaunchForm
+from hub import groups
 from hub.api.errors import flatten_errors  # the API's own DRF → path mapping
 from hub.errors import DomainError
 from hub.models import Host, Manifest
@@ -77,6 +78,7 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         )
         if model["dataset"] in catalog["datasets"]:
             initial["dataset"] = model["dataset"]
+    initial.update(_reproduced(request, catalog))
     initial["nonce"] = secrets.token_hex(16)
     return LaunchForm(
         data,
@@ -87,6 +89,53 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         trace_levels=[(t, f"{t} — {meaning}") for t, meaning in TRACE_LEVEL_MEANINGS.items()],
         hosts=[(host.name, _host_label(host)) for host in _trusted_hosts(request)],
     )
+
+
+# The request fields that Reproduce copies into the form as they were (the host is the user's
+# choice; the model and dataset versions are pinned to those that ran).
+_REPRODUCED = (
+    "framework",
+    "framework_version",
+    "split",
+    "limit",
+    "device",
+    "gpu_model",
+    "min_memory_gb",
+    "arch",
+    "trace_level",
+    "warmup",
+    "repeat",
+    "seed",
+    "threads",
+    "cold_start",
+)
+
+
+def _reproduced(request: HttpRequest, catalog: dict[str, Any]) -> dict[str, Any]:
+    """The form's fields for `?reproduce=<evaluation id>`: that evaluation's request (one the
+    user may read), to launch again on a host of the user's choice."""
+    raw = request.GET.get("reproduce", "")
+    if not raw:
+        return {}
+    try:
+        source = _visible(request).filter(pk=UUID(raw)).first()
+    except ValueError:
+        source = None
+    if source is None or source.model_name not in catalog["models"]:
+        messages.error(request, "reproduce: no such evaluation that you may read")
+        return {}
+    asked = source.request if isinstance(source.request, dict) else {}
+    initial = {name: asked[name] for name in _REPRODUCED if asked.get(name) not in (None, "")}
+    initial.update(
+        model=source.model_name,
+        model_version=source.model_version,
+        framework=source.framework,
+        dataset=source.dataset_name,
+        dataset_version=source.dataset_version,
+        batch_sizes=", ".join(str(size) for size in asked.get("batch_sizes") or []),
+        overrides="\n".join(asked.get("overrides") or []),
+    )
+    return initial
 
 
 def _trusted_hosts(request: HttpRequest) -> Any:
@@ -191,16 +240,24 @@ def _visible(request: HttpRequest) -> Any:
     )
 
 
-@login_required
 def evaluation(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """One evaluation; an anonymous visitor sees a published one."""
     item = get_object_or_404(_visible(request), pk=pk)
     detail = EvaluationDetailSerializer(item).data
+    user = request.user
+    is_owner = user.is_authenticated and (item.user_id == user.pk or user.is_staff)
     return render(
         request,
         "frontend/evaluation.html",
         {
             "evaluation": item,
             "detail": detail,
+            "is_owner": is_owner,
+            "publication_refusal": sharing.publication_refusal(item) if is_owner else None,
+            "shared_groups": sharing.shared_with(user, item) if user.is_authenticated else [],  # type: ignore[arg-type]
+            "my_groups": list(groups.groups_of(user).values_list("name", flat=True))
+            if is_owner
+            else [],
             "framework_name": display.framework_name(item.framework),
             "api_url": reverse("api-evaluation-detail", kwargs={"pk": item.pk}),
             "socket_path": f"/ws/evaluations/{item.pk}/",
@@ -208,7 +265,6 @@ def evaluation(request: HttpRequest, pk: UUID) -> HttpResponse:
     )
 
 
-@login_required
 def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
     """The evaluation's trace on a zoomable timeline, with per-layer aggregates; the script
     reads `/api/v1/traces/<trace_id>/timeline` for each visible window and `/layers`."""
@@ -228,6 +284,43 @@ def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
             + "?format=chrome",
         },
     )
+
+
+@login_required
+@require_POST
+def publish(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """Publish (or, with `unpublish`, unpublish) an evaluation of the user's."""
+    get_object_or_404(_visible(request), pk=pk)
+    try:
+        if "unpublish" in request.POST:
+            sharing.unpublish(request.user, pk)  # type: ignore[arg-type]
+            messages.success(request, "Unpublished: only you (and your groups) see it now.")
+        else:
+            sharing.publish(request.user, pk)  # type: ignore[arg-type]
+            messages.success(
+                request, "Published: anyone can see it, and it is on the leaderboards."
+            )
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("evaluation", pk=pk)
+
+
+@login_required
+@require_POST
+def share(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """Share an evaluation of the user's with one of their groups (or, with `unshare`, stop)."""
+    get_object_or_404(_visible(request), pk=pk)
+    try:
+        if "unshare" in request.POST:
+            sharing.unshare(request.user, pk, str(request.POST["unshare"]))  # type: ignore[arg-type]
+            messages.success(request, f"No longer shared with '{request.POST['unshare']}'.")
+        else:
+            name = str(request.POST.get("group", ""))
+            sharing.share(request.user, pk, name)  # type: ignore[arg-type]
+            messages.success(request, f"Shared with '{name}'.")
+    except DomainError as error:
+        messages.error(request, error.message)
+    return redirect("evaluation", pk=pk)
 
 
 @login_required

@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from evaluations import leaderboards
 from evaluations.models import Evaluation
 from frontend import display
 from frontend.forms import UploadForm
@@ -115,6 +116,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             "framework_name": display.framework_name(chosen.framework),
             "task_name": display.task_name(chosen.task),
             "evaluations": _evaluations_of(request, chosen.name),
+            "published": _published_of(chosen.name),
         },
     )
 
@@ -154,12 +156,26 @@ def dataset(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _evaluations_of(request: HttpRequest, model_name: str) -> list[Evaluation]:
-    """The latest evaluations of a model that the user can see (their own; staff: all)."""
-    return list(
-        Evaluation.objects.visible_to(request.user)
-        .filter(model_name=model_name)
-        .select_related("result", "host")[:20]
+    """The latest evaluations of a model that the user launched (staff: anyone's)."""
+    if not request.user.is_authenticated:
+        return []
+    mine = Evaluation.objects.visible_to(request.user).filter(model_name=model_name)
+    if not request.user.is_staff:
+        mine = mine.filter(user=request.user)
+    return list(mine.select_related("result", "host")[:20])
+
+
+def _published_of(model_name: str) -> list[dict[str, Any]]:
+    """The model's published results, as its leaderboard rows (the most accurate first)."""
+    entries = leaderboards.published().filter(model_name=model_name)
+    rows = leaderboards.rows(
+        leaderboards.with_hardware(entries)
+        .select_related("result", "host")
+        .order_by("-result__top1", "result__p50_ms_at_1")[:20]
     )
+    for row in rows:
+        row["framework_name"] = display.framework_name(row["framework"])
+    return rows
 
 
 # -- upload ----------------------------------------------------------------------------------

@@ -155,6 +155,19 @@ def test_the_mlms_cli_submits_to_the_hub_and_follows_the_run(hub: LiveHub) -> No
     )  # fmt: skip
     assert unknown.returncode == 1 and "speed" in unknown.stderr
 
+    # Published from the command line, the run is on the public leaderboard, for anyone.
+    published = subprocess.run(
+        [*history, "publish", evaluation["id"], "--hub", hub.url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert published.returncode == 0, published.stderr
+    assert published.stdout.strip() == f"evaluation {evaluation['id']} is published"
+    boards = requests.get(hub.url + "/api/v1/leaderboards/", timeout=30).json()  # anonymous
+    assert [(b["task"], b["dataset"]) for b in boards] == [("image_classification", "digits")]
+    board = requests.get(hub.url + boards[0]["api_url"], timeout=30).json()
+    assert [row["evaluation"] for row in board["results"]] == [evaluation["id"]]
+    assert board["results"][0]["p50_ms"] is not None
+
 
 def test_curl_launches_an_evaluation_with_a_bearer_token(hub: LiveHub) -> None:
     body = json.dumps(

@@ -92,9 +92,12 @@ def test_another_users_evaluation_is_404(alice_client, launched) -> None:
     assert alice_client.get(url(launched["bob"])).status_code == 404
 
 
-def test_anonymous_callers_get_401(client, launched) -> None:  # type: ignore[no-untyped-def]
-    assert client.get(EVALUATIONS_URL).status_code == 401
-    assert client.get(url(launched["bob"])).status_code == 401
+def test_anonymous_callers_see_no_unpublished_evaluation(client, launched) -> None:  # type: ignore[no-untyped-def]
+    listed = client.get(EVALUATIONS_URL)
+    assert listed.status_code == 200 and listed.json()["count"] == 0
+    assert client.get(url(launched["bob"])).status_code == 404
+    # Launching still needs a token.
+    assert client.post(EVALUATIONS_URL, {}, content_type="application/json").status_code == 401
 
 
 def test_an_agent_token_cannot_read_evaluations(agent, launched) -> None:

@@ -383,7 +383,10 @@ def test_another_users_timeline_is_not_found(launched, django_user_model) -> Non
     client.force_login(mallory)
 
     assert client.get(f"/evaluations/{launched}/timeline/").status_code == 404
-    assert Client().get(f"/evaluations/{launched}/timeline/").status_code == 302  # sign in
+    # Anonymous: only a published evaluation's timeline; this one is not found, with a link
+    # to sign in.
+    anonymous = Client().get(f"/evaluations/{launched}/timeline/")
+    assert anonymous.status_code == 404 and b"Sign in</a> if it is yours" in anonymous.content
 
 
 def test_the_websockets_spans_event_brings_new_spans_without_polling(

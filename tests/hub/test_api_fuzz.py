@@ -193,6 +193,18 @@ class Caller:
         return {"Authorization": f"Bearer {self.raw}"}
 
 
+def _with_real(strategy: Any, name: str, values: list[Any]) -> Any:
+    """`strategy`'s path parameters with `name` replaced by one of `values`."""
+
+    def put(pair: tuple[Any, Any]) -> Any:
+        real, generated = pair
+        if hasattr(generated, "map_value"):  # schemathesis's GeneratedValue
+            return generated.map_value(lambda value: {**value, name: real})
+        return {**generated, name: real}
+
+    return st.tuples(st.sampled_from(values), strategy).map(put)
+
+
 def _real_path_parameters(seeded: Seeded) -> Callable[[Any, Any], Any]:
     """A schemathesis hook: a path's id is a real object's as often as a generated one."""
 
@@ -200,12 +212,13 @@ def _real_path_parameters(seeded: Seeded) -> Callable[[Any, Any], Any]:
         path = context.operation.path
         if "{path}" in path:
             return st.one_of(st.just({"path": ARTIFACT}), strategy)
+        # A real id beside the path's other parameters as generated (`/evaluations/{id}/
+        # shares/{group}/`), or everything generated.
         if "{trace_id}" in path:
-            real = st.sampled_from(seeded.ids["traces"]).map(lambda t: {"trace_id": t})
-            return st.one_of(real, strategy)
+            return st.one_of(_with_real(strategy, "trace_id", seeded.ids["traces"]), strategy)
         for collection, values in seeded.ids.items():
             if f"/{collection}/{{id}}" in path:
-                return st.one_of(st.sampled_from(values).map(lambda i: {"id": i}), strategy)
+                return st.one_of(_with_real(strategy, "id", values), strategy)
         return strategy
 
     return before_generate_path_parameters

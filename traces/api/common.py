@@ -40,6 +40,8 @@ class JsonOnly(BaseContentNegotiation):
 
 class TraceView(APIView):
     required_scopes = {"GET": READ_SCOPES}
+    # An anonymous caller reads the traces of published evaluations (`readable_trace`).
+    anonymous_methods = ("GET", "HEAD")
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonOnly
 
