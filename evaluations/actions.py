@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evaluations import events, outputs, placement, tasks
+from evaluations import events, leaderboards, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
@@ -419,8 +419,16 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
         for size, entry in upload.latency.items()
     )
     result.summarize(rows)
+    result.configuration = leaderboards.configuration_of(evaluation, result)
+    evaluation.top1, evaluation.top5 = result.top1, result.top5
     result.save(
-        update_fields=["p50_ms_at_1", "p99_ms_at_1", "best_throughput_ips", "best_batch_size"]
+        update_fields=[
+            "p50_ms_at_1",
+            "p99_ms_at_1",
+            "best_throughput_ips",
+            "best_batch_size",
+            "configuration",
+        ]
     )
     return result
 

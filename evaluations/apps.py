@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_save
 
 
 class EvaluationsConfig(AppConfig):
@@ -14,3 +17,14 @@ class EvaluationsConfig(AppConfig):
         allow_agent_fetch(agent_may_fetch)
         # Spans of an evaluation's trace arrived: its live `spans` event.
         spans_received.connect(on_spans_received, dispatch_uid="evaluations.spans_received")
+        # A manifest that turns private unpublishes the evaluations of it.
+        post_save.connect(
+            _manifest_saved, sender="hub.Manifest", dispatch_uid="evaluations.manifest_saved"
+        )
+
+
+def _manifest_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    if not created:
+        from evaluations.sharing import unpublish_private
+
+        unpublish_private(instance)

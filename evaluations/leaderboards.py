@@ -14,17 +14,20 @@ counted on each row: a number several people measured alike is one to trust.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from django.contrib.auth.models import AnonymousUser
+from django.core.cache import cache
 from django.db.models import Case, Count, F, QuerySet, When
 from django.urls import reverse
 
-from evaluations.models import Evaluation
+from evaluations.models import Evaluation, Result
 from hub.errors import Invalid, NotFound
 from predictors.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES
@@ -61,6 +64,8 @@ COLUMNS: dict[str, str] = {
     "p99_ms": "result__p99_ms_at_1",
     "throughput": "result__best_throughput_ips",
 }
+# The columns every row has a value of.
+_ALWAYS_SET = {"top1", "top5", "model", "framework"}
 ORDERINGS: tuple[str, ...] = tuple(f"{sign}{name}" for name in COLUMNS for sign in ("", "-"))
 DEFAULT_ORDERING = "-top1"
 
@@ -71,21 +76,6 @@ FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hardware": ("hardware", ()),
     "model": ("model_name", ()),
 }
-
-# The fields that make two runs the same configuration.
-_CONFIGURATION = (
-    "result__content_hash",
-    "framework",
-    "framework_version",
-    "dataset_version",
-    "split",
-    "device",
-    "result__cpu_model",
-    "result__gpu_model",
-    "threads",
-    "seed",
-    "overrides",
-)
 
 
 @dataclass(frozen=True)
@@ -106,11 +96,9 @@ class Board:
 
 
 def published() -> QuerySet[Evaluation]:
-    """The evaluations a leaderboard may show: published, succeeded, with a result, of a public
-    model and dataset (the same rule as for an anonymous reader)."""
-    return Evaluation.objects.visible_to(AnonymousUser()).filter(
-        status=Evaluation.SUCCEEDED, result__isnull=False
-    )
+    """The evaluations a leaderboard may show: published and succeeded (so with a result), of
+    a public model and dataset (the same rule as for an anonymous reader)."""
+    return Evaluation.objects.visible_to(AnonymousUser()).filter(status=Evaluation.SUCCEEDED)
 
 
 def boards() -> list[Board]:
@@ -118,7 +106,7 @@ def boards() -> list[Board]:
     counts = (
         published()
         .values("task", "dataset_name")
-        .annotate(entries=Count("id"))
+        .annotate(entries=Count("*"))  # COUNT(*): an index-only scan
         .order_by("task", "dataset_name")
     )
     return [Board(row["task"], row["dataset_name"], row["entries"]) for row in counts]
@@ -128,9 +116,7 @@ def boards() -> list[Board]:
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
-def board_entries(
-    task: str, dataset: str, params: Mapping[str, Any] | None = None
-) -> QuerySet[Evaluation]:
+def board_entries(task: str, dataset: str, params: Mapping[str, Any] | None = None) -> Counted:
     """The rows of one board, filtered and sorted by `params` (`FILTERS`, `ordering`); a bad
     value is refused naming the parameter; a task or dataset that no manifest could name is
     NotFound."""
@@ -138,7 +124,9 @@ def board_entries(
         if not _NAME.fullmatch(name):
             raise NotFound(f"no leaderboard for {kind} {name[:64]!r}", path=kind)
     params = params or {}
-    queryset = with_hardware(published().filter(task=task, dataset_name=dataset))
+    queryset = published().filter(task=task, dataset_name=dataset)
+    if params.get("hardware") is not None:
+        queryset = with_hardware(queryset)
     for name, (lookup, choices) in FILTERS.items():
         raw = params.get(name)
         if raw is None:
@@ -152,12 +140,27 @@ def board_entries(
     ordering = str(params.get("ordering") or DEFAULT_ORDERING)
     if ordering not in ORDERINGS:
         raise Invalid(f"ordering must be one of {', '.join(ORDERINGS)}", path="ordering")
-    key = F(COLUMNS[ordering.lstrip("-")])
-    key_order = key.desc(nulls_last=True) if ordering.startswith("-") else key.asc(nulls_last=True)
-    # Ties: the faster at batch size 1 first, then the newer.
-    return queryset.select_related("result", "host").order_by(
-        key_order, F("result__p50_ms_at_1").asc(nulls_last=True), "-finished_at", "id"
+    name = ordering.lstrip("-")
+    key = F(COLUMNS[name])
+    # Rows without the value last; on a column that always has one, the plain order, which an
+    # index walks (PostgreSQL does not infer that NULLS LAST is moot on a NOT NULL column).
+    if name in _ALWAYS_SET:
+        key_order = key.desc() if ordering.startswith("-") else key.asc()
+    else:
+        key_order = (
+            key.desc(nulls_last=True) if ordering.startswith("-") else key.asc(nulls_last=True)
+        )
+    # Ties: the faster at batch size 1 first (an index on the key and an incremental sort
+    # answer a page without sorting the board).
+    counted = queryset.order_by()
+    rows = (
+        with_hardware(queryset)
+        .filter(result__top1__gte=0)  # an inner join: every published result has one
+        .select_related("result", "host")
+        .defer("request", "result__details")
+        .order_by(key_order, F("result__p50_ms_at_1").asc(nulls_last=True), "id")
     )
+    return Counted(rows, counted)
 
 
 def with_hardware(queryset: QuerySet[Evaluation]) -> QuerySet[Evaluation]:
@@ -171,21 +174,26 @@ def with_hardware(queryset: QuerySet[Evaluation]) -> QuerySet[Evaluation]:
 
 
 def hardware_choices(task: str, dataset: str) -> list[str]:
-    """The hardware names a board holds, to filter by."""
-    values = (
-        with_hardware(published().filter(task=task, dataset_name=dataset))
-        .values_list("hardware", flat=True)
-        .distinct()
-    )
-    return sorted({value for value in values if value})
+    """The hardware names a board holds, to filter by (kept a minute: a filter's list of
+    choices may lag behind the board by that much)."""
+    key = "leaderboards.hardware." + hashlib.sha256(f"{task}/{dataset}".encode()).hexdigest()
+    cached = cache.get(key)
+    if cached is None:
+        values = (
+            with_hardware(published().filter(task=task, dataset_name=dataset))
+            .order_by()
+            .values_list("hardware", flat=True)
+            .distinct()
+        )
+        cached = sorted({value for value in values if value})
+        cache.set(key, cached, 60)
+    return list(cached)
 
 
 def rows(evaluations: Iterable[Evaluation]) -> list[dict[str, Any]]:
     """The board rows of `evaluations` (from `board_entries`), each with how many published runs
     of its configuration agree with it."""
-    items = list(evaluations)
-    agreeing = _agreeing_runs(items)
-    return [_row(item, agreeing.get(item.pk, 1)) for item in items]
+    return [_row(item, item.result.agreeing_runs) for item in evaluations]
 
 
 def _row(item: Evaluation, agreeing: int) -> dict[str, Any]:
@@ -227,41 +235,52 @@ def _row(item: Evaluation, agreeing: int) -> dict[str, Any]:
     }
 
 
-def _agreeing_runs(items: list[Evaluation]) -> dict[Any, int]:
-    """For each of `items`, the published runs of its configuration (itself included) that agree
-    with it within TOLERANCE."""
-    if not items:
-        return {}
-    hashes = {item.result.content_hash for item in items}
-    runs: dict[tuple[Any, ...], list[tuple[float, float | None]]] = defaultdict(list)
-    for values in (
-        published()
-        .filter(result__content_hash__in=hashes)
-        .values_list(*_CONFIGURATION, "result__top1", "result__p50_ms_at_1")
-    ):
-        runs[tuple(values[:-2])].append((values[-2], values[-1]))
-    counts = {}
-    for item in items:
-        key = tuple(_configuration_value(item, name) for name in _CONFIGURATION)
-        mine = (item.result.top1, item.result.p50_ms_at_1)
-        counts[item.pk] = max(1, sum(1 for other in runs.get(key, []) if _agree(mine, other)))
-    return counts
+def configuration_of(evaluation: Evaluation, result: Any) -> str:
+    """The configuration an evaluation ran, as a hash: runs of one configuration should agree."""
+    values = {
+        "content_hash": result.content_hash,
+        "framework": evaluation.framework,
+        "framework_version": evaluation.framework_version,
+        "dataset": [evaluation.dataset_name, evaluation.dataset_version, evaluation.split],
+        "device": evaluation.device,
+        "cpu": result.cpu_model,
+        "gpu": result.gpu_model,
+        "threads": evaluation.threads,
+        "seed": evaluation.seed,
+        "overrides": evaluation.overrides,
+    }
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
-def _configuration_value(item: Evaluation, name: str) -> Any:
-    target: Any = item
-    for part in name.split("__"):
-        target = getattr(target, part)
-    return target
-
-
-def _agree(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool:
-    if abs(a[0] - b[0]) * 100 > TOLERANCE["top1_points"] + 1e-9:
-        return False
-    if a[1] is None or b[1] is None:
-        return a[1] is None and b[1] is None
-    low, high = sorted((a[1], b[1]))
-    return high - low <= TOLERANCE["latency_ratio"] * low + 1e-12
+def recount(configuration: str) -> None:
+    """Set `agreeing_runs` of every result of `configuration`: the published runs of it that
+    agree with each (itself included) within TOLERANCE. Called when one is published or
+    unpublished, so that reading a board computes nothing."""
+    if not configuration:
+        return
+    rows = list(
+        Result.objects.filter(configuration=configuration).values_list(
+            "pk", "top1", "p50_ms_at_1", "evaluation__published"
+        )
+    )
+    shown = [(pk, top1, p50) for pk, top1, p50, is_published in rows if is_published]
+    counts = {pk: 1 for pk, _top1, _p50, _published in rows}
+    if shown:
+        top1 = np.array([row[1] for row in shown])
+        p50 = np.array([np.nan if row[2] is None else row[2] for row in shown])
+        for first in range(0, len(shown), 1024):
+            a_top1 = top1[first : first + 1024, None]
+            a_p50 = p50[first : first + 1024, None]
+            close = np.abs(a_top1 - top1[None, :]) * 100 <= TOLERANCE["top1_points"] + 1e-9
+            low = np.fmin(a_p50, p50[None, :])
+            high = np.fmax(a_p50, p50[None, :])
+            both_missing = np.isnan(a_p50) & np.isnan(p50[None, :])
+            near = both_missing | (high - low <= TOLERANCE["latency_ratio"] * low + 1e-12)
+            agreeing = (close & near).sum(axis=1)
+            for offset, count in enumerate(agreeing):
+                counts[shown[first + offset][0]] = max(1, int(count))
+    changed = [Result(pk=pk, agreeing_runs=count) for pk, count in counts.items()]
+    Result.objects.bulk_update(changed, ["agreeing_runs"], batch_size=1000)
 
 
 def pareto_front(points: Iterable[tuple[Any, float, float]]) -> list[Any]:
@@ -274,3 +293,28 @@ def pareto_front(points: Iterable[tuple[Any, float, float]]) -> list[Any]:
             front.append(key)
             best = accuracy
     return front
+
+
+class Counted:
+    """A board's rows for a paginator: sliced from `rows`, counted on `counted` (the same
+    filters without the join that sorting needs, which an index alone answers)."""
+
+    def __init__(self, rows: QuerySet[Evaluation], counted: QuerySet[Evaluation]):
+        self.rows = rows
+        self.counted = counted
+        self.ordered = True
+
+    def count(self) -> int:
+        return self.counted.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, item: Any) -> Any:
+        return self.rows[item]
+
+    def filter(self, *args: Any, **kwargs: Any) -> Counted:
+        return Counted(self.rows.filter(*args, **kwargs), self.counted.filter(*args, **kwargs))
+
+    def iterator(self, chunk_size: int = 500) -> Any:
+        return self.rows.iterator(chunk_size=chunk_size)

@@ -26,14 +26,11 @@ def new_trace_id() -> str:
 
 class EvaluationQuerySet(models.QuerySet["Evaluation"]):
     def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> EvaluationQuerySet:
-        """Who reads an evaluation (`evaluations.sharing`): anyone, once it is published and
-        its model and dataset are public (checked here too, not only when it was published);
-        its owner; the members of a group it is shared with; staff."""
-        published = Q(
-            published=True,
-            model__visibility=Manifest.PUBLIC,
-            dataset__visibility=Manifest.PUBLIC,
-        )
+        """Who reads an evaluation (`evaluations.sharing`): anyone, once it is published (only
+        an evaluation of a public model and dataset can be, and one whose manifest turns
+        private is unpublished then); its owner; the members of a group it is shared with;
+        staff."""
+        published = Q(published=True)
         if not user.is_authenticated:
             return self.filter(published)
         if user.is_staff:  # type: ignore[union-attr]
@@ -88,6 +85,10 @@ class Evaluation(models.Model):
     # The manifest parameters it overrides, PATH=VALUE, one per line in the order applied.
     overrides = models.CharField(max_length=1024, blank=True, default="", db_index=True)
 
+    # The result's accuracy, copied here when it arrives: the history sorts by it, and an
+    # evaluation without a result (yet) sorts last.
+    top1 = models.FloatField(null=True, blank=True)
+    top5 = models.FloatField(null=True, blank=True)
     # Private to its owner until published (`evaluations.sharing`), or shared with groups.
     published = models.BooleanField(default=False)
     published_at = models.DateTimeField(null=True, blank=True)
@@ -153,6 +154,13 @@ class Evaluation(models.Model):
             models.Index(fields=["trace_id"]),
             # The leaderboards: published results of one task and dataset.
             models.Index(fields=["published", "task", "dataset_name", "status"]),
+            # The history's default order, over everything a user may read; and who may read
+            # (`visible_to`), so that a count reads the index alone.
+            models.Index(fields=["-created_at"], name="evaluation_newest"),
+            models.Index(fields=["published", "user", "id"], name="evaluation_readers"),
+            # PostgreSQL also indexes accuracy either way with evaluations without one last
+            # (`evaluation_best_top1`, `evaluation_worst_top1`, migration 0013: SQLite has no
+            # NULLS LAST in an index).
         ]
 
     def __str__(self) -> str:
@@ -205,6 +213,11 @@ class Result(models.Model):
     p99_ms_at_1 = models.FloatField(null=True, blank=True)
     best_throughput_ips = models.FloatField(null=True, blank=True, db_index=True)
     best_batch_size = models.PositiveIntegerField(null=True, blank=True)
+    # The configuration it ran (`evaluations.leaderboards.configuration_of`: model content,
+    # framework version, dataset, device, CPU, GPU, threads, seed, overrides) and how many
+    # published runs of it agree with this one, itself included (kept by the leaderboards).
+    configuration = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    agreeing_runs = models.PositiveIntegerField(default=1)
     # The host's hardware/software stack as the agent read it when the job finished.
     stack = models.JSONField()
     # The evaluation loop's whole report (settings, per-batch-size timings, notes, …).
@@ -215,6 +228,8 @@ class Result(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        # PostgreSQL also indexes the best throughput first, rows without one last
+        # (`result_best_throughput`, migration 0013).
         indexes = [models.Index(fields=["top1"])]
 
     def __str__(self) -> str:

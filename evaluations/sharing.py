@@ -4,8 +4,8 @@ An evaluation is private to its owner until they publish it or share it with a g
 
 - **publish**: anyone, signed in or not, may then read it, and it joins the leaderboards. Only
   a succeeded evaluation whose model and dataset are public can be published; one of a private
-  model or dataset never can, and `Evaluation.objects.visible_to` holds to that even if a
-  manifest's visibility changed later.
+  model or dataset never can, and a manifest that turns private unpublishes the evaluations of
+  it (`unpublish_private`, on every save of a manifest).
 - **share** with one of the owner's groups: its members may read it. The model and dataset must
   be public or shared with that group too, so that sharing a result never reveals a private
   manifest to someone it was not shared with.
@@ -19,6 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 from django.utils import timezone
 
+from evaluations import leaderboards
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation
 from hub import groups
@@ -73,6 +74,7 @@ def publish(user: AbstractBaseUser, evaluation_id: Any) -> Evaluation:
             evaluation.published = True
             evaluation.published_at = timezone.now()
             evaluation.save(update_fields=["published", "published_at", "updated_at"])
+            leaderboards.recount(evaluation.result.configuration)
     return evaluation
 
 
@@ -83,6 +85,9 @@ def unpublish(user: AbstractBaseUser, evaluation_id: Any) -> Evaluation:
             evaluation.published = False
             evaluation.published_at = None
             evaluation.save(update_fields=["published", "published_at", "updated_at"])
+            result = getattr(evaluation, "result", None)
+            if result is not None:
+                leaderboards.recount(result.configuration)
     return evaluation
 
 
@@ -123,3 +128,22 @@ def shared_with(user: AbstractBaseUser, evaluation: Evaluation) -> list[str]:
     if evaluation.user_id != user.pk and not user.is_staff:
         names = names.filter(user=user)
     return sorted(names.values_list("name", flat=True))
+
+
+def unpublish_private(manifest: Manifest) -> int:
+    """Unpublish the evaluations of `manifest` when it is not public (any more): a private
+    model's or dataset's results never stay public. Returns how many it unpublished."""
+    if manifest.visibility == Manifest.PUBLIC:
+        return 0
+    field = "model" if manifest.kind == Manifest.MODEL else "dataset"
+    affected = list(
+        Evaluation.objects.filter(**{field: manifest}, published=True).select_related("result")
+    )
+    if not affected:
+        return 0
+    Evaluation.objects.filter(pk__in=[e.pk for e in affected]).update(
+        published=False, published_at=None, updated_at=timezone.now()
+    )
+    for configuration in {e.result.configuration for e in affected if hasattr(e, "result")}:
+        leaderboards.recount(configuration)
+    return len(affected)

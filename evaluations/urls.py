@@ -6,6 +6,7 @@ from evaluations.api import (
     agent_config,
     cancel,
     claim,
+    compare,
     evaluations,
     leaderboards,
     predictions,
@@ -41,6 +42,12 @@ urlpatterns = [
         "evaluations/<uuid:pk>/shares/<str:group>/",
         sharing.EvaluationShare.as_view(),
         name="api-evaluation-share",
+    ),
+    path("compare/", compare.Compare.as_view(), name="api-compare"),
+    path(
+        "evaluations/<uuid:pk>/inputs/<int:index>/",
+        compare.EvaluationInput.as_view(),
+        name="api-evaluation-input",
     ),
     path("leaderboards/", leaderboards.LeaderboardList.as_view(), name="api-leaderboard-list"),
     path(

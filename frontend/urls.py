@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend.views import catalog, evaluations, groups, leaderboards, manifests, tokens
+from frontend.views import catalog, compare, evaluations, groups, leaderboards, manifests, tokens
 
 urlpatterns = [
     path("", catalog.catalog, name="home"),
@@ -14,6 +14,7 @@ urlpatterns = [
     path("evaluations/<uuid:pk>/cancel/", evaluations.cancel, name="evaluation-cancel"),
     path("evaluations/<uuid:pk>/publish/", evaluations.publish, name="evaluation-publish"),
     path("evaluations/<uuid:pk>/share/", evaluations.share, name="evaluation-share"),
+    path("compare/", compare.compare, name="compare"),
     path("leaderboards/", leaderboards.index, name="leaderboards"),
     path("leaderboards/<str:task>/<str:dataset>/", leaderboards.board, name="leaderboard"),
     path("groups/", groups.group_list, name="groups"),

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import secrets
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from evaluations import actions, sharing
+from evaluations import actions, history, sharing
 from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
 from evaluations.models import Evaluation
 from frontend import display
@@ -336,17 +338,59 @@ def cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
     return redirect("evaluation", pk=pk)
 
 
+# The history filters the page offers (the API's, `evaluations.history`), in the form's order.
+_PAGE_FILTERS = (
+    "model",
+    "version",
+    "framework",
+    "framework_version",
+    "dataset",
+    "host",
+    "device",
+    "status",
+    "batch_size",
+    "trace_level",
+    "published",
+    "created_after",
+    "created_before",
+    "group",
+)
+_PAGE_SIZE = 50
+
+
 @login_required
 def evaluations(request: HttpRequest) -> HttpResponse:
-    items = _visible(request)
-    group = request.GET.get("group", "")
-    if group:
-        try:
-            items = items.filter(group=UUID(group))
-        except ValueError:
-            raise Http404("No such group of evaluations.") from None
+    """The evaluations the user may read, filtered and sorted as `GET /api/v1/evaluations/`
+    does, a page at a time; rows update live; two to eight can be compared."""
+    params = {
+        name: value
+        for name, value in request.GET.items()
+        if name in (*_PAGE_FILTERS, "ordering") and value.strip()
+    }
+    error = ""
+    try:
+        items = history.apply(_visible(request), params)
+    except DomainError as problem:
+        error = problem.message
+        items = _visible(request)
+        params = {}
+    paginator = Paginator(items, _PAGE_SIZE)
+    page = paginator.get_page(request.GET.get("page"))
+    specs = {spec.name: spec for spec in history.FILTERS}
     return render(
         request,
         "frontend/evaluations.html",
-        {"evaluations": items[:200], "group": group},
+        {
+            "evaluations": page.object_list,
+            "page": page,
+            "params": params,
+            "filtered": bool(params),
+            "error": error,
+            "group": params.get("group", ""),
+            "choices": {name: specs[name].choices for name in _PAGE_FILTERS if specs[name].choices},
+            "orderings": history.ORDERINGS,
+            "query": urlencode(params),
+            "socket_path": "/ws/evaluations/",
+        },
+        status=400 if error else 200,
     )

@@ -292,6 +292,17 @@ def test_a_private_evaluation_reaches_nobody_else_through_any_get(
                     body = body.replace(asked, "")
                 for secret_value in secrets:
                     assert secret_value not in body, (who, filled + suffix, secret_value)
+    # Compare, which takes its ids from the query: never the private one.
+    for who, client in callers.items():
+        for path in (
+            f"/api/v1/compare/?evaluations={private_run},{public_run}",
+            f"/compare/?evaluations={public_run},{private_run}",
+            f"/api/v1/evaluations/{private_run}/inputs/0/",
+        ):
+            response = client.get(path)
+            assert response.status_code in (403, 404), (who, path, response.status_code)
+            body = response.content.decode().replace(quote(path, safe="/"), "").replace(path, "")
+            assert evaluation.trace_id not in body
     assert walked > 200
     # The owner does see it, so the walk above was looking at the right ids.
     assert private_run in bob_client.get("/api/v1/evaluations/").content.decode()

@@ -196,11 +196,12 @@ class Caller:
 def _with_real(strategy: Any, name: str, values: list[Any]) -> Any:
     """`strategy`'s path parameters with `name` replaced by one of `values`."""
 
-    def put(pair: tuple[Any, Any]) -> Any:
+    def put(pair: tuple[Any, Any]) -> dict[str, Any]:
         real, generated = pair
-        if hasattr(generated, "map_value"):  # schemathesis's GeneratedValue
-            return generated.map_value(lambda value: {**value, name: real})
-        return {**generated, name: real}
+        # A plain mapping, without the generated value's record of what it mutated: with a
+        # real id in place, the case is no longer the negative one it was generated as.
+        values = generated.value if hasattr(generated, "value") else generated
+        return {**values, name: real}
 
     return st.tuples(st.sampled_from(values), strategy).map(put)
 

@@ -1,0 +1,672 @@
+"""Comparisons: two to eight evaluations side by side against a pinned baseline, written once
+for the API (`GET /api/v1/compare/`) and the page (`/compare/`).
+
+- **What differs**: the request, the processing parameters (the model manifests' `inputs` and
+  `outputs` with each evaluation's overrides applied, as a flattened diff), and the stack
+  (framework version, CPU, GPU, OS, Python, threads, container image, host). Only the
+  differing rows unless all are asked for.
+- **Accuracy**: top-1 and top-5 with their deltas to the baseline; per input, agreement of the
+  top-1 class with the baseline's, the inputs on which any evaluation disagrees (with each
+  one's top classes), and the divergence of the output distributions from the baseline's
+  (Kullback–Leibler and Jensen–Shannon, in bits) and the largest absolute difference of a
+  class's probability. The distributions are the stored top-k classes of each input; where
+  top-k does not cover every class, the rest of the probability mass is spread evenly over the
+  classes not stored (`distributions` says which: "exact" or "estimated from the top k").
+- **Latency and throughput** per batch size: mean, p50, p99, a 95 % confidence interval of the
+  mean from the batches' spread (±1.96·std/√batches), the ratio and difference to the baseline,
+  and whether the difference is within noise (the two intervals overlap).
+- **Per layer**, from the traces' per-layer aggregates: layers matched by name within one
+  framework, across frameworks by op type and order (best effort; `layers.matched_by` says
+  which); time per layer and its ratio to the baseline; kernels per layer where the traces
+  hold them, and the kernels added, removed, faster and slower across the whole trace.
+- **Across systems**: when the evaluations ran one model, framework and dataset on different
+  hosts, the latency per batch size normalised to the baseline's host.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.urls import reverse
+
+from evaluations.models import Evaluation
+from hub import storage
+from hub.errors import Invalid, NotFound
+from hub.models import Manifest
+from predictors import manifests as spec
+
+MIN_EVALUATIONS = 2
+MAX_EVALUATIONS = 8
+# The inputs listed as disagreements, at most.
+DISAGREEMENTS_SHOWN = 50
+# The divergences are computed over at most this many inputs (the first ones of the split).
+DIVERGENCE_INPUTS = 200_000
+Z_95 = 1.959964
+
+
+def parse_ids(raw: str | None) -> list[uuid.UUID]:
+    """`a,b,c` → the evaluation ids, 2 to 8 of them, each once; Invalid naming `evaluations`."""
+    parts = [part.strip() for part in str(raw or "").split(",") if part.strip()]
+    if not MIN_EVALUATIONS <= len(parts) <= MAX_EVALUATIONS:
+        raise Invalid(
+            f"evaluations must list {MIN_EVALUATIONS} to {MAX_EVALUATIONS} evaluation ids "
+            f"separated by commas; got {len(parts)}",
+            path="evaluations",
+        )
+    ids: list[uuid.UUID] = []
+    for part in parts:
+        try:
+            value = uuid.UUID(part)
+        except ValueError:
+            raise Invalid(
+                f"evaluations: {part[:40]!r} is not an evaluation id", path="evaluations"
+            ) from None
+        if value in ids:
+            raise Invalid(f"evaluations: {value} is listed twice", path="evaluations")
+        ids.append(value)
+    return ids
+
+
+def load(
+    user: AbstractBaseUser | AnonymousUser, ids: list[uuid.UUID], baseline: str | None = None
+) -> list[Evaluation]:
+    """The evaluations in the order given, the baseline first; NotFound naming an id the user
+    may not read (as if it did not exist)."""
+    found = {
+        evaluation.pk: evaluation
+        for evaluation in Evaluation.objects.visible_to(user)
+        .filter(pk__in=ids)
+        .select_related("result", "host", "model", "dataset")
+        .prefetch_related("result__batch_results")
+    }
+    missing = [str(pk) for pk in ids if pk not in found]
+    if missing:
+        raise NotFound(f"no evaluation {missing[0]} that you may read", path="evaluations")
+    ordered = [found[pk] for pk in ids]
+    if baseline:
+        try:
+            chosen = uuid.UUID(str(baseline))
+        except ValueError:
+            raise Invalid(
+                f"baseline {baseline[:40]!r} is not an evaluation id", path="baseline"
+            ) from None
+        if chosen not in found:
+            raise Invalid("baseline must be one of the evaluations compared", path="baseline")
+        ordered.sort(key=lambda evaluation: evaluation.pk != chosen)
+    return ordered
+
+
+def compare(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[str, Any]:
+    """The comparison of `evaluations` (the first is the baseline)."""
+    return {
+        "baseline": str(evaluations[0].pk),
+        "evaluations": [_summary(evaluation) for evaluation in evaluations],
+        "differs": differences(evaluations, show_all=show_all),
+        "accuracy": accuracy(evaluations),
+        "latency": latency(evaluations),
+        "layers": layers(evaluations),
+        "systems": systems(evaluations),
+    }
+
+
+def label(evaluation: Evaluation) -> str:
+    host = evaluation.host.name if evaluation.host else "?"
+    overrides = " + " + ", ".join(_overrides(evaluation)) if evaluation.overrides else ""
+    return f"{evaluation.model_name} · {evaluation.framework} · {host}{overrides}"
+
+
+def _summary(evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "id": str(evaluation.pk),
+        "url": reverse("evaluation", kwargs={"pk": evaluation.pk}),
+        "label": label(evaluation),
+        "model": evaluation.model_name,
+        "model_version": evaluation.model_version,
+        "framework": evaluation.framework,
+        "framework_version": evaluation.framework_version,
+        "dataset": evaluation.dataset_name,
+        "split": evaluation.split,
+        "host": evaluation.host.name if evaluation.host else None,
+        "status": evaluation.status,
+        "has_result": hasattr(evaluation, "result"),
+    }
+
+
+# -- What differs ----------------------------------------------------------------------------
+
+
+def _overrides(evaluation: Evaluation) -> list[str]:
+    return [line for line in evaluation.overrides.splitlines() if line]
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, inner in value.items():
+            flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(value, list) and value and any(isinstance(v, dict | list) for v in value):
+        flat = {}
+        for index, inner in enumerate(value):
+            flat.update(_flatten(inner, f"{prefix}.{index}" if prefix else str(index)))
+        return flat
+    return {prefix: value}
+
+
+def _processing(evaluation: Evaluation) -> dict[str, Any]:
+    """The processing parameters the evaluation ran with: its model manifest's `inputs` and
+    `outputs`, with its overrides applied."""
+    manifest = (
+        evaluation.model
+        or Manifest.objects.filter(
+            kind=Manifest.MODEL,
+            name=evaluation.model_name,
+            version=evaluation.model_version,
+            framework=evaluation.framework,
+        ).first()
+    )
+    if manifest is None:
+        return {}
+    content = manifest.content
+    if evaluation.overrides:
+        try:
+            content = spec.apply_overrides(manifest.content, _overrides(evaluation)).data
+        except spec.ManifestError:
+            pass  # checked at launch; a manifest edited since is shown as it is
+    return _flatten({key: content.get(key) for key in ("inputs", "outputs") if key in content})
+
+
+def _stack(evaluation: Evaluation) -> dict[str, Any]:
+    result = getattr(evaluation, "result", None)
+    stack = result.stack if result is not None and isinstance(result.stack, dict) else {}
+
+    def part(name: str) -> dict[str, Any]:
+        value = stack.get(name)
+        return value if isinstance(value, dict) else {}
+
+    container = stack.get("container")
+    image = container.get("image") if isinstance(container, dict) else container
+    return {
+        "framework version": evaluation.framework_version,
+        "CPU": result.cpu_model if result else "",
+        "GPU": result.gpu_model if result else "",
+        "OS": part("os").get("platform"),
+        "Python": part("python").get("version"),
+        "NumPy": stack.get("numpy"),
+        "threads": evaluation.threads,
+        "container image": image,
+        "host": evaluation.host.name if evaluation.host else None,
+    }
+
+
+def _request(evaluation: Evaluation) -> dict[str, Any]:
+    request = dict(evaluation.request) if isinstance(evaluation.request, dict) else {}
+    request.setdefault("model_version", evaluation.model_version)
+    request["overrides"] = _overrides(evaluation)
+    return {key: request[key] for key in sorted(request)}
+
+
+def differences(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[str, Any]:
+    sections = {
+        "request": [_request(e) for e in evaluations],
+        "processing": [_processing(e) for e in evaluations],
+        "stack": [_stack(e) for e in evaluations],
+    }
+    rows: list[dict[str, Any]] = []
+    for section, values in sections.items():
+        keys: list[str] = []
+        for flat in values:
+            keys += [key for key in flat if key not in keys]
+        for key in keys:
+            cells = [flat.get(key) for flat in values]
+            differs = any(_canonical(cell) != _canonical(cells[0]) for cell in cells[1:])
+            if differs or show_all:
+                rows.append(
+                    {
+                        "section": section,
+                        "key": key,
+                        "values": cells,
+                        "differs": differs,
+                        "follows": _follows(evaluations, cells) if differs else None,
+                    }
+                )
+    return {
+        "rows": rows,
+        "all": show_all,
+        "differing": sum(1 for row in rows if row["differs"]),
+    }
+
+
+def _follows(evaluations: list[Evaluation], cells: list[Any]) -> str | None:
+    """What a difference comes with: "framework" when evaluations of one framework agree on
+    the value (it is the framework's, like the layout TensorFlow needs), else "host" likewise;
+    None when neither explains it (an override, a seed). With every framework different this
+    cannot tell the framework from the rest of the stack; the host is then the same or not."""
+    values = [_canonical(cell) for cell in cells]
+    for name, keys in (
+        ("framework", [e.framework for e in evaluations]),
+        ("host", [e.host_id for e in evaluations]),
+    ):
+        if len(set(keys)) > 1 and all(
+            values[i] == values[j]
+            for i in range(len(values))
+            for j in range(i + 1, len(values))
+            if keys[i] == keys[j]
+        ):
+            return name
+    return None
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_canonical(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _canonical(v)) for k, v in value.items()))
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# -- Accuracy --------------------------------------------------------------------------------
+
+
+def _predictions(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(labels, classes [n, k], probabilities [n, k]) of the first DIVERGENCE_INPUTS inputs."""
+    result = getattr(evaluation, "result", None)
+    if result is None or not result.predictions_path:
+        return None
+    try:
+        with pq.ParquetFile(storage.resolve(result.predictions_path)) as parquet:
+            table = parquet.read(columns=["label", "classes", "probabilities"])
+    except (OSError, ValueError):
+        return None
+    table = table.slice(0, DIVERGENCE_INPUTS)
+    labels = table.column("label").to_numpy()
+    k = max(int(result.top_k), 1)
+
+    def matrix(name: str, dtype: Any, fill: Any) -> np.ndarray:
+        column = table.column(name).combine_chunks()
+        lengths = np.diff(column.offsets.to_numpy())
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(dtype)
+        if len(lengths) and (lengths == k).all():  # every row holds k: one reshape
+            return values.reshape(len(lengths), k)
+        out = np.full((len(lengths), k), fill, dtype=dtype)
+        starts = column.offsets.to_numpy()[:-1] - column.offsets.to_numpy()[0]
+        for index, (start, length) in enumerate(zip(starts, lengths, strict=True)):
+            length = min(int(length), k)
+            out[index, :length] = values[start : start + length]
+        return out
+
+    return labels, matrix("classes", np.int64, -1), matrix("probabilities", np.float64, 0.0)
+
+
+def _class_count(evaluation: Evaluation) -> int | None:
+    dataset = evaluation.dataset
+    if dataset is None:
+        return None
+    labels = dataset.content.get("labels")
+    return len(labels) if isinstance(labels, list) else None
+
+
+def _dense(classes: np.ndarray, probabilities: np.ndarray, count: int) -> np.ndarray:
+    """[n, count] distributions from top-k rows: the stored probabilities, and the rest of the
+    mass spread evenly over the classes not stored."""
+    n, k = classes.shape
+    dense = np.zeros((n, count), dtype=np.float64)
+    valid = (classes >= 0) & (classes < count)
+    rows = np.repeat(np.arange(n), k).reshape(n, k)
+    dense[rows[valid], classes[valid]] = probabilities[valid]
+    stored = valid.sum(axis=1)
+    rest = np.clip(1.0 - dense.sum(axis=1), 0.0, None)
+    unseen = count - stored
+    share = np.divide(rest, unseen, out=np.zeros(n), where=unseen > 0)
+    dense += np.where(dense == 0, share[:, None], 0.0)
+    dense /= dense.sum(axis=1, keepdims=True).clip(min=1e-12)
+    return dense
+
+
+def _divergences(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: KL(p‖q) and JS(p, q), in bits (q's zeros floored so that KL stays finite)."""
+    eps = 1e-12
+    p = np.clip(p, eps, None)
+    q = np.clip(q, eps, None)
+    kl = np.sum(p * np.log2(p / q), axis=1)
+    m = (p + q) / 2
+    js = 0.5 * np.sum(p * np.log2(p / m), axis=1) + 0.5 * np.sum(q * np.log2(q / m), axis=1)
+    return np.maximum(kl, 0.0), np.clip(js, 0.0, 1.0)
+
+
+def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
+    base = evaluations[0]
+    base_result = getattr(base, "result", None)
+    loaded = [_predictions(evaluation) for evaluation in evaluations]
+    count = _class_count(base) or 0
+    top_ks = [int(e.result.top_k) for e in evaluations if hasattr(e, "result")]
+    exact = bool(count) and bool(top_ks) and min(top_ks) >= count
+    rows = []
+    disagreeing: set[int] = set()
+    for evaluation, predicted in zip(evaluations, loaded, strict=True):
+        result = getattr(evaluation, "result", None)
+        row: dict[str, Any] = {
+            "evaluation": str(evaluation.pk),
+            "top1": result.top1 if result else None,
+            "top5": result.top5 if result and result.top_k >= 5 else None,
+            "count": result.count if result else None,
+            "delta_top1": (result.top1 - base_result.top1) if result and base_result else None,
+            "delta_top5": (result.top5 - base_result.top5)
+            if result and base_result and result.top_k >= 5 and base_result.top_k >= 5
+            else None,
+            "agreement": None,
+            "disagreeing_inputs": None,
+            "kl_mean": None,
+            "kl_max": None,
+            "js_mean": None,
+            "js_max": None,
+            "max_abs_difference": None,
+        }
+        base_predicted = loaded[0]
+        if predicted is not None and base_predicted is not None:
+            n = min(len(predicted[0]), len(base_predicted[0]))
+            if n:
+                top1 = predicted[1][:n, 0]
+                base_top1 = base_predicted[1][:n, 0]
+                differ = np.nonzero(top1 != base_top1)[0]
+                disagreeing.update(int(i) for i in differ[: DISAGREEMENTS_SHOWN * 4])
+                row["agreement"] = float(1.0 - len(differ) / n)
+                row["disagreeing_inputs"] = int(len(differ))
+                width = count or int(max(predicted[1].max(), base_predicted[1].max()) + 1)
+                p = _dense(base_predicted[1][:n], base_predicted[2][:n], width)
+                q = _dense(predicted[1][:n], predicted[2][:n], width)
+                kl, js = _divergences(p, q)
+                row.update(
+                    kl_mean=float(kl.mean()),
+                    kl_max=float(kl.max()),
+                    js_mean=float(js.mean()),
+                    js_max=float(js.max()),
+                    max_abs_difference=float(np.abs(p - q).max()),
+                )
+        rows.append(row)
+    return {
+        "rows": rows,
+        "distributions": "exact"
+        if exact
+        else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",
+        "disagreements": _disagreements(evaluations, loaded, sorted(disagreeing)),
+    }
+
+
+def _disagreements(
+    evaluations: list[Evaluation], loaded: list[Any], indices: list[int]
+) -> list[dict[str, Any]]:
+    labels = (
+        evaluations[0].dataset.content.get("labels") if evaluations[0].dataset else None
+    ) or []
+    shown = []
+    for index in indices[:DISAGREEMENTS_SHOWN]:
+        entry: dict[str, Any] = {"index": index, "label": None, "label_name": None, "top": []}
+        for predicted in loaded:
+            if predicted is None or index >= len(predicted[0]):
+                entry["top"].append(None)
+                continue
+            entry["label"] = int(predicted[0][index])
+            entry["top"].append(
+                [
+                    {
+                        "class": int(c),
+                        "name": labels[c] if 0 <= c < len(labels) else str(c),
+                        "probability": round(float(p), 5),
+                    }
+                    for c, p in zip(predicted[1][index][:3], predicted[2][index][:3], strict=True)
+                    if c >= 0
+                ]
+            )
+        if entry["label"] is not None and 0 <= entry["label"] < len(labels):
+            entry["label_name"] = labels[entry["label"]]
+        entry["input_url"] = reverse(
+            "api-evaluation-input", kwargs={"pk": evaluations[0].pk, "index": index}
+        )
+        shown.append(entry)
+    return shown
+
+
+# -- Latency ---------------------------------------------------------------------------------
+
+
+def _interval(mean: float, std: float, count: int) -> float:
+    """The half-width of the 95 % confidence interval of a mean of `count` batches."""
+    return Z_95 * std / math.sqrt(count) if count > 1 else float("inf")
+
+
+def latency(evaluations: list[Evaluation]) -> dict[str, Any]:
+    by_size: dict[int, list[Any]] = {}
+    for position, evaluation in enumerate(evaluations):
+        result = getattr(evaluation, "result", None)
+        for row in result.batch_results.all() if result else []:
+            by_size.setdefault(row.batch_size, [None] * len(evaluations))[position] = row
+    sizes = []
+    for size in sorted(by_size):
+        cells: list[dict[str, Any] | None] = []
+        base = by_size[size][0]
+        for row in by_size[size]:
+            if row is None:
+                cells.append(None)
+                continue
+            half = _interval(row.mean_ms, row.std_ms, row.count)
+            cell: dict[str, Any] = {
+                "mean_ms": row.mean_ms,
+                "p50_ms": row.p50_ms,
+                "p99_ms": row.p99_ms,
+                "std_ms": row.std_ms,
+                "batches": row.count,
+                "ci95_ms": None if math.isinf(half) else half,
+                "throughput_ips": row.throughput_ips,
+                "ratio": None,
+                "delta_ms": None,
+                "throughput_ratio": None,
+                "within_noise": None,
+            }
+            if base is not None and base.mean_ms > 0:
+                base_half = _interval(base.mean_ms, base.std_ms, base.count)
+                delta = row.mean_ms - base.mean_ms
+                cell.update(
+                    ratio=row.mean_ms / base.mean_ms,
+                    delta_ms=delta,
+                    throughput_ratio=row.throughput_ips / base.throughput_ips
+                    if base.throughput_ips
+                    else None,
+                    within_noise=abs(delta) <= half + base_half,
+                )
+            cells.append(cell)
+        sizes.append({"batch_size": size, "cells": cells})
+    return {"batch_sizes": sizes, "interval": "95 % CI of the mean: ±1.96·std/√batches"}
+
+
+# -- Per layer -------------------------------------------------------------------------------
+
+
+def _layer_rows(evaluation: Evaluation) -> list[Any]:
+    from traces import aggregates as trace_aggregates
+    from traces.models import Trace
+
+    trace = Trace.objects.filter(trace_id=evaluation.trace_id).first()
+    if trace is None:
+        return []
+    return list(trace_aggregates.aggregates(trace))
+
+
+def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
+    """Layers matched across the evaluations, with their time and ratio to the baseline."""
+    from traces import aggregates as trace_aggregates
+
+    every = [_layer_rows(evaluation) for evaluation in evaluations]
+    per_layer = [[r for r in rows if r.level == "framework"] for rows in every]
+    if not per_layer[0] or not any(per_layer[1:]):
+        return {
+            "matched_by": None,
+            "rows": [],
+            "kernels": [],
+            "note": "no per-layer spans: launch at trace level framework or deeper",
+        }
+    same_framework = len({e.framework for e in evaluations}) == 1
+    rows: list[dict[str, Any]] = []
+    if same_framework:
+        matched_by = "name"
+        index = [{row.name: row for row in layer_rows} for layer_rows in per_layer]
+        for row in sorted(
+            per_layer[0], key=lambda r: (r.layer_index is None, r.layer_index, r.name)
+        ):
+            rows.append(_layer_row(row.name, row.op_type, [found.get(row.name) for found in index]))
+    else:
+        matched_by = "op type and order"
+        ordered = [
+            sorted(layer_rows, key=lambda r: (r.layer_index is None, r.layer_index, r.name))
+            for layer_rows in per_layer
+        ]
+        queues = [_by_op_type(layer_rows) for layer_rows in ordered]
+        for row in ordered[0]:
+            op = _op_key(row.op_type)
+            cells = [row]
+            for queue in queues[1:]:
+                items = queue.get(op) or []
+                cells.append(items.pop(0) if items else None)
+            rows.append(_layer_row(row.name, row.op_type, cells))
+    kernel_sets = [
+        {r.name: r for r in rows_ if r.level == "system_library" and r.op_type == "kernel"}
+        for rows_ in every
+    ]
+    by_layer = [trace_aggregates.kernels_by_layer(e.trace_id) for e in evaluations]
+    for row in rows:
+        row["kernels"] = [
+            (list(layer_kernels.get(name) or []) if name else None)
+            for layer_kernels, name in zip(by_layer, row["names"], strict=True)
+        ]
+    return {
+        "matched_by": matched_by,
+        "rows": rows,
+        "kernels": _kernel_diff(kernel_sets),
+        "note": "matched by name within one framework"
+        if same_framework
+        else "matched across frameworks by op type and order (best effort): layers of one op "
+        "type pair up in the order they run",
+    }
+
+
+def _op_key(op_type: str | None) -> str:
+    text = (op_type or "").lower()
+    for plain in (
+        "conv",
+        "relu",
+        "pool",
+        "gemm",
+        "linear",
+        "matmul",
+        "dense",
+        "softmax",
+        "norm",
+        "add",
+        "flatten",
+        "dropout",
+        "reshape",
+    ):
+        if plain in text:
+            return {"linear": "gemm", "matmul": "gemm", "dense": "gemm", "reshape": "flatten"}.get(
+                plain, plain
+            )
+    return text
+
+
+def _by_op_type(rows: list[Any]) -> dict[str, list[Any]]:
+    queues: dict[str, list[Any]] = {}
+    for row in rows:
+        queues.setdefault(_op_key(row.op_type), []).append(row)
+    return queues
+
+
+def _layer_row(name: str, op_type: str | None, cells: list[Any]) -> dict[str, Any]:
+    base = cells[0]
+    return {
+        "name": name,
+        "op_type": op_type,
+        "names": [cell.name if cell is not None else None for cell in cells],
+        "mean_ms": [cell.mean_ns / 1e6 if cell is not None else None for cell in cells],
+        "count": [cell.count if cell is not None else None for cell in cells],
+        "ratio": [
+            (cell.mean_ns / base.mean_ns) if cell is not None and base and base.mean_ns else None
+            for cell in cells
+        ],
+    }
+
+
+def _kernel_diff(kernel_sets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per evaluation after the baseline: the kernels added, removed, faster and slower (by
+    their mean time, beyond 10 %)."""
+    base = kernel_sets[0]
+    diffs = []
+    for kernels in kernel_sets[1:]:
+        common = sorted(set(base) & set(kernels))
+        faster = [n for n in common if kernels[n].mean_ns < 0.9 * base[n].mean_ns]
+        slower = [n for n in common if kernels[n].mean_ns > 1.1 * base[n].mean_ns]
+        diffs.append(
+            {
+                "added": sorted(set(kernels) - set(base))[:50],
+                "removed": sorted(set(base) - set(kernels))[:50],
+                "faster": faster[:50],
+                "slower": slower[:50],
+            }
+        )
+    return diffs
+
+
+# -- Across systems --------------------------------------------------------------------------
+
+
+def systems(evaluations: list[Evaluation]) -> dict[str, Any] | None:
+    """Latency per batch size normalised to the baseline's host, when the evaluations ran one
+    model, framework and dataset on two or more hosts."""
+    keys = {(e.model_name, e.model_version, e.framework, e.dataset_name) for e in evaluations}
+    hosts = {e.host_id for e in evaluations}
+    if len(keys) != 1 or len(hosts) < 2:
+        return None
+    base = evaluations[0]
+    base_rows = (
+        {r.batch_size: r for r in base.result.batch_results.all()}
+        if hasattr(base, "result")
+        else {}
+    )
+    series = []
+    for evaluation in evaluations:
+        rows = (
+            {r.batch_size: r for r in evaluation.result.batch_results.all()}
+            if hasattr(evaluation, "result")
+            else {}
+        )
+        points = [
+            {
+                "batch_size": size,
+                "p50_ms": rows[size].p50_ms,
+                "normalised": rows[size].p50_ms / base_rows[size].p50_ms,
+            }
+            for size in sorted(rows)
+            if size in base_rows and base_rows[size].p50_ms > 0
+        ]
+        series.append(
+            {
+                "evaluation": str(evaluation.pk),
+                "host": evaluation.host.name if evaluation.host else None,
+                "hardware": (evaluation.result.gpu_model or evaluation.result.cpu_model)
+                if hasattr(evaluation, "result")
+                else "",
+                "points": points,
+            }
+        )
+    return {"reference": base.host.name if base.host else None, "series": series}
+
+
+def ids_text(evaluations: Iterable[Evaluation]) -> str:
+    return ",".join(str(evaluation.pk) for evaluation in evaluations)

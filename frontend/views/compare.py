@@ -1,0 +1,78 @@
+"""The comparison page (`/compare/?evaluations=<id>,<id>,…`), built by `evaluations.compare`."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from evaluations import compare as comparison
+from frontend import display
+from hub.errors import DomainError, NotFound
+
+
+def compare(request: HttpRequest) -> HttpResponse:
+    # `?evaluations=a,b` or, from the evaluations page's checkboxes, `?evaluations=a&evaluations=b`.
+    raw = ",".join(request.GET.getlist("evaluations"))
+    baseline = request.GET.get("baseline") or None
+    show_all = request.GET.get("all") in ("1", "true")
+    try:
+        ids = comparison.parse_ids(raw)
+        evaluations = comparison.load(request.user, ids, baseline)
+    except DomainError as error:
+        return render(
+            request,
+            "frontend/compare.html",
+            {"error": error.message},
+            status=404 if isinstance(error, NotFound) else 400,
+        )
+    report = comparison.compare(evaluations, show_all=show_all)
+    for summary in report["evaluations"]:
+        summary["framework_name"] = display.framework_name(summary["framework"])
+    ids_text = comparison.ids_text(evaluations)
+    return render(
+        request,
+        "frontend/compare.html",
+        {
+            "report": report,
+            "columns": report["evaluations"],
+            "plots": _plots(report),
+            "all_url": "?" + urlencode({"evaluations": ids_text, "all": "0" if show_all else "1"}),
+            "show_all": show_all,
+            "baseline_urls": [
+                "?" + urlencode({"evaluations": ids_text, "baseline": summary["id"]})
+                for summary in report["evaluations"]
+            ],
+            "api_url": "/api/v1/compare/?" + urlencode({"evaluations": ids_text}),
+        },
+    )
+
+
+def _plots(report: dict[str, Any]) -> dict[str, Any]:
+    """Latency (mean with its 95 % interval) and throughput against batch size, a series per
+    evaluation; and the normalised latency across systems."""
+    names = [summary["label"] for summary in report["evaluations"]]
+    latency = [{"name": name, "x": [], "y": [], "error": [], "throughput": []} for name in names]
+    for size in report["latency"]["batch_sizes"]:
+        for position, cell in enumerate(size["cells"]):
+            if cell is None:
+                continue
+            latency[position]["x"].append(size["batch_size"])
+            latency[position]["y"].append(cell["mean_ms"])
+            latency[position]["error"].append(cell["ci95_ms"] or 0)
+            latency[position]["throughput"].append(cell["throughput_ips"])
+    systems = report.get("systems")
+    return {
+        "latency": latency,
+        "systems": [
+            {
+                "name": f"{serie['host']} ({serie['hardware']})",
+                "x": [p["batch_size"] for p in serie["points"]],
+                "y": [p["normalised"] for p in serie["points"]],
+            }
+            for serie in (systems or {}).get("series", [])
+        ],
+        "reference": (systems or {}).get("reference"),
+    }

@@ -1,0 +1,112 @@
+"""The evaluations page in a real browser: the history's filters and sorting (the API's own),
+pagination, the boxes that choose what to compare, and rows that update live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from evaluations.models import Evaluation
+from mlmodelscope.testing.livehub import PASSWORD, LiveHub
+from tests.frontend.test_leaderboards import published_result
+
+pytestmark = pytest.mark.browser
+
+
+def _rows(page: Any) -> list[str]:
+    return page.locator("#evaluations tbody tr[data-evaluation]").evaluate_all(
+        "rows => rows.map(r => r.dataset.evaluation)"
+    )
+
+
+def test_the_history_filters_sorts_and_chooses_what_to_compare(  # type: ignore[no-untyped-def]
+    page, builtin_manifests, django_user_model, sign_in, shoot
+) -> None:
+    alice = django_user_model.objects.create_user("alice")
+    bob = django_user_model.objects.create_user("bob")
+    runs = {
+        "ort": published_result(alice, "onnxruntime", 0.97, 0.03, 50_000.0, published=False),
+        "pt": published_result(alice, "pytorch", 0.99, 0.09, 20_000.0, published=False),
+        "tf": published_result(alice, "tensorflow", 0.95, 0.80, 9_000.0),
+        "bobs": published_result(bob, "pytorch", 0.50, 0.05, 1_000.0, published=False),
+    }
+    Evaluation.objects.filter(pk=runs["tf"].pk).update(trace_level="framework")
+    sign_in(page, alice)
+    page.goto("/evaluations/")
+    assert set(_rows(page)) == {str(runs[k].pk) for k in ("ort", "pt", "tf")}  # not bob's
+
+    page.select_option("#h-framework", "pytorch")
+    page.get_by_role("button", name="Filter").click()
+    assert _rows(page) == [str(runs["pt"].pk)]
+    page.get_by_role("link", name="Clear").click()
+
+    page.select_option("#h-published", "true")
+    page.get_by_role("button", name="Filter").click()
+    assert _rows(page) == [str(runs["tf"].pk)]
+    page.goto("/evaluations/?trace_level=framework")
+    assert _rows(page) == [str(runs["tf"].pk)]
+
+    page.goto("/evaluations/")
+    page.select_option("#h-ordering", "-top1")
+    page.get_by_role("button", name="Filter").click()
+    assert _rows(page) == [str(runs[k].pk) for k in ("pt", "ort", "tf")]
+    page.fill("#h-batch-size", "1")
+    page.select_option("#h-ordering", "p50_ms")
+    page.get_by_role("button", name="Filter").click()
+    assert _rows(page) == [str(runs[k].pk) for k in ("ort", "pt", "tf")]
+
+    # A bad value is refused, naming it, and the page still lists everything.
+    response = page.goto("/evaluations/?ordering=p50_ms")
+    assert response.status == 400
+    expect(page.locator("#history-error")).to_contain_text("add batch_size")
+
+    # Tick two rows and compare them.
+    page.goto("/evaluations/")
+    order = _rows(page)
+    expect(page.locator("#compare-button")).to_be_disabled()
+    page.locator(f'input[value="{runs["ort"].pk}"]').check()
+    expect(page.locator("#compare-button")).to_be_disabled()
+    page.locator(f'input[value="{runs["pt"].pk}"]').check()
+    expect(page.locator("#compare-button")).to_be_enabled()
+    shoot(page, "evaluations-history")
+    page.locator("#compare-button").click()
+    expect(page.get_by_role("heading", name="Compare")).to_be_visible()
+    expect(page.locator("#compared tbody tr")).to_have_count(2)
+    # The baseline is the first of them on the page.
+    first = min((str(runs["ort"].pk), str(runs["pt"].pk)), key=order.index)
+    expect(page.locator("#compared tbody tr.current")).to_have_attribute("data-evaluation", first)
+
+
+def test_rows_update_live_and_new_evaluations_are_announced(  # type: ignore[no-untyped-def]
+    hub: LiveHub, model_and_host, hub_page
+) -> None:
+    page = hub_page
+    page.goto("/accounts/login/?next=/evaluations/")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#live")).to_have_class("live on")
+
+    status, launched = hub.request(
+        "POST", "/api/v1/evaluations/", {"model": "m", "framework": "onnxruntime", "dataset": "d"}
+    )
+    assert status == 201, launched
+    evaluation = launched["evaluations"][0]
+    expect(page.locator("#new-evaluations")).to_contain_text("1 evaluation changed or launched")
+    page.locator("#new-evaluations a").click()
+    row = page.locator(f'tr[data-evaluation="{evaluation["id"]}"]')
+    expect(row.locator('[data-field="status"]')).to_have_text("dispatched")
+    expect(page.locator("#live")).to_have_class("live on")
+
+    # The agent claims it: the row says so without a reload.
+    status, claimed = hub.request(
+        "POST",
+        f"/api/v1/evaluations/{evaluation['id']}/claim/",
+        {"host": model_and_host["id"], "dispatch": 1},
+        token=hub.agent_token,
+    )
+    assert status == 200, claimed
+    expect(row.locator('[data-field="status"]')).to_have_text("running")
+    assert row.get_attribute("data-updated") == "1"
