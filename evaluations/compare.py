@@ -540,7 +540,11 @@ def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
         {r.name: r for r in rows_ if r.level == "system_library" and r.op_type == "kernel"}
         for rows_ in every
     ]
-    by_layer = [trace_aggregates.kernels_by_layer(e.trace_id) for e in evaluations]
+    # Kernels per layer are read from the spans themselves: only for traces that hold kernels.
+    by_layer = [
+        trace_aggregates.kernels_by_layer(e.trace_id) if kernels else {}
+        for e, kernels in zip(evaluations, kernel_sets, strict=True)
+    ]
     for row in rows:
         row["kernels"] = [
             (list(layer_kernels.get(name) or []) if name else None)

@@ -110,3 +110,23 @@ def test_rows_update_live_and_new_evaluations_are_announced(  # type: ignore[no-
     assert status == 200, claimed
     expect(row.locator('[data-field="status"]')).to_have_text("running")
     assert row.get_attribute("data-updated") == "1"
+
+
+def test_the_history_and_a_board_page_through_their_rows(  # type: ignore[no-untyped-def]
+    builtin_manifests, django_user_model
+) -> None:
+    from django.test import Client
+
+    alice = django_user_model.objects.create_user("alice")
+    for index in range(53):
+        published_result(alice, "onnxruntime", 0.9 + index / 1000, 0.03 + index / 1000, 1e4)
+    client = Client()
+    client.force_login(alice)
+    first = client.get("/evaluations/", {"framework": "onnxruntime"}).content.decode()
+    assert first.count('name="evaluations" value=') == 50
+    assert "Page 1 of 2" in first and "framework=onnxruntime&amp;page=2" in first
+    second = client.get("/evaluations/", {"framework": "onnxruntime", "page": 2}).content.decode()
+    assert second.count('name="evaluations" value=') == 3 and "← Previous" in second
+    board = Client().get("/leaderboards/image_classification/digits/", {"page": 2})
+    assert board.status_code == 200
+    assert board.content.decode().count("data-evaluation=") == 3
