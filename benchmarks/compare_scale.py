@@ -44,9 +44,18 @@ def _with_result(evaluation: Any, rng_seed: int) -> None:
     )  # fmt: skip
     rows = [
         BatchResult(
-            result=result, evaluation=evaluation, batch_size=size, count=50,
-            mean_ms=size * (1 + rng_seed / 10), p50_ms=size, p90_ms=size, p99_ms=size,
-            min_ms=size, max_ms=size, std_ms=0.1, throughput_ips=1000.0,
+            result=result,
+            evaluation=evaluation,
+            batch_size=size,
+            count=50,
+            mean_ms=size * (1 + rng_seed / 10),
+            p50_ms=size,
+            p90_ms=size,
+            p99_ms=size,
+            min_ms=size,
+            max_ms=size,
+            std_ms=0.1,
+            throughput_ips=1000.0,
         )  # fmt: skip
         for size in (1, 8, 32)
     ]
