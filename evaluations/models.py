@@ -158,6 +158,10 @@ class Evaluation(models.Model):
             # (`visible_to`), so that a count reads the index alone.
             models.Index(fields=["-created_at"], name="evaluation_newest"),
             models.Index(fields=["published", "user", "id"], name="evaluation_readers"),
+            # …and, with a framework filter, the same count from one index.
+            models.Index(
+                fields=["framework", "published", "user", "id"], name="evaluation_readers_fw"
+            ),
             # PostgreSQL also indexes accuracy either way with evaluations without one last
             # (`evaluation_best_top1`, `evaluation_worst_top1`, migration 0013: SQLite has no
             # NULLS LAST in an index).
@@ -285,6 +289,8 @@ class BatchResult(models.Model):
         indexes = [
             models.Index(fields=["batch_size", "p50_ms"]),
             models.Index(fields=["batch_size", "throughput_ips"]),
+            # The history's `batch_size` filter, counted from the index alone.
+            models.Index(fields=["batch_size", "evaluation"], name="batchresult_size_evaluation"),
         ]
 
     def __str__(self) -> str:
