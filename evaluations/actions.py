@@ -36,6 +36,7 @@ from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
 from predictors.protocol import ResultUpload
+from traces import finishing
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
 
@@ -80,6 +81,10 @@ def record_status(
         host=host,
     )
     events.status_changed(evaluation, change)
+    if status in Evaluation.FINISHED and evaluation.trace_id:
+        # Its trace compacted and aggregated now, not on the first visit.
+        trace_id = evaluation.trace_id
+        transaction.on_commit(lambda: finishing.schedule(trace_id), robust=True)
     return change
 
 

@@ -500,19 +500,34 @@ def _layer_rows(evaluation: Evaluation) -> list[Any]:
     return list(trace_aggregates.aggregates(trace))
 
 
-def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
-    """Layers matched across the evaluations, with their time and ratio to the baseline."""
-    from traces import aggregates as trace_aggregates
+def _layer_batch_size(per_layer: list[list[Any]]) -> int | None:
+    """The batch size the layers are compared at: the smallest that every evaluation with
+    layers traced, else the baseline's smallest (None: its layer spans carry no batch size)."""
+    sizes = [{r.batch_size for r in rows} for rows in per_layer if rows]
+    shared = set.intersection(*sizes) if sizes else set()
+    for candidates in (shared, sizes[0] if sizes else set()):
+        known = sorted(size for size in candidates if size is not None)
+        if known:
+            return known[0]
+    return None
 
+
+def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
+    """Layers matched across the evaluations at one batch size, with their time and ratio to
+    the baseline, the kernels inside each, and which kernels differ."""
     every = [_layer_rows(evaluation) for evaluation in evaluations]
     per_layer = [[r for r in rows if r.level == "framework"] for rows in every]
     if not per_layer[0] or not any(per_layer[1:]):
         return {
             "matched_by": None,
+            "batch_size": None,
             "rows": [],
             "kernels": [],
             "note": "no per-layer spans: launch at trace level framework or deeper",
         }
+    # Statistics are never mixed across batch sizes: one batch size, the same for all.
+    size = _layer_batch_size(per_layer)
+    per_layer = [[r for r in rows if r.batch_size == size] for rows in per_layer]
     same_framework = len({e.framework for e in evaluations}) == 1
     rows: list[dict[str, Any]] = []
     if same_framework:
@@ -537,27 +552,25 @@ def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
                 cells.append(items.pop(0) if items else None)
             rows.append(_layer_row(row.name, row.op_type, cells))
     kernel_sets = [
-        {r.name: r for r in rows_ if r.level == "system_library" and r.op_type == "kernel"}
+        {
+            r.name: r
+            for r in rows_
+            if r.level == "system_library" and r.op_type == "kernel" and r.batch_size == size
+        }
         for rows_ in every
     ]
-    # Kernels per layer are read from the spans themselves: only for traces that hold kernels.
-    by_layer = [
-        trace_aggregates.kernels_by_layer(e.trace_id) if kernels else {}
-        for e, kernels in zip(evaluations, kernel_sets, strict=True)
-    ]
-    for row in rows:
-        row["kernels"] = [
-            (list(layer_kernels.get(name) or []) if name else None)
-            for layer_kernels, name in zip(by_layer, row["names"], strict=True)
-        ]
     return {
         "matched_by": matched_by,
+        "batch_size": size,
         "rows": rows,
         "kernels": _kernel_diff(kernel_sets),
-        "note": "matched by name within one framework"
-        if same_framework
-        else "matched across frameworks by op type and order (best effort): layers of one op "
-        "type pair up in the order they run",
+        "note": (
+            "matched by name within one framework"
+            if same_framework
+            else "matched across frameworks by op type and order (best effort): layers of one "
+            "op type pair up in the order they run"
+        )
+        + (f", at batch size {size}" if size is not None else ""),
     }
 
 
@@ -602,6 +615,13 @@ def _layer_row(name: str, op_type: str | None, cells: list[Any]) -> dict[str, An
         "count": [cell.count if cell is not None else None for cell in cells],
         "ratio": [
             (cell.mean_ns / base.mean_ns) if cell is not None and base and base.mean_ns else None
+            for cell in cells
+        ],
+        # The kernels run inside the layer: [count, total ns], or None (none traced).
+        "kernels": [
+            [cell.kernel_count, cell.kernel_total_ns]
+            if cell is not None and cell.kernel_count is not None
+            else None
             for cell in cells
         ],
     }

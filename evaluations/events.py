@@ -119,5 +119,10 @@ def _group_send(groups: list[str], message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    for group in groups:
-        async_to_sync(layer.group_send)(group, message)
+
+    async def send_all() -> None:
+        for group in groups:
+            await layer.group_send(group, message)
+
+    # One hop to the event loop for all the groups, not one per group.
+    async_to_sync(send_all)()

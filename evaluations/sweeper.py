@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from evaluations import actions, broker_access
+from traces import finishing
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ def sweep_once() -> int:
         # After a Redis restart the broker users of the agents' scopes are gone; their agents
         # reconnect with the same credentials once the sweep has made them again.
         broker_access.ensure_host_scopes()
+        # Traces of finished evaluations that no finish has seen (a hub stopped first).
+        finishing.sweep()
     finally:
         close_old_connections()
     for evaluation in changed:

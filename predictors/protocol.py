@@ -213,6 +213,9 @@ class Attr:
     ACTIVATION_BYTES = "mlms.activation_bytes"
     MAIN_THREAD_WAIT_US = "mlms.main_thread_wait_us"
     MAIN_THREAD_RUN_US = "mlms.main_thread_run_us"
+    # The batch size a span was measured at: on stage, batch, layer and kernel spans (the
+    # evaluation loop's own attribute, without the `mlms.` prefix).
+    BATCH_SIZE = "batch_size"
     # A hardware counter sample: a span of level `hardware` and op type `counter` whose numeric
     # attributes `mlms.counter.<name>` (the name ends in its unit: `gpu.power_w`) are the values
     # read at its start.

@@ -68,6 +68,9 @@ logger = logging.getLogger(__name__)
 # default size).
 QUEUE_SPANS = 8192
 EXPORT_BATCH_SPANS = 512
+# What is queued is exported at least this often (the SDK's default is 5 s): a timeline that
+# is open while the evaluation runs sees its spans within about a second.
+EXPORT_EVERY_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ class Tracer:
                 _Delivering(self.delivery, self),
                 max_queue_size=QUEUE_SPANS,
                 max_export_batch_size=EXPORT_BATCH_SPANS,
+                schedule_delay_millis=EXPORT_EVERY_MS,
             )
             self._provider.add_span_processor(self._batch)
         self._tracer = self._provider.get_tracer(Attr.PREDICTORS)
@@ -176,6 +180,8 @@ class Tracer:
         self._root: Any = None
         self._root_context: Any = None
         self._contexts: dict[int, Any] = {}
+        # The contexts of parents that children named before the parents were written.
+        self._early: dict[int, Any] = {}
         self._end_ns = 0
 
     def start(
@@ -220,34 +226,58 @@ class Tracer:
         # Each written span's SpanContext (its ids), without the span: a later span may be its
         # child, and a context that held the span would hold the whole trace in memory.
         self._contexts = {}
+        self._early = {}
         self._end_ns = 0
 
     def write(self, spans: Sequence[Span]) -> None:
         """Record spans of the open trace (a `predictors.evaluation.SpanSink`): each becomes an
-        OpenTelemetry span, nested in its parent (written before it) or in the root, handed to
-        the exporter and not kept."""
+        OpenTelemetry span, nested in its parent or in the root, handed to the exporter and not
+        kept. A parent may be written before its children or after them (a stage span ends
+        after the batch spans streamed inside it): the ids of a parent not written yet are
+        fixed when a child first names it, and the parent gets them when it comes."""
         from opentelemetry import trace
 
         if self._root is None:
             raise RuntimeError("Tracer.write before Tracer.start")
         for span in spans:
             known = self._contexts.get(span.parent_id) if span.parent_id else None
+            if span.parent_id and known is None:
+                known = self._contexts[span.parent_id] = self._reserved_context()
+                self._early[span.parent_id] = known
             parent = (
                 trace.set_span_in_context(trace.NonRecordingSpan(known))
                 if known is not None
                 else self._root_context
             )
-            otel = self._tracer.start_span(
-                span.name,
-                context=parent,
-                start_time=span.start_ns,
-                attributes={k: _attribute(v) for k, v in span.attributes.items() if v is not None},
-            )
+            reserved = self._early.pop(span.span_id, None) if span.span_id else None
+            self._ids.span_id = reserved.span_id if reserved is not None else None
+            try:
+                otel = self._tracer.start_span(
+                    span.name,
+                    context=parent,
+                    start_time=span.start_ns,
+                    attributes={
+                        k: _attribute(v) for k, v in span.attributes.items() if v is not None
+                    },
+                )
+            finally:
+                self._ids.span_id = None
             otel.end(end_time=span.end_ns)
-            if span.span_id:
+            if span.span_id and reserved is None:
                 self._contexts[span.span_id] = otel.get_span_context()
             self._end_ns = max(self._end_ns, span.end_ns)
             self._queued()
+
+    def _reserved_context(self) -> Any:
+        """The ids of a span to be written later: this trace's id and a new span id."""
+        from opentelemetry import trace
+
+        return trace.SpanContext(
+            trace_id=self._root.get_span_context().trace_id,
+            span_id=self._ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
 
     def finish(self, end_ns: int | None = None) -> None:
         """End the root span (at `end_ns`, default the last span's end, or now)."""
@@ -258,6 +288,7 @@ class Tracer:
         self._root.end(end_time=end_ns or self._end_ns or time.time_ns())
         self._root = None
         self._contexts = {}
+        self._early = {}
         self._queued()
 
     def record(
@@ -314,13 +345,19 @@ def _id_generator_base() -> Any:
 
 
 class _PinnedIds(_id_generator_base()):  # type: ignore[misc]
-    """Random ids, except the trace id while `trace_id` is set."""
+    """Random ids, except the trace id while `trace_id` is set and the span id while
+    `span_id` is."""
 
     trace_id: int | None = None
+    span_id: int | None = None
 
     def generate_trace_id(self) -> int:
         pinned = self.trace_id
         return pinned if pinned is not None else int(super().generate_trace_id())
+
+    def generate_span_id(self) -> int:
+        pinned = self.span_id
+        return pinned if pinned is not None else int(super().generate_span_id())
 
 
 def _span_exporter_base() -> Any:

@@ -11,18 +11,17 @@ is stored once per trace however often it arrives; each stored export is a `Span
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
-
+import pyarrow as pa
+import pyarrow.compute as pc
 from django.db import transaction
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from hub.models import ApiToken
-from traces import signals
+from traces import finishing, signals
 from traces.access import Target, authorize_write
 from traces.errors import TraceError
 from traces.models import SpanExport, Trace
-from traces.otlp import rows_by_trace
+from traces.otlp import tables_by_trace
 from traces.store import get_store
 
 
@@ -39,7 +38,7 @@ def ingest(
     `key` (`X-MLMS-Export`) identifies the export: one that a trace has stored already is not
     stored again (its sender did not get the first answer). `claim` (`X-MLMS-Claim`): see
     `traces.access.authorize_write`."""
-    grouped = rows_by_trace(message)
+    grouped = tables_by_trace(message)
     targets = authorize_write(token, grouped, claim=claim)
     store = get_store()
     written: list[str] = []
@@ -57,25 +56,34 @@ def ingest(
                     evaluation=target.evaluation,
                     attempt=target.evaluation.attempts if target.evaluation is not None else 0,
                     key=key,
-                    spans=len(rows),
+                    spans=rows.num_rows,
                 )
                 if target.evaluation is not None:
                     signals.spans_received.send(
                         sender=Trace, evaluation=target.evaluation, levels=_levels(rows)
                     )
+                    if target.evaluation.status in target.evaluation.FINISHED:
+                        # An export that came after the end: finish the trace again.
+                        transaction.on_commit(
+                            lambda trace_id=target.trace_id: finishing.schedule(trace_id),
+                            robust=True,
+                        )
     except BaseException:
         for handle in written:
             store.remove_chunk(handle)
         raise
-    return sum(len(rows) for rows in grouped.values())
+    return sum(rows.num_rows for rows in grouped.values())
 
 
-def _levels(rows: list[dict[str, Any]]) -> dict[str, int]:
+def _levels(rows: pa.Table) -> dict[str, int]:
     """How many of `rows` each level recorded (`""`: spans without `mlms.level`)."""
-    levels: dict[str, int] = defaultdict(int)
-    for row in rows:
-        levels[row["level"] or ""] += 1
-    return dict(levels)
+    counts = pc.value_counts(pc.fill_null(rows["level"], ""))
+    return {
+        str(level): int(count)
+        for level, count in zip(
+            counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+        )
+    }
 
 
 def _locked_trace(token: ApiToken, target: Target) -> Trace:
@@ -91,14 +99,24 @@ def _locked_trace(token: ApiToken, target: Target) -> Trace:
     return trace
 
 
-def _account(trace: Trace, target: Target, rows: list[dict[str, Any]]) -> None:
-    start = min(row["start_ns"] for row in rows)
-    end = max(row["end_ns"] for row in rows)
-    trace.span_count += len(rows)
+def _account(trace: Trace, target: Target, rows: pa.Table) -> None:
+    start = pc.min(rows["start_ns"]).as_py()
+    end = pc.max(rows["end_ns"]).as_py()
+    trace.span_count += rows.num_rows
     trace.chunk_count += 1
     trace.start_ns = start if trace.start_ns is None else min(trace.start_ns, start)
     trace.end_ns = end if trace.end_ns is None else max(trace.end_ns, end)
     if target.evaluation is not None and trace.evaluation_id is None:
         trace.evaluation = target.evaluation
         trace.owner_id = target.evaluation.user_id
-    trace.save()
+    trace.save(
+        update_fields=[
+            "span_count",
+            "chunk_count",
+            "start_ns",
+            "end_ns",
+            "evaluation",
+            "owner",
+            "updated_at",
+        ]
+    )

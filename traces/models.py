@@ -33,8 +33,12 @@ class Trace(models.Model):
     # The earliest span start and the latest span end, in Unix nanoseconds.
     start_ns = models.BigIntegerField(null=True, blank=True)
     end_ns = models.BigIntegerField(null=True, blank=True)
-    # The chunk count the stored aggregates were computed from (they are recomputed lazily).
+    # The chunk count the stored aggregates were computed from (computed when the evaluation
+    # finishes, and again on a read after more chunks arrived).
     aggregated_chunks = models.PositiveIntegerField(default=0)
+    # The chunk count when the trace was last finished (compacted and aggregated in the
+    # background once its evaluation finished, `traces.finishing`).
+    finished_chunks = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -47,12 +51,14 @@ class Trace(models.Model):
 
 
 class SpanAggregate(models.Model):
-    """The durations of the spans of one trace with the same level, name and op type."""
+    """The durations of the spans of one trace with the same level, name, op type and batch
+    size (None: spans outside any batch), and for a layer the kernels run inside it."""
 
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="aggregates")
     level = models.CharField(max_length=32, blank=True, default="")
     name = models.CharField(max_length=255)
     op_type = models.CharField(max_length=128, blank=True, default="")
+    batch_size = models.BigIntegerField(null=True, blank=True)
     layer_index = models.BigIntegerField(null=True, blank=True)
     count = models.PositiveBigIntegerField()
     total_ns = models.BigIntegerField()
@@ -61,13 +67,17 @@ class SpanAggregate(models.Model):
     p99_ns = models.BigIntegerField()
     min_ns = models.BigIntegerField()
     max_ns = models.BigIntegerField()
+    # The kernels (op type `kernel`) correlated to this layer at this batch size: how many, and
+    # their total time (None: none, or a row of a kernel level).
+    kernel_count = models.PositiveBigIntegerField(null=True, blank=True)
+    kernel_total_ns = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         db_table = "evaluations_spanaggregate"
         ordering = ["trace", "-total_ns", "id"]
 
     def __str__(self) -> str:
-        return f"{self.level}/{self.name} × {self.count}"
+        return f"{self.level}/{self.name} @{self.batch_size} × {self.count}"
 
 
 class SpanExport(models.Model):

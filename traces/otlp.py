@@ -23,19 +23,22 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.trace.v1 import trace_pb2
 
 from hub.api.parsers import MAX_JSON_DEPTH, too_deep_message
 from predictors.protocol import COUNTER_LEVEL, COUNTER_OP_TYPE, Attr
 from traces.errors import TraceError
+from traces.store import COUNTERS, SCHEMA
 
 __all__ = [
     "INT64_MAX",
@@ -46,7 +49,7 @@ __all__ = [
     "hex_ids",
     "key_values",
     "load_attributes",
-    "rows_by_trace",
+    "tables_by_trace",
 ]
 
 # The largest value of the integer columns: span times (Unix ns), layer indexes.
@@ -108,10 +111,6 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
         raise TraceError(
             415, "Send OTLP as application/x-protobuf or application/json."
         )  # pragma: no cover - the view checks first
-    for r, resource_spans in enumerate(message.resource_spans):
-        for s, scope_spans in enumerate(resource_spans.scope_spans):
-            for index, span in enumerate(scope_spans.spans):
-                _check_span(span, f"resourceSpans.{r}.scopeSpans.{s}.spans.{index}")
     return message
 
 
@@ -124,9 +123,12 @@ def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
     fields = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
     for key, value in node.items():
         field = fields.get(key)
-        if field is None or field.message_type is None or value is None:
+        if field is None or field.message_type is None:
             continue
         where = f"{path}.{key}" if path else key
+        if value is None:
+            kind = "a JSON array" if field.is_repeated else "a JSON object"
+            raise TraceError(400, f"{where} must be {kind}, not null.", where)
         if field.is_repeated:
             if not isinstance(value, list):
                 raise TraceError(400, f"{where} must be a JSON array.", where)
@@ -134,36 +136,6 @@ def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
                 _check_json_shape(item, field.message_type, f"{where}.{index}")
         else:
             _check_json_shape(value, field.message_type, where)
-
-
-def _check_span(span: trace_pb2.Span, path: str) -> None:
-    """TraceError(400) naming the first field of `span` (at `path`) that cannot be stored."""
-    if len(span.trace_id) != 16 or not any(span.trace_id):
-        raise TraceError(
-            400, "A span's trace id must be 16 bytes, not all zero.", f"{path}.traceId"
-        )
-    if len(span.span_id) != 8 or not any(span.span_id):
-        raise TraceError(400, "A span's span id must be 8 bytes, not all zero.", f"{path}.spanId")
-    if span.parent_span_id and len(span.parent_span_id) != 8:
-        raise TraceError(400, "A span's parent span id must be 8 bytes.", f"{path}.parentSpanId")
-    for field, value in (
-        ("startTimeUnixNano", span.start_time_unix_nano),
-        ("endTimeUnixNano", span.end_time_unix_nano),
-    ):
-        if value > INT64_MAX:
-            raise TraceError(
-                400,
-                f"A span's {field} must be below 2^63 (Unix nanoseconds before the year 2262), "
-                f"not {value}.",
-                f"{path}.{field}",
-            )
-    if span.end_time_unix_nano < span.start_time_unix_nano:
-        raise TraceError(
-            400,
-            f"A span's endTimeUnixNano ({span.end_time_unix_nano}) is before its "
-            f"startTimeUnixNano ({span.start_time_unix_nano}).",
-            f"{path}.endTimeUnixNano",
-        )
 
 
 # --- Rows -------------------------------------------------------------------------------------
@@ -240,41 +212,232 @@ def counter_values(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
     return values
 
 
-def rows_by_trace(
-    message: trace_service_pb2.ExportTraceServiceRequest,
-) -> dict[str, list[dict[str, Any]]]:
-    """The export's spans as table rows (`traces.store.SCHEMA`), grouped by trace id (hex)."""
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for resource_spans in message.resource_spans:
-        resource = json.dumps(_attributes(resource_spans.resource.attributes), sort_keys=True)
-        for scope_spans in resource_spans.scope_spans:
-            scope = clean(scope_spans.scope.name)
-            for span in scope_spans.spans:
-                attributes = _attributes(span.attributes)
-                trace_id = span.trace_id.hex()
-                grouped[trace_id].append(
-                    {
-                        "trace_id": trace_id,
-                        "span_id": span.span_id.hex(),
-                        "parent_span_id": span.parent_span_id.hex(),
-                        "name": clean(span.name),
-                        "kind": int(span.kind),
-                        "start_ns": int(span.start_time_unix_nano),
-                        "end_ns": int(span.end_time_unix_nano),
-                        "attributes": json.dumps(attributes, sort_keys=True),
-                        "resource": resource,
-                        "scope": scope,
-                        "status": int(span.status.code),
-                        "status_message": clean(span.status.message),
-                        "level": _text(attributes.get(Attr.LEVEL)),
-                        "layer_index": _int(attributes.get(Attr.LAYER_INDEX)),
-                        "layer_name": _text(attributes.get(Attr.LAYER_NAME)),
-                        "op_type": _text(attributes.get(Attr.OP_TYPE)),
-                        "device": _text(attributes.get(Attr.DEVICE)),
-                        "counters": counter_values(attributes),
-                    }
+def _hex(ids: list[bytes], width: int) -> pa.Array:
+    """Ids (each `width` bytes, or empty) as lowercase hex strings, without a Python string
+    per id: one join, one hex, and offsets."""
+    lengths = np.fromiter((len(i) for i in ids), dtype=np.int32, count=len(ids))
+    data = b"".join(ids).hex().encode("ascii")
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(lengths * 2, out=offsets[1:])
+    return pa.StringArray.from_buffers(len(ids), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def _json_column(texts: list[bytes]) -> pa.Array:
+    """orjson's outputs as one string column (NUL-free: orjson escapes it as `\\u0000`,
+    which `_clean_json` then replaces)."""
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(texts)
+    column = pa.LargeStringArray.from_buffers(
+        len(texts), pa.py_buffer(offsets), pa.py_buffer(data)
+    ).cast(pa.string())
+    return _clean_json(column)
+
+
+def _clean_json(column: pa.Array) -> pa.Array:
+    """JSON texts whose strings held a NUL (escaped `\\u0000`) written again with it
+    replaced; found vectorised, rewritten one by one (they are rare)."""
+    suspect = pc.match_substring(column, "\\u0000")
+    if not pc.any(suspect).as_py():
+        return column
+    texts = column.to_pylist()
+    for index in pc.indices_nonzero(suspect).to_pylist():
+        texts[index] = json.dumps(_cleaned(json.loads(texts[index])), sort_keys=True)
+    return pa.array(texts, pa.string())
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    if isinstance(value, dict):
+        return {clean(key): _cleaned(item) for key, item in value.items()}
+    return value
+
+
+def _fast_attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
+    """`_attributes`, with scalar values read inline (the common case) and NULs left for
+    `_clean_json` to find."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        value = pair.value
+        kind = value.WhichOneof("value")
+        if kind == "string_value":
+            out[pair.key] = value.string_value
+        elif kind == "int_value":
+            out[pair.key] = value.int_value
+        elif kind == "double_value" and math.isfinite(value.double_value):
+            out[pair.key] = value.double_value
+        elif kind == "bool_value":
+            out[pair.key] = value.bool_value
+        else:
+            out[pair.key] = _value(value)
+    return out
+
+
+class _Columns:
+    """The stored columns of an export's spans, filled span by span with as little Python per
+    span as it takes: plain values appended to lists, ids and attribute texts joined and
+    converted once per export."""
+
+    def __init__(self) -> None:
+        self.trace_id: list[bytes] = []
+        self.span_id: list[bytes] = []
+        self.parent_span_id: list[bytes] = []
+        self.name: list[str] = []
+        self.kind: list[int] = []
+        self.start_ns: list[int] = []
+        self.end_ns: list[int] = []
+        self.attributes: list[bytes] = []
+        self.resource: list[str] = []
+        self.scope: list[str] = []
+        self.status: list[int] = []
+        self.status_message: list[str] = []
+        self.level: list[str | None] = []
+        self.layer_index: list[int | None] = []
+        self.layer_name: list[str | None] = []
+        self.op_type: list[str | None] = []
+        self.device: list[str | None] = []
+        self.counters: list[list[dict[str, Any]] | None] = []
+        self.batch_size: list[int | None] = []
+        # Where each span was in the export: resource, scope and span number.
+        self.where: list[tuple[int, int, int]] = []
+
+    def add(self, message: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        level_key, index_key, name_key = Attr.LEVEL, Attr.LAYER_INDEX, Attr.LAYER_NAME
+        op_key, device_key, batch_key = Attr.OP_TYPE, Attr.DEVICE, Attr.BATCH_SIZE
+        dumps, sort = orjson.dumps, orjson.OPT_SORT_KEYS
+        for r, resource_spans in enumerate(message.resource_spans):
+            resource = json.dumps(_attributes(resource_spans.resource.attributes), sort_keys=True)
+            for s, scope_spans in enumerate(resource_spans.scope_spans):
+                scope = clean(scope_spans.scope.name)
+                spans = scope_spans.spans
+                count = len(spans)
+                self.resource.extend([resource] * count)
+                self.scope.extend([scope] * count)
+                self.where.extend((r, s, i) for i in range(count))
+                for span in spans:
+                    self.trace_id.append(span.trace_id)
+                    self.span_id.append(span.span_id)
+                    self.parent_span_id.append(span.parent_span_id)
+                    self.name.append(span.name)
+                    self.kind.append(span.kind)
+                    self.start_ns.append(span.start_time_unix_nano)
+                    self.end_ns.append(span.end_time_unix_nano)
+                    status = span.status
+                    self.status.append(status.code)
+                    self.status_message.append(status.message)
+                    attributes = _fast_attributes(span.attributes)
+                    self.attributes.append(dumps(attributes, option=sort))
+                    level = attributes.get(level_key)
+                    op_type = attributes.get(op_key)
+                    self.level.append(None if level is None else str(level))
+                    self.layer_index.append(_int(attributes.get(index_key)))
+                    self.layer_name.append(_text(attributes.get(name_key)))
+                    self.op_type.append(None if op_type is None else str(op_type))
+                    self.device.append(_text(attributes.get(device_key)))
+                    self.batch_size.append(_int(attributes.get(batch_key)))
+                    self.counters.append(
+                        counter_values(attributes)
+                        if level == COUNTER_LEVEL and op_type == COUNTER_OP_TYPE
+                        else None
+                    )
+
+    def _refuse(self, bad: np.ndarray, field: str, message: str) -> None:
+        if bad.any():
+            r, s, i = self.where[int(np.argmax(bad))]
+            path = f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}.{field}"
+            raise TraceError(400, message, path)
+
+    def check(self) -> None:
+        """TraceError(400) naming the first span field that cannot be stored."""
+        if not self.trace_id:
+            return
+        trace_length = np.fromiter(map(len, self.trace_id), dtype=np.int32)
+        self._refuse(
+            (trace_length != 16) | np.fromiter((not any(i) for i in self.trace_id), dtype=bool),
+            "traceId",
+            "A span's trace id must be 16 bytes, not all zero.",
+        )
+        span_length = np.fromiter(map(len, self.span_id), dtype=np.int32)
+        self._refuse(
+            (span_length != 8) | np.fromiter((not any(i) for i in self.span_id), dtype=bool),
+            "spanId",
+            "A span's span id must be 8 bytes, not all zero.",
+        )
+        parent_length = np.fromiter(map(len, self.parent_span_id), dtype=np.int32)
+        self._refuse(
+            (parent_length != 0) & (parent_length != 8),
+            "parentSpanId",
+            "A span's parent span id must be 8 bytes.",
+        )
+        starts = np.array(self.start_ns, dtype=np.uint64)
+        ends = np.array(self.end_ns, dtype=np.uint64)
+        for field, values in (("startTimeUnixNano", starts), ("endTimeUnixNano", ends)):
+            over = values > INT64_MAX
+            if over.any():
+                value = int(values[int(np.argmax(over))])
+                self._refuse(
+                    over,
+                    field,
+                    f"A span's {field} must be below 2^63 (Unix nanoseconds before the year "
+                    f"2262), not {value}.",
                 )
-    return grouped
+        backwards = ends < starts
+        if backwards.any():
+            at = int(np.argmax(backwards))
+            self._refuse(
+                backwards,
+                "endTimeUnixNano",
+                f"A span's endTimeUnixNano ({int(ends[at])}) is before its "
+                f"startTimeUnixNano ({int(starts[at])}).",
+            )
+
+    def table(self) -> pa.Table:
+        """Every span, in `traces.store.SCHEMA`."""
+        n = len(self.trace_id)
+        strings = [
+            pc.replace_substring(pa.array(values, pa.string()), "\x00", NUL_REPLACEMENT)
+            for values in (self.name, self.status_message)
+        ]
+        columns = {
+            "trace_id": _hex(self.trace_id, 16),
+            "span_id": _hex(self.span_id, 8),
+            "parent_span_id": _hex(self.parent_span_id, 8),
+            "name": strings[0],
+            "kind": pa.array(self.kind, pa.int32()),
+            "start_ns": pa.array(np.array(self.start_ns, dtype=np.uint64).astype(np.int64)),
+            "end_ns": pa.array(np.array(self.end_ns, dtype=np.uint64).astype(np.int64)),
+            "attributes": _json_column(self.attributes) if n else pa.array([], pa.string()),
+            "resource": pa.array(self.resource, pa.string()),
+            "scope": pa.array(self.scope, pa.string()),
+            "status": pa.array(self.status, pa.int32()),
+            "status_message": strings[1],
+        }
+        for name in ("level", "layer_name", "op_type", "device"):
+            values = pa.array(getattr(self, name), pa.string())
+            columns[name] = pc.replace_substring(values, "\x00", NUL_REPLACEMENT)
+        columns["layer_index"] = pa.array(self.layer_index, pa.int64())
+        columns["batch_size"] = pa.array(self.batch_size, pa.int64())
+        columns["counters"] = pa.array(self.counters, COUNTERS)
+        return pa.table(columns).select(SCHEMA.names).cast(SCHEMA)
+
+
+def tables_by_trace(message: trace_service_pb2.ExportTraceServiceRequest) -> dict[str, pa.Table]:
+    """The export's spans as tables of the stored columns (`traces.store.SCHEMA`), one per
+    trace id (hex); TraceError(400) naming the first span that cannot be stored."""
+    columns = _Columns()
+    columns.add(message)
+    columns.check()
+    table = columns.table()
+    if not table.num_rows:
+        return {}
+    ids = pc.unique(table["trace_id"]).to_pylist()
+    if len(ids) == 1:
+        return {ids[0]: table}
+    return {trace_id: table.filter(pc.equal(table["trace_id"], trace_id)) for trace_id in ids}
 
 
 # --- Encoding ---------------------------------------------------------------------------------

@@ -7,13 +7,15 @@ them as zstd Parquet files in the artifact store, under `traces/<trace_id>/`, ea
 chunk: cheap to write, but a million-span trace sent in 512-span exports is about two thousand
 files, and opening them all for every timeline window costs seconds.
 
-**Compaction.** When a read finds more than `COMPACT_AT` data files in a trace's folder, it
-merges them (under a lock on the folder, so that one reader compacts and the others wait) into
-one file, `compact-<id>.parquet`, sorted by start time in row groups of `ROW_GROUP` spans, whose
-metadata lists the files it replaces; those are then removed. A reader that lists the folder
-between the two steps skips every file a compacted file lists, so it never reads a span twice.
-Beside it goes `_overview-<id>.parquet`: the `OVERVIEW_SPANS` longest spans of the trace (not
-counter samples), with every column.
+**Compaction.** When an evaluation finishes, its trace's data files are merged (under a lock
+on the folder, so that one process compacts and the others wait) into one file,
+`compact-<id>.parquet`, sorted by start time in row groups of `ROW_GROUP` spans, whose metadata
+lists the files it replaces; those are then removed (`traces.finishing`). A reader that lists
+the folder between the two steps skips every file a compacted file lists, so it never reads a
+span twice. Beside it goes `_overview-<id>.parquet`: the `OVERVIEW_SPANS` longest spans of the
+trace (not counter samples), with every column. While a trace grows, a read that finds more
+than `COMPACT_AT` data files merges the chunks among them into one more compacted file (and
+everything once the compacted files are that many).
 
 **Windows.** `window()` answers the timeline's question — how many spans overlap [start, end],
 and which `max_spans` of them are the longest — reading the start, end, level and op type
@@ -70,6 +72,9 @@ SCHEMA = pa.schema(
         # other spans, and in chunks written before these columns existed).
         ("device", pa.string()),
         ("counters", COUNTERS),
+        # The span's `batch_size` attribute: the batch size a stage, batch, layer or kernel
+        # span was measured at (null for spans outside a batch, and in older chunks).
+        ("batch_size", pa.int64()),
     ]
 )
 
@@ -132,7 +137,8 @@ def _files(trace_id: str) -> list[Path]:
         return []
     files = data_files(folder)
     if len(files) > COMPACT_AT:
-        compact(folder)
+        # A trace still growing: the new chunks merged, not everything again each time.
+        compact(folder, everything=False)
         files = data_files(folder)
     return files
 
@@ -151,11 +157,18 @@ def _overview_of(path: Path) -> Path:
     return path.with_name("_overview-" + path.name.removeprefix("compact-"))
 
 
-def compact(folder: Path) -> Path | None:
+def compact(folder: Path, *, everything: bool = True) -> Path | None:
     """Merge the folder's data files into one compacted file (and its overview); the new file,
-    or None if there was nothing to merge."""
+    or None if there was nothing to merge. With `everything=False` (a read of a trace that is
+    still growing) only the chunks are merged, beside the compacted files there already are,
+    unless those are `COMPACT_AT` or more: each span is then rewritten a few times over the
+    trace's life, not once per compaction."""
     with _locked(folder):
         files = data_files(folder)
+        if not everything:
+            chunks = [p for p in files if not p.name.startswith("compact-")]
+            if len(files) - len(chunks) < COMPACT_AT:
+                files = chunks
         if len(files) <= 1:
             return None
         table = pa.concat_tables([_read(path, None) for path in files])
@@ -310,9 +323,9 @@ def _rows(files: list[Path], file_of: np.ndarray, row_of: np.ndarray) -> pa.Tabl
     return combined.take(pa.array(order))
 
 
-def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
-    """`rows` (mappings of `SCHEMA`'s columns) as one zstd Parquet file."""
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+def parquet_bytes(rows: pa.Table | list[dict[str, Any]]) -> bytes:
+    """`rows` (a table in `SCHEMA`, or mappings of its columns) as one zstd Parquet file."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=SCHEMA)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     return buffer.getvalue()
@@ -323,11 +336,11 @@ def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
 
 class TraceStore(abc.ABC):
     """Where the spans of traces are kept: what ingest, the exports, the timeline and the
-    aggregates ask of it. Rows are mappings of `SCHEMA`'s columns."""
+    aggregates ask of it. Spans are rows of tables in `SCHEMA`."""
 
     @abc.abstractmethod
-    def add_chunk(self, trace_id: str, rows: list[dict[str, Any]]) -> str:
-        """Keep `rows` (spans of `trace_id`) as one more chunk of the trace, at once and whole;
+    def add_chunk(self, trace_id: str, rows: pa.Table) -> str:
+        """Keep `rows` (spans of `trace_id`, in `SCHEMA`) as one more chunk of the trace, at once and whole;
         a handle that `remove_chunk` takes."""
 
     @abc.abstractmethod
@@ -340,6 +353,11 @@ class TraceStore(abc.ABC):
         empty table for a trace of no spans, or a malformed trace id."""
 
     @abc.abstractmethod
+    def compact(self, trace_id: str) -> None:
+        """Merge the trace's chunks into as few as reads are fastest from (a finished trace's
+        are merged once, by `traces.finishing`)."""
+
+    @abc.abstractmethod
     def window(self, trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
         """How many spans (counter samples aside) overlap [start, end], and the `max_spans`
         longest of them (longest first, ties by start), with every column; with the trace's
@@ -350,7 +368,7 @@ class ParquetTraceStore(TraceStore):
     """Zstd Parquet chunks in the artifact store (`hub.storage`), under `traces/<trace_id>/`,
     compacted as they are read (see the module's text)."""
 
-    def add_chunk(self, trace_id: str, rows: list[dict[str, Any]]) -> str:
+    def add_chunk(self, trace_id: str, rows: pa.Table) -> str:
         path = f"{chunk_folder(trace_id)}/{secrets.token_hex(8)}.parquet"
         storage.write(path, [parquet_bytes(rows)])
         return path
@@ -360,6 +378,11 @@ class ParquetTraceStore(TraceStore):
 
     def read_table(self, trace_id: str, columns: list[str] | None = None) -> pa.Table:
         return _read_table(trace_id, columns)
+
+    def compact(self, trace_id: str) -> None:
+        folder = _folder(trace_id)
+        if folder is not None:
+            compact(folder)
 
     def window(self, trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
         return _window(trace_id, start, end, max_spans)

@@ -3,7 +3,7 @@ served at `/v1/traces`, OTLP/HTTP's standard path: see mlmodelscope/urls.py)."""
 
 from django.urls import path
 
-from traces.api import evaluation_trace, export, layers, timeline
+from traces.api import evaluation_trace, export, layers, search, timeline
 
 urlpatterns = [
     path(
@@ -18,4 +18,10 @@ urlpatterns = [
         name="api-trace-timeline",
     ),
     path("traces/<str:trace_id>/layers", layers.TraceLayers.as_view(), name="api-trace-layers"),
+    path("traces/<str:trace_id>/search", search.TraceSearch.as_view(), name="api-trace-search"),
+    path(
+        "traces/<str:trace_id>/spans/<str:span_id>",
+        search.TraceSpan.as_view(),
+        name="api-trace-span",
+    ),
 ]

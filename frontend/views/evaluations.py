@@ -279,6 +279,12 @@ def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
             "framework_name": display.framework_name(item.framework),
             "timeline_url": reverse("api-trace-timeline", kwargs={"trace_id": item.trace_id}),
             "layers_url": reverse("api-trace-layers", kwargs={"trace_id": item.trace_id}),
+            "search_url": reverse("api-trace-search", kwargs={"trace_id": item.trace_id}),
+            # With the span id appended.
+            "span_url": reverse(
+                "api-trace-span", kwargs={"trace_id": item.trace_id, "span_id": "0" * 16}
+            ).removesuffix("0" * 16),
+            "download_name": f"{item.model_name}-{item.framework}-{str(item.pk)[:8]}.trace.json",
             # The span levels, outermost first: one track each (`predictors.protocol`).
             "levels": " ".join(SPAN_LEVELS),
             "api_url": reverse("api-evaluation-detail", kwargs={"pk": item.pk}),

@@ -31,6 +31,9 @@ CLOCK_HOST = "perf_counter (host wall clock)"
 CLOCK_CUDA = "perf_counter after cuda synchronize"
 
 _REPORT_NS = 50_000_000  # progress reports and cancellation checks: at most every 50 ms
+# While a batch size runs, its batch spans go to the sink at least this often (at a report,
+# between two timed calls; the time it takes is not counted in the loop's wall time).
+_STREAM_NS = 1_000_000_000
 
 Progress = Callable[[int, int], None]
 
@@ -79,8 +82,11 @@ class FixedBatches:
     ) -> None:
         self.model = model
         self.sink = sink
-        # Spans not yet written to the sink; ids count on from those written.
-        self.written = 0
+        # Span ids are numbered from 1 in the order they are given (a stage span's id is given
+        # before its children's, though it is written after them).
+        self.last_id = 0
+        self.written = 0  # spans written to the sink
+        self.streamed_at = time.perf_counter_ns()  # when spans last went to the sink
         self.level_counts: Counter[str] = Counter()
         # The batch spans, by id, that the predictor's layers will be nested in.
         self.batch_spans: dict[int, Span] = {}
@@ -117,11 +123,11 @@ class FixedBatches:
         at: int | None = None,
     ) -> int:
         """Record a pipeline stage (trace level `application`) from perf_counter readings; its
-        span id (0 when stages are not traced). `at` fills a slot reserved by `_reserve`."""
+        span id (0 when stages are not traced). `at`: the id `_reserve` gave it."""
         if not self.stages:
             return 0
         offset = self.epoch_offset_ns
-        span_id = self.written + (at + 1 if at is not None else len(self.spans) + 1)
+        span_id = at if at is not None else self._new_id()
         span = Span(
             name,
             start + offset,
@@ -135,18 +141,17 @@ class FixedBatches:
             },
             span_id=span_id,
         )
-        if at is not None:
-            self.spans[at] = span
-        else:
-            self.spans.append(span)
+        self.spans.append(span)
         return span_id
 
+    def _new_id(self) -> int:
+        self.last_id += 1
+        return self.last_id
+
     def _reserve(self) -> int | None:
-        """A slot for a stage span that must come before its children but ends after them."""
-        if not self.stages:
-            return None
-        self.spans.append(Span("", 0, 0))
-        return len(self.spans) - 1
+        """The id of a stage span that its children name before it ends (None when stages are
+        not traced)."""
+        return self._new_id() if self.stages else None
 
     def run(self, reader: DatasetReader, preprocessor: Any) -> dict[str, Any]:
         options = self.options
@@ -345,13 +350,17 @@ class FixedBatches:
         predict = self.predictor.predict
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
         record = self.batches
-        stage_slot = self._reserve()
+        self._stop_if_cancelled()
+        stage_id = self._reserve()
         perf = time.perf_counter_ns
         marks: list[tuple[int, int]] = []
         outputs: list[np.ndarray] = []
-        self._stop_if_cancelled()
         collecting = gc.isenabled()
         gc.disable()  # as timeit does: a collection of the loop's own garbage is no model's time
+        first_index = len(durations)
+        # Spans are streamed at reports, between timed calls: the time that takes is no model's.
+        streamed = 0
+        streaming_ns = 0
         loop_start = reported = perf()
         try:
             for batch in batches:
@@ -367,7 +376,36 @@ class FixedBatches:
                 if end - reported >= _REPORT_NS:
                     reported = end
                     self._report(len(outputs))
-        except (EvaluationCancelled, PredictorError):
+                    if record and end - self.streamed_at >= _STREAM_NS:
+                        self._batch_spans(
+                            batches, marks, streamed, first_index, batch_size, repetition, stage_id
+                        )
+                        streamed = len(marks)
+                        self.flush()
+                        self.streamed_at = perf()
+                        streaming_ns += self.streamed_at - end
+        except EvaluationCancelled:
+            # What was measured is kept: the stage so far and its batch spans (the caller
+            # flushes them to the sink).
+            if stage_id is not None:
+                self.stage_span(
+                    "predict",
+                    loop_start,
+                    perf(),
+                    {
+                        "batch_size": batch_size,
+                        "batches": len(outputs),
+                        "repetition": repetition,
+                        "cancelled": True,
+                    },
+                    at=stage_id,
+                )
+            if record:
+                self._batch_spans(
+                    batches, marks, streamed, first_index, batch_size, repetition, stage_id
+                )
+            raise
+        except PredictorError:
             raise
         except Exception as exc:  # a framework's own error: the model did not accept the batch
             raise self._failed(batches[len(outputs)], exc) from exc
@@ -375,46 +413,64 @@ class FixedBatches:
             if collecting:
                 gc.enable()
         loop_end = perf()
-        wall = loop_end - loop_start
-        stage_id = 0
-        if stage_slot is not None:
-            stage_id = self.stage_span(
+        wall = loop_end - loop_start - streaming_ns
+        if stage_id is not None:
+            self.stage_span(
                 "predict",
                 loop_start,
                 loop_end,
                 {"batch_size": batch_size, "batches": len(batches), "repetition": repetition},
-                at=stage_slot,
+                at=stage_id,
             )
+        if record:
+            self._batch_spans(
+                batches, marks, streamed, first_index, batch_size, repetition, stage_id
+            )
+        if perf() - self.streamed_at >= _STREAM_NS:
+            self.flush()  # many short loops (passes, stages) stream too
+        # Recorded first: a cancel that this report finds keeps them.
         self._report(len(outputs))
         self.done += len(outputs)
         sizes.extend(len(batch) for batch in batches)
-        if record:
-            offset = self.epoch_offset_ns
-            base = len(durations) - len(marks)
-            for index, (start, end) in enumerate(marks):
-                attributes = {
-                    "framework": self.model.framework,
-                    "model": self.model.name,
-                    "batch_size": batch_size,
-                    "inputs": len(batches[index]),
-                    "repetition": repetition,
-                    "batch_index": base + index,
-                    Attr.LEVEL: "model",
-                }
-                span_id = self.written + len(self.spans) + 1
-                batch_span = Span(
-                    "predict",
-                    start + offset,
-                    end + offset,
-                    attributes,
-                    span_id=span_id,
-                    parent_id=stage_id,
-                )
-                self.spans.append(batch_span)
-                if self.layers:
-                    self.calls.append(span_id)
-                    self.batch_spans[span_id] = batch_span
         return outputs, wall
+
+    def _batch_spans(
+        self,
+        batches: list[np.ndarray],
+        marks: list[tuple[int, int]],
+        first: int,
+        first_index: int,
+        batch_size: int,
+        repetition: int,
+        stage_id: int | None,
+    ) -> None:
+        """Record the batch spans of `marks[first:]` (the perf_counter start and end of each
+        timed call on `batches`; `first_index`: the batch index of `marks[0]` among all the
+        timed calls of the batch size)."""
+        offset = self.epoch_offset_ns
+        for index, (start, end) in enumerate(marks[first:], start=first):
+            attributes = {
+                "framework": self.model.framework,
+                "model": self.model.name,
+                "batch_size": batch_size,
+                "inputs": len(batches[index]),
+                "repetition": repetition,
+                "batch_index": first_index + index,
+                Attr.LEVEL: "model",
+            }
+            span_id = self._new_id()
+            batch_span = Span(
+                "predict",
+                start + offset,
+                end + offset,
+                attributes,
+                span_id=span_id,
+                parent_id=stage_id or 0,
+            )
+            self.spans.append(batch_span)
+            if self.layers:
+                self.calls.append(span_id)
+                self.batch_spans[span_id] = batch_span
 
     def add_layer_spans(self, calls: list[list[Layer]] | None) -> None:
         """Nest what the predictor traced in each timed predict call in its batch span
@@ -460,7 +516,7 @@ class FixedBatches:
                     ),
                     **step.attributes,
                 }
-                span_id = self.written + len(self.spans) + 1
+                span_id = self._new_id()
                 self.spans.append(
                     Span(
                         step.name,
@@ -486,6 +542,7 @@ class FixedBatches:
         self.written += len(spans)
         self.level_counts.update(str(span.attributes.get(Attr.LEVEL, "")) for span in spans)
         self.sink.write(spans)
+        self.streamed_at = time.perf_counter_ns()
 
     def _report(self, done_here: int) -> None:
         """Report progress (`done_here` predictions into the current loop); stop if cancelled."""

@@ -115,6 +115,7 @@ def evaluate(
     load_end = time.perf_counter_ns()
     load_ns = load_end - load_start
     sampler = None
+    loop: FixedBatches | None = None
     try:
         loop = FixedBatches(
             model, predictor, options, spec, labels, total, progress, cancelled, sink
@@ -137,6 +138,13 @@ def evaluate(
             loop.add_layer_spans(predictor.take_layers())
         profiler_summary = predictor.trace_summary()
         loop.flush()
+    except BaseException:
+        # A cancelled or failed run: what it measured so far goes to the sink all the same.
+        if loop is not None:
+            if sampler is not None:
+                loop.spans.extend(sampler.stop())
+            loop.flush()
+        raise
     finally:
         if sampler is not None:
             sampler.stop()

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from predictors.frameworks import cuda_index
-from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, steps_by_call
+from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
 from predictors.protocol import Attr, at_least
@@ -211,11 +211,15 @@ class PyTorchPredictor(Predictor):
         calls = [
             [
                 Layer(
-                    layers[index][0],
+                    module_label(layers[index][0], layers[index][1]),
                     layers[index][1],
                     offset,
                     duration,
-                    {Attr.OUTPUT_SHAPE: list(shape), Attr.CLOCK: CLOCK_TORCH_LAYERS},
+                    {
+                        Attr.OUTPUT_SHAPE: list(shape),
+                        Attr.CLOCK: CLOCK_TORCH_LAYERS,
+                        Attr.MODULE: layers[index][0],
+                    },
                 )
                 for index, offset, duration, shape in marks
             ]

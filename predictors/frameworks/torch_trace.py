@@ -38,7 +38,7 @@ from typing import Any
 from predictors.protocol import Attr, at_least
 from predictors.tracing import CLOCK_TORCH_PROFILER, Layer
 
-__all__ = ["CALL_PREFIX", "GPU_CATEGORIES", "steps_by_call", "call_name"]
+__all__ = ["CALL_PREFIX", "GPU_CATEGORIES", "call_name", "module_label", "steps_by_call"]
 
 CALL_PREFIX = "mlms.call#"
 # Kineto's categories of GPU activities, and the op type each becomes.
@@ -49,6 +49,14 @@ _MODULE = re.compile(r"([^.()]*)\(([^()]*)\)::([^.]*)\.")
 # TorchScript records each scripted method call as an op of this name; it is the module's
 # frame, not an op of its own.
 _METHOD_CALLS = frozenset({"forward"})
+
+
+def module_label(path: str, module_type: str) -> str:
+    """A layer's name: its module's qualified name (`layer1.0.conv1`), with the module's type
+    when the name ends in a position, as the children of a `Sequential` do (`0 (Conv2d)`,
+    `features.3 (ReLU)`), which alone say nothing."""
+    last = path.rsplit(".", 1)[-1]
+    return f"{path} ({module_type})" if last.isdigit() and module_type else path
 
 
 def call_name(index: int) -> str:
@@ -241,7 +249,11 @@ def steps_by_call(
                 runs.append((path, [event]))
         for (name, module_type), events in runs:
             # No module: work of the call outside the model (copies to and from the device).
-            label = name or ("(model)" if module_type else "(outside the model)")
+            label = (
+                module_label(name, module_type)
+                if name
+                else ("(model)" if module_type else "(outside the model)")
+            )
             if not name and module_type and all(_fused(e) for e in events):
                 # TorchScript's fuser merged ops of several modules (a block's last batch
                 # norm with its residual add, say): they belong to no one layer.

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from mlmodelscope.testing.livehub import LiveHub, running_hub
+from mlmodelscope.testing.livehub import PASSWORD, LiveHub, running_hub
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
@@ -140,6 +140,14 @@ def model_and_host(hub: LiveHub) -> dict[str, Any]:
 def hub_page(browser: Any, hub: LiveHub) -> Iterator[Any]:
     """A fresh browser tab whose relative URLs go to `hub`."""
     yield from _tab(browser, hub.url)
+
+
+def sign_in_to_hub(page: Any, next_path: str = "/evaluations/") -> None:
+    """Sign alice in on a page of a live hub (`hub_page`), through the sign-in form."""
+    page.goto(f"/accounts/login/?next={next_path}")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
 
 
 @pytest.fixture

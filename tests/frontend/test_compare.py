@@ -14,7 +14,8 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from mlmodelscope.testing.livehub import PASSWORD, LiveHub, running_hub
+from mlmodelscope.testing.livehub import LiveHub, running_hub
+from tests.frontend.conftest import sign_in_to_hub
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -54,13 +55,6 @@ def _compare(hub: LiveHub, ids: list[str], **params: str) -> dict[str, Any]:
     status, body = hub.request("GET", f"/api/v1/compare/?{query}")
     assert status == 200, body
     return body  # type: ignore[no-any-return]
-
-
-def _sign_in(page: Any) -> None:
-    page.goto("/accounts/login/?next=/evaluations/")
-    page.get_by_label("User name").fill("alice")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
 
 
 def test_digits_cnn_in_three_frameworks(hub: LiveHub, hub_page: Any, shoot: Any) -> None:
@@ -106,7 +100,7 @@ def test_digits_cnn_in_three_frameworks(hub: LiveHub, hub_page: Any, shoot: Any)
     assert convolutions and all(None not in row["mean_ms"] for row in convolutions)
 
     page = hub_page
-    _sign_in(page)
+    sign_in_to_hub(page)
     page.goto(f"/compare/?evaluations={','.join(ids)}")
     expect(page.locator("#accuracy-table .agreement").nth(2)).to_have_text("100.00 %")
     expect(page.locator("#latency-plot")).to_have_attribute("data-drawn", "3")
@@ -156,7 +150,7 @@ def test_shapes_color_with_and_without_the_bgr_override(
     ] == [["RGB", "BGR"]]
 
     page = hub_page
-    _sign_in(page)
+    sign_in_to_hub(page)
     page.goto(f"/compare/?evaluations={plain},{bgr}")
     expect(page.locator('#differs-table tr[data-section="processing"]')).to_have_count(1)
     expect(page.locator('#differs-table tr[data-section="processing"]')).to_contain_text(
@@ -183,7 +177,7 @@ def test_one_launch_over_two_hosts_is_normalised_across_systems(
     assert "host" in differing and "framework" not in differing
 
     page = hub_page
-    _sign_in(page)
+    sign_in_to_hub(page)
     page.goto(f"/compare/?evaluations={','.join(ids)}")
     expect(page.locator("#systems-plot")).to_have_attribute("data-drawn", "2")
     expect(page.locator("#systems-table tbody tr")).to_have_count(2)

@@ -177,10 +177,13 @@ def test_the_timeline_draws_the_spans_zooms_and_shows_a_span(
     expect(canvas).to_have_attribute("data-end", str(BASE + 46 * MS))
     expect(canvas).to_have_attribute("data-drawn", "18")
 
-    # Search highlights the matching spans.
+    # Search highlights the matching spans, and counts them over the whole trace.
     page.get_by_label("Find spans").fill("relu")
     expect(canvas).to_have_attribute("data-matches", "4")
-    expect(page.locator("#search-count")).to_have_text("4 matching")
+    expect(page.locator("#search-count")).to_have_text("4 in the trace")
+    page.get_by_role("button", name="Next match").click()
+    expect(page.locator("#search-count")).to_have_text("1 of 4 in the trace")
+    expect(page.locator("#details dd").first).to_have_text("relu1")
     shoot(page, "timeline-selected-search")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -236,6 +237,77 @@ def test_every_timed_batch_is_a_span_at_trace_level_model(
         ("thread_name", "model"),
     }
     assert {e["tid"] for e in complete if e["cat"] == "model"} == {2}
+
+
+class _Recording:
+    """A span sink that notes, at each write, how many predict calls the model had made."""
+
+    def __init__(self, fake: type[FakePredictor]) -> None:
+        self.fake = fake
+        self.writes: list[tuple[int, list[Any]]] = []
+
+    def write(self, spans: Any) -> None:
+        self.writes.append((len(self.fake.calls), list(spans)))
+
+    @property
+    def spans(self) -> list[Any]:
+        return [span for _, spans in self.writes for span in spans]
+
+
+def test_batch_spans_reach_the_sink_while_the_batch_size_still_runs(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streaming: the batch spans timed so far go to the sink at least every `_STREAM_NS`,
+    between timed calls; their stage span (the parent) comes after them, when it ends."""
+    from predictors.evaluation import fixed_batches
+
+    monkeypatch.setattr(fixed_batches, "_REPORT_NS", 5_000_000)
+    monkeypatch.setattr(fixed_batches, "_STREAM_NS", 40_000_000)
+    fake.on_predict = staticmethod(lambda: time.sleep(0.01))
+    sink = _Recording(fake)
+
+    evaluation = run_evaluation(batch_sizes=(1,), repeat=4, sink=sink)
+
+    total = 40
+    batches = [
+        (calls, [s for s in spans if s.name == "predict" and s.parent_id])
+        for calls, spans in sink.writes
+    ]
+    during = [(calls, spans) for calls, spans in batches if spans and calls < total]
+    assert len(during) >= 2, [calls for calls, _ in sink.writes]  # written as the loop ran
+    every = [s for s in sink.spans if s.attributes.get("mlms.level") == "model"]
+    assert len(every) == total == len({s.span_id for s in every})
+    stages = {s.span_id: s for s in sink.spans if s.name == "predict" and not s.parent_id}
+    assert {s.parent_id for s in every} <= set(stages)  # each batch's stage came, after it
+    written_at = {s.span_id: n for n, (_, spans) in enumerate(sink.writes) for s in spans}
+    assert all(written_at[s.parent_id] >= written_at[s.span_id] for s in every)
+    # The time spent handing spans over is not the model's: the throughput counts predict
+    # calls only (each sleeps 10 ms).
+    assert evaluation.result["batch_sizes"][0]["throughput_ips"] <= 100
+
+
+def test_a_cancelled_run_writes_what_it_measured(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel found between two timed calls: every call timed so far is a span, in a stage
+    span that ends there, marked cancelled."""
+    from predictors.evaluation import fixed_batches
+
+    monkeypatch.setattr(fixed_batches, "_REPORT_NS", 1_000_000)
+    fake.on_predict = staticmethod(lambda: time.sleep(0.002))
+    sink = _Recording(fake)
+    with pytest.raises(EvaluationCancelled):
+        run_evaluation(
+            batch_sizes=(1,), repeat=5, sink=sink, cancelled=lambda: len(fake.calls) >= 13
+        )
+
+    timed = [s for s in sink.spans if s.attributes.get("mlms.level") == "model"]
+    assert len(timed) == len(fake.calls) >= 13
+    stages = [
+        s for s in sink.spans if s.name == "predict" and s.attributes.get("mlms.op_type") == "stage"
+    ]
+    assert stages[-1].attributes["cancelled"] is True
+    assert {s.parent_id for s in timed} == {stage.span_id for stage in stages}
 
 
 def test_trace_level_none_records_no_spans(

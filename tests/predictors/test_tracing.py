@@ -222,7 +222,7 @@ def test_spans_are_exported_over_otlp_http_with_our_attributes(
         assert batch.start_time_unix_nano <= layer.start_time_unix_nano
         assert layer.end_time_unix_nano <= batch.end_time_unix_nano
     first = attributes(layers[0])
-    assert first["mlms.layer_name"] == "0"
+    assert first["mlms.layer_name"] == "0 (Conv2d)" and first["mlms.module"] == "0"
     assert first["mlms.op_type"] == "Conv2d"
     assert first["mlms.layer_index"] == 0
     assert first["mlms.device"] == "cpu"

@@ -71,11 +71,11 @@ def test_a_non_sequential_model_gets_layer_spans_from_its_module_hierarchy(
     # ResNet-18's modules in the order its forward runs them; a BasicBlock's own ops (the
     # residual add) are a layer of the block.
     assert first[1:6] == ["conv1", "bn1", "relu", "maxpool", "layer1.0.conv1"]
-    assert "layer1.0" in first and "layer4.1.conv2" in first and first[-2] == "fc"
+    assert "layer1.0 (BasicBlock)" in first and "layer4.1.conv2" in first and first[-2] == "fc"
     assert first[0] == first[-1] == "(outside the model)"
     layers = children(evaluation.spans, batches[0])
     types = {s.name: s.attributes["mlms.op_type"] for s in layers}
-    assert types["conv1"] == "Conv2d" and types["layer1.0"] == "BasicBlock"
+    assert types["conv1"] == "Conv2d" and types["layer1.0 (BasicBlock)"] == "BasicBlock"
     assert types["fc"] == "Linear"
     assert [s.attributes["mlms.layer_index"] for s in layers] == list(range(len(layers)))
     assert all(batches[0].start_ns <= s.start_ns <= s.end_ns <= batches[0].end_ns for s in layers)
@@ -94,9 +94,10 @@ def test_ml_library_nests_aten_ops_in_their_layers(run_evaluation: RunEvaluation
     layers = by_level(spans, "framework")
     ops = by_level(spans, "ml_library")
     assert len(batches) == 2 and ops
-    # digits-cnn is a Sequential: its layers are named by position, as at framework level.
+    # digits-cnn is a Sequential: its layers are named by position and type, as at framework
+    # level, their module path kept apart.
     names = [s.name for s in children(spans, batches[0])]
-    assert names[1:4] == ["0", "1", "2"]
+    assert names[1:4] == ["0 (Conv2d)", "1 (ReLU)", "2 (Conv2d)"]
     by_id = {s.span_id: s for s in spans}
     for op in ops:
         parent = by_id[op.parent_id]
@@ -109,7 +110,8 @@ def test_ml_library_nests_aten_ops_in_their_layers(run_evaluation: RunEvaluation
         assert op.attributes["mlms.layer_name"] == layer.name
         assert op.attributes["mlms.layer_index"] == layer.attributes["mlms.layer_index"]
         assert parent.start_ns <= op.start_ns and op.end_ns <= parent.end_ns + 1_000
-    conv = next(s for s in layers if s.name == "0")
+    conv = next(s for s in layers if s.name == "0 (Conv2d)")
+    assert conv.attributes["mlms.module"] == "0"
     assert {s.name for s in children(spans, conv)} & {"aten::_convolution", "aten::conv2d"}
     assert "mlms.shapes" not in ops[0].attributes
     summary = evaluation.result["trace"]

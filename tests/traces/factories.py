@@ -22,17 +22,21 @@ def _value(value: Any) -> common_pb2.AnyValue:
     return common_pb2.AnyValue(string_value=str(value))
 
 
-def export(trace_id: str, *spans: tuple[str, int, int, dict[str, Any]]) -> bytes:
-    """An ExportTraceServiceRequest of spans (name, start offset ns, duration ns, attributes)."""
+def export(trace_id: str, *spans: tuple[Any, ...]) -> bytes:
+    """An ExportTraceServiceRequest of spans (name, start offset ns, duration ns, attributes),
+    each optionally followed by its span id and its parent's (16 hex digits; else a random
+    id and no parent)."""
     message = trace_service_pb2.ExportTraceServiceRequest()
     resource = message.resource_spans.add()
     resource.resource.attributes.add(key="service.name", value=_value("test"))
     scope = resource.scope_spans.add()
     scope.scope.name = "tests"
-    for name, offset, duration, attributes in spans:
+    for name, offset, duration, attributes, *ids in spans:
         span = scope.spans.add()
         span.trace_id = bytes.fromhex(trace_id)
-        span.span_id = secrets.token_bytes(8)
+        span.span_id = bytes.fromhex(ids[0]) if ids else secrets.token_bytes(8)
+        if len(ids) > 1:
+            span.parent_span_id = bytes.fromhex(ids[1])
         span.name = name
         span.kind = 1  # type: ignore[assignment]
         span.start_time_unix_nano = BASE + offset

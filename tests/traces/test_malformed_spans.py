@@ -90,6 +90,28 @@ def test_an_otlp_json_export_nested_too_deep_is_refused(bob_client, settings, bo
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "path", "says"),
+    [
+        ('{"resourceSpans": null}', "resourceSpans", "must be a JSON array, not null"),
+        (
+            '{"resourceSpans": [{"resource": null, "scopeSpans": []}]}',
+            "resourceSpans.0.resource",
+            "must be a JSON object, not null",
+        ),
+    ],
+)
+def test_a_null_where_otlp_json_wants_a_message_is_refused_naming_it(  # type: ignore[no-untyped-def]
+    bob_client, settings, body, path, says
+) -> None:
+    response = post(bob_client, body.encode(), JSON)
+
+    assert response.status_code == 400
+    assert error_of(response)["path"] == path and says in error_of(response)["message"]
+    assert nothing_stored(settings)
+
+
+@pytest.mark.django_db
 def test_an_otlp_protobuf_export_nested_too_deep_is_refused(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
     response = post(bob_client, deep_protobuf(DEEP))
 

@@ -69,10 +69,17 @@ def test_many_chunks_are_compacted_once_and_nothing_is_lost_or_doubled(
     assert after.num_rows == before.num_rows == 600
     assert sorted(after["span_id"].to_pylist()) == sorted(before["span_id"].to_pylist())
     assert after["start_ns"].to_pylist() == sorted(after["start_ns"].to_pylist())
-    # More chunks arrive: they are read beside the compacted file, then merged with it.
+    # More chunks arrive while the trace grows: they are merged beside the compacted file,
+    # which is not rewritten; finishing the trace merges everything into one file.
+    first = next(folder.glob("compact-*.parquet")).name
     send(bob_client, trace_id, exports=5, per_export=10, seed=1)
     assert store.read_table(trace_id).num_rows == 650
+    compacted = sorted(p.name for p in folder.glob("compact-*.parquet"))
+    assert len(compacted) == 2 and first in compacted
+    store.get_store().compact(trace_id)
     assert len(list(folder.glob("compact-*.parquet"))) == 1
+    final = store.read_table(trace_id)["span_id"].to_pylist()
+    assert len(final) == len(set(final)) == 650 and set(before["span_id"].to_pylist()) <= set(final)
     assert Trace.objects.get(trace_id=trace_id).span_count == 650
 
 

@@ -327,6 +327,7 @@ def test_layer_aggregates(bob_client) -> None:  # type: ignore[no-untyped-def]
         "level": "framework",
         "name": "conv1",
         "op_type": "Conv",
+        "batch_size": None,
         "layer_index": 0,
         "count": 5,
         "total_ns": 200,
@@ -476,6 +477,42 @@ def kernel(layer: str | None, correlation: int) -> dict[str, Any]:
     return attributes
 
 
+def test_layer_statistics_are_never_mixed_across_batch_sizes(bob_client) -> None:  # type: ignore[no-untyped-def]
+    """Two batch sizes: a layer gets a row per batch size, its batch size read from its own
+    `batch_size` attribute or, lacking one, from its nearest ancestor's (a batch span)."""
+    trace_id = new_id()
+    conv = {"mlms.level": "framework", "mlms.op_type": "Conv", "mlms.layer_name": "conv1"}
+    spans: list[tuple[Any, ...]] = []
+    for number, (size, layer_ns) in enumerate([(1, 10), (1, 12), (8, 70), (8, 90), (8, 80)]):
+        batch_id, layer_id = f"{number + 1:016x}", f"{number + 100:016x}"
+        start = number * 1000
+        spans.append(("predict", start, 500, {"mlms.level": "model", "batch_size": size}, batch_id))
+        # Layers of batch size 8 carry no batch size: they inherit their batch span's.
+        attributes = dict(conv, batch_size=size) if size == 1 else conv
+        spans.append(("conv1", start + 10, layer_ns, attributes, layer_id, batch_id))
+        kernel_attributes = {"mlms.level": "system_library", "mlms.op_type": "kernel"}
+        kernel_attributes["mlms.layer_name"] = "conv1"
+        spans.append(
+            ("gemm", start + 11, layer_ns // 2, kernel_attributes, f"{number + 200:016x}", layer_id)
+        )
+    spans.append(("evaluation", 0, 6000, {"mlms.level": "application"}))
+    assert post(bob_client, export(trace_id, *spans)).status_code == 200
+
+    answer = bob_client.get(f"/api/v1/traces/{trace_id}/layers").json()
+
+    assert answer["batch_sizes"] == [1, 8]
+    rows = {(r["name"], r["batch_size"]): r for r in answer["aggregates"]}
+    assert (rows["conv1", 1]["count"], rows["conv1", 1]["total_ns"]) == (2, 22)
+    assert (rows["conv1", 8]["count"], rows["conv1", 8]["p50_ns"]) == (3, 80)
+    assert (rows["conv1", 8]["kernel_count"], rows["conv1", 8]["kernel_total_ns"]) == (3, 120)
+    assert (rows["conv1", 1]["kernel_count"], rows["conv1", 1]["kernel_total_ns"]) == (2, 11)
+    assert rows["predict", 8]["count"] == 3 and rows["evaluation", None]["count"] == 1
+    assert [(k["name"], k["batch_size"], k["count"]) for k in answer["kernels"]] == [
+        ("gemm", 1, 2),
+        ("gemm", 8, 3),
+    ]
+
+
 def test_layers_count_their_kernels_and_the_top_kernels_are_listed(bob_client) -> None:  # type: ignore[no-untyped-def]
     trace_id = new_id()
     conv = {"mlms.level": "framework", "mlms.op_type": "Conv", "mlms.layer_index": 0}
@@ -512,9 +549,21 @@ def test_layers_count_their_kernels_and_the_top_kernels_are_listed(bob_client) -
     for key in [("framework", "relu1"), ("ml_library", "aten::conv2d")]:
         assert "kernel_count" not in rows[key] and "kernel_total_ns" not in rows[key]
     assert answer["kernels"] == [
-        {"name": "uncorrelated", "count": 1, "total_ns": 1000, "mean_ns": 1000.0},
-        {"name": "implicit_gemm", "count": 2, "total_ns": 500, "mean_ns": 250.0},
-        {"name": "bias_add", "count": 1, "total_ns": 50, "mean_ns": 50.0},
+        {
+            "name": "uncorrelated",
+            "batch_size": None,
+            "count": 1,
+            "total_ns": 1000,
+            "mean_ns": 1000.0,
+        },
+        {
+            "name": "implicit_gemm",
+            "batch_size": None,
+            "count": 2,
+            "total_ns": 500,
+            "mean_ns": 250.0,
+        },
+        {"name": "bias_add", "batch_size": None, "count": 1, "total_ns": 50, "mean_ns": 50.0},
     ]
     timeline = bob_client.get(f"/api/v1/traces/{trace_id}/timeline").json()
     kernels = {s["start_ns"] - BASE: s for s in timeline["spans"] if s["op_type"] == "kernel"}

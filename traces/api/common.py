@@ -56,10 +56,12 @@ def readable(request: Request, trace_id: str) -> tuple[Trace | None, Evaluation 
 
 def export_response(trace_id: str, fmt: str) -> Response:
     """Every span of the trace in format `fmt` (`chrome` or `otlp`), else 400 naming `format`."""
+    # A download, named after the trace and the format.
+    disposition = {"Content-Disposition": f'attachment; filename="{trace_id}.{fmt}.json"'}
     if fmt == "chrome":
-        return Response(exports.chrome(trace_id))
+        return Response(exports.chrome(trace_id), headers=disposition)
     if fmt == "otlp":
-        return Response(exports.otlp(trace_id))
+        return Response(exports.otlp(trace_id), headers=disposition)
     raise ApiError([{"path": "format", "message": "format must be 'chrome' or 'otlp'."}])
 
 

@@ -19,20 +19,29 @@ TOP_KERNELS = 50
 
 class TraceLayers(TraceView):
     @extend_schema(
-        summary="Per-level, per-name span aggregates of a trace, and its top kernels",
+        summary="Per-layer aggregates of a trace, per batch size, and its top kernels",
+        description=(
+            "Per level, name, op type and batch size (`batch_size` null: spans outside any "
+            "batch), the count and the total, mean, p50, p99, min and max durations of the "
+            "trace's spans; for a layer, the kernels correlated to it at that batch size "
+            "(`kernel_count`, `kernel_total_ns`). Statistics are never mixed across batch "
+            "sizes: `batch_sizes` lists those the trace holds. `kernels`: the "
+            f"{TOP_KERNELS} kernels of most total time per batch size. Computed when the "
+            "evaluation finished; for a running one, from the spans stored so far."
+        ),
         parameters=[TRACE_ID],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, trace_id: str) -> Response:
         trace, _evaluation = readable(request, trace_id)
         rows = trace_aggregates.aggregates(trace) if trace is not None else []
-        kernels = trace_aggregates.kernels_by_layer(trace_id) if trace is not None else {}
         aggregates = []
         for row in rows:
             aggregate: dict[str, Any] = {
                 "level": row.level,
                 "name": row.name,
                 "op_type": row.op_type,
+                "batch_size": row.batch_size,
                 "layer_index": row.layer_index,
                 "count": row.count,
                 "total_ns": row.total_ns,
@@ -42,23 +51,30 @@ class TraceLayers(TraceView):
                 "min_ns": row.min_ns,
                 "max_ns": row.max_ns,
             }
-            if row.name in kernels and row.level not in KERNEL_LEVELS:
-                aggregate["kernel_count"], aggregate["kernel_total_ns"] = kernels[row.name]
+            if row.kernel_count is not None and row.level not in KERNEL_LEVELS:
+                aggregate["kernel_count"] = row.kernel_count
+                aggregate["kernel_total_ns"] = row.kernel_total_ns
             aggregates.append(aggregate)
-        top = [r for r in rows if r.level == "system_library" and r.op_type == "kernel"]
+        top: dict[int | None, list[dict[str, Any]]] = {}
+        for row in rows:  # ordered by batch size, then total time
+            if row.level == "system_library" and row.op_type == "kernel":
+                kernels = top.setdefault(row.batch_size, [])
+                if len(kernels) < TOP_KERNELS:
+                    kernels.append(
+                        {
+                            "name": row.name,
+                            "batch_size": row.batch_size,
+                            "count": row.count,
+                            "total_ns": row.total_ns,
+                            "mean_ns": row.mean_ns,
+                        }
+                    )
         return Response(
             {
                 "trace_id": trace_id,
                 "span_count": trace.span_count if trace else 0,
+                "batch_sizes": sorted({r.batch_size for r in rows if r.batch_size is not None}),
                 "aggregates": aggregates,
-                "kernels": [
-                    {
-                        "name": row.name,
-                        "count": row.count,
-                        "total_ns": row.total_ns,
-                        "mean_ns": row.mean_ns,
-                    }
-                    for row in top[:TOP_KERNELS]
-                ],
+                "kernels": [kernel for kernels in top.values() for kernel in kernels],
             }
         )

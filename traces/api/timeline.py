@@ -13,6 +13,7 @@ from traces import timeline
 from traces.api.common import TRACE_ID, TraceView, int_param, int_schema, readable
 
 MAX_TIMELINE_SPANS = 10_000
+PARTIAL = ("failed", "cancelled")
 MAX_COUNTER_POINTS = 10_000
 
 
@@ -21,6 +22,11 @@ class TraceTimeline(TraceView):
 
     @extend_schema(
         summary="The longest spans and the hardware counters of a trace in a time window",
+        description=(
+            "`total`: the spans (counter samples aside) overlapping the window; `spans`: the "
+            "longest `max_spans` of them. `partial`: the trace's evaluation failed or was "
+            "cancelled, and the spans are those it measured before it stopped."
+        ),
         parameters=[
             TRACE_ID,
             OpenApiParameter("start", int_schema(0), description="Unix ns"),
@@ -40,7 +46,7 @@ class TraceTimeline(TraceView):
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request, trace_id: str) -> Response:
-        trace, _evaluation = readable(request, trace_id)
+        trace, evaluation = readable(request, trace_id)
         start = int_param(request, "start", None)
         end = int_param(request, "end", None)
         if start is not None and end is not None and end < start:
@@ -66,5 +72,8 @@ class TraceTimeline(TraceView):
                 "spans": window.spans,
                 "counter_samples": window.counter_samples,
                 "counters": window.counters,
+                # The evaluation failed or was cancelled: the spans are what it measured before
+                # it stopped.
+                "partial": evaluation is not None and evaluation.status in PARTIAL,
             }
         )

@@ -13,6 +13,8 @@
   if (!script || !canvas) return;
   var TIMELINE = script.dataset.timeline;
   var LAYERS = script.dataset.layers;
+  var SEARCH = script.dataset.search;
+  var SPAN = script.dataset.span;
   var EVALUATION = script.dataset.evaluation;
   var finished = script.dataset.finished === "true";
 
@@ -35,6 +37,8 @@
   var statusText = document.getElementById("timeline-status");
   var search = document.getElementById("span-search");
   var searchCount = document.getElementById("search-count");
+  var searchPrev = document.getElementById("search-prev");
+  var searchNext = document.getElementById("search-next");
 
   var trace = { start: null, end: null };
   var view = { start: 0, end: 0 };
@@ -45,6 +49,7 @@
   var counters = {};   // the counters of the latest answer: {name: {unit, device, points}}
   var countersSeen = {}; // counter names of every answer: their tracks stay put on zoom too
   var selected = null;
+  var pendingSelect = null; // a span to select once the window that holds it has arrived
   var requests = 0;
   var fetchTimer = null;
   var inFlight = null;
@@ -171,6 +176,13 @@
         Object.keys(counters).forEach(function (name) { countersSeen[name] = true; });
         document.getElementById("timeline-empty").hidden = !(finished && trace.start === null);
         draw();
+        if (pendingSelect) {
+          var wanted = spans.filter(function (span) { return span.span_id === pendingSelect; })[0];
+          if (wanted) {
+            pendingSelect = null;
+            select(wanted);
+          }
+        }
         var asked = first && trace.start !== null ? windowInAddress() : null;
         if (asked) setWindow(asked.start, asked.end);
       })
@@ -318,7 +330,7 @@
         var w = Math.max(1, x1 - x0);
         var y = track.y + item.lane * LANE_H + 1;
         var h = LANE_H - 3;
-        var hit = query && span.name.toLowerCase().indexOf(query) >= 0;
+        var hit = query && matchesQuery(span, query);
         if (hit) matches++;
         ctx.globalAlpha = query && !hit ? 0.25 : 1;
         ctx.fillStyle = colour(span);
@@ -354,8 +366,8 @@
     statusText.textContent = rects.length + " spans drawn of " + total + " in this window ("
       + duration(range) + " of " + duration(trace.end - trace.start) + ")"
       + (finished ? "" : " · live");
-    searchCount.textContent = query ? matches + " matching" : "";
     canvas.dataset.matches = String(matches);
+    showFound();
   }
 
   // A counter's points as a line over a filled area, scaled to its largest value in the window.
@@ -408,6 +420,86 @@
     var text = track.max === null ? "no samples here" : "max " + amount(track.max) + (unit ? " " + unit : "");
     ctx.fillText(text, 8, track.y + 24);
   }
+
+  /* ---- finding spans in the whole trace ---- */
+
+  function matchesQuery(span, query) {
+    return [span.name, span.op_type, span.layer_name].some(function (text) {
+      return !!text && text.toLowerCase().indexOf(query) >= 0;
+    });
+  }
+
+  // The hub searches every span (`/search`): the matches in time order, the first 1000 kept
+  // here; ↑ and ↓ (or Enter, Shift+Enter) move the window to the previous or next of them.
+  var found = { query: "", total: 0, spans: [], index: -1 };
+  var searchTimer = null;
+
+  function runSearch() {
+    clearTimeout(searchTimer);
+    var query = search.value.trim();
+    if (!query) {
+      found = { query: "", total: 0, spans: [], index: -1 };
+      draw();
+      return;
+    }
+    searchTimer = setTimeout(function () {
+      fetch(SEARCH + "?limit=1000&q=" + encodeURIComponent(query),
+        { headers: { Accept: "application/json" }, credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (body) {
+          if (!body || search.value.trim() !== query) return;
+          found = { query: query, total: body.total, spans: body.spans || [], index: -1 };
+          canvas.dataset.found = String(found.total);
+          draw();
+        })
+        .catch(function () {});
+    }, 250);
+    draw();
+  }
+
+  function showFound() {
+    var query = search.value.trim();
+    var have = found.query && found.query === query;
+    searchPrev.disabled = searchNext.disabled = !(have && found.spans.length);
+    if (!query) { searchCount.textContent = ""; return; }
+    if (!have) { searchCount.textContent = "searching…"; return; }
+    if (!found.total) { searchCount.textContent = "none in the trace"; return; }
+    var shown = found.spans.length < found.total ? " (the first " + found.spans.length + ")" : "";
+    searchCount.textContent = (found.index >= 0 ? (found.index + 1) + " of " : "")
+      + found.total + " in the trace" + shown;
+  }
+
+  function step(direction) {
+    if (!found.spans.length) return;
+    var count = found.spans.length;
+    found.index = found.index < 0 ? (direction > 0 ? 0 : count - 1)
+      : (found.index + direction + count) % count;
+    canvas.dataset.foundIndex = String(found.index);
+    goTo(found.spans[found.index]);
+  }
+
+  // Show a span found elsewhere (a match, a parent, a child): a window about seven times its
+  // length around it, and the span selected once that window has arrived.
+  function goTo(span) {
+    var length = Math.max(span.end_ns - span.start_ns, MIN_WINDOW);
+    pendingSelect = span.span_id;
+    var start = span.start_ns - 3 * length, end = span.end_ns + 3 * length;
+    if (view.start <= span.start_ns && view.end >= span.end_ns && view.end - view.start <= 50 * length) {
+      var already = spans.filter(function (s) { return s.span_id === span.span_id; })[0];
+      if (already) { pendingSelect = null; select(already); return; }
+      start = view.start; end = view.end;
+    }
+    setWindow(start, end);
+  }
+
+  search.addEventListener("keydown", function (event) {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      step(event.shiftKey ? -1 : 1);
+    }
+  });
+  searchPrev.addEventListener("click", function () { step(-1); });
+  searchNext.addEventListener("click", function () { step(1); });
 
   /* ---- interaction ---- */
 
@@ -485,7 +577,7 @@
         ["Duration", duration(span.duration_ns)],
         ["Starts at", duration(span.start_ns - trace.start) + " into the trace"],
         ["Status", (STATUS[span.status] || String(span.status)) + (span.status_message ? ": " + span.status_message : "")],
-        ["Span id", span.span_id], ["Parent", span.parent_span_id || "—"],
+        ["Span id", span.span_id], ["Parent", span.parent_span_id || "—"], ["Children", "…"],
       ];
       var attributes = span.attributes || {};
       Object.keys(attributes).sort().forEach(function (key) {
@@ -496,13 +588,89 @@
         var dt = document.createElement("dt");
         dt.textContent = row[0];
         var dd = document.createElement("dd");
-        dd.textContent = row[1];
-        if (row[0].indexOf(".") >= 0 || /id$/.test(row[0])) dd.className = "mono small";
+        if (row[0] === "Parent" && span.parent_span_id) {
+          dd.appendChild(spanLink(span.parent_span_id, span.parent_span_id, "parent"));
+        } else if (row[0] === "Children") {
+          dd.id = "details-children";
+          dd.textContent = "…";
+        } else {
+          dd.textContent = row[1];
+        }
+        if (row[0].indexOf(".") >= 0 || /id$/.test(row[0]) || row[0] === "Parent") dd.className = "mono small";
         list.appendChild(dt);
         list.appendChild(dd);
       });
+      loadFamily(span);
     }
+    markRow(span);
     draw();
+  }
+
+  // A button that shows another span of the trace (its parent, a child), wherever it is.
+  function spanLink(spanId, text, role) {
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "link span-link";
+    button.dataset.role = role;
+    button.dataset.spanId = spanId;
+    button.textContent = text;
+    button.addEventListener("click", function () {
+      fetch(SPAN + spanId, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (body) { if (body) goTo(body.span); })
+        .catch(function () {});
+    });
+    return button;
+  }
+
+  // The selected span's parent (named) and children (each a link), from `/spans/<id>`.
+  function loadFamily(span) {
+    fetch(SPAN + span.span_id, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        var cell = document.getElementById("details-children");
+        if (!body || selected !== span || !cell) return;
+        cell.textContent = "";
+        if (!body.children.length) { cell.textContent = "none"; return; }
+        body.children.forEach(function (child, index) {
+          if (index) cell.appendChild(document.createTextNode(" "));
+          var link = spanLink(child.span_id, child.name, "child");
+          link.dataset.start = String(child.start_ns);
+          link.addEventListener("click", function () { goTo(child); });
+          cell.appendChild(link);
+        });
+        if (body.children.length >= body.max_children) {
+          cell.appendChild(document.createTextNode(" (the first " + body.max_children + ")"));
+        }
+      })
+      .catch(function () {});
+  }
+
+  // A span selects its row of the per-layer table (same level, name and batch size).
+  function markRow(span) {
+    var batch = span && span.attributes && span.attributes.batch_size !== undefined ? String(span.attributes.batch_size) : null;
+    if (batch !== null && batchSelect.value !== batch && Array.prototype.some.call(batchSelect.options, function (o) { return o.value === batch; })) {
+      batchSelect.value = batch;
+      renderLayers(); // highlights the row
+      return;
+    }
+    highlightRow(span, true);
+  }
+
+  function highlightRow(span, scroll) {
+    Array.prototype.forEach.call(table.querySelectorAll("tr.current"), function (tr) {
+      tr.classList.remove("current");
+      tr.removeAttribute("aria-current");
+    });
+    if (!span) return;
+    var row = Array.prototype.filter.call(table.tBodies[0].rows, function (tr) {
+      return tr.dataset.name === span.name && (tr.dataset.level || "") === (span.level || "");
+    })[0];
+    if (row) {
+      row.classList.add("current");
+      row.setAttribute("aria-current", "true");
+      if (scroll && row.scrollIntoView) row.scrollIntoView({ block: "nearest" });
+    }
   }
 
   canvas.addEventListener("keydown", function (event) {
@@ -521,7 +689,7 @@
   document.getElementById("pan-left").addEventListener("click", function () { pan(-0.2); });
   document.getElementById("pan-right").addEventListener("click", function () { pan(0.2); });
   document.getElementById("zoom-reset").addEventListener("click", reset);
-  search.addEventListener("input", draw);
+  search.addEventListener("input", runSearch);
   window.addEventListener("resize", draw);
 
   /* ---- the per-layer table ---- */
@@ -535,6 +703,32 @@
   // The table shows one level (layers, ops, GPU kernels, …) or all; never counter samples.
   var levelSelect = document.getElementById("layers-level");
   levelSelect.addEventListener("change", renderLayers);
+  // And one batch size: statistics are never mixed across batch sizes. "none": the spans
+  // outside any batch (the evaluation's own, its stages before batching).
+  var batchSelect = document.getElementById("layers-batch");
+  batchSelect.addEventListener("change", renderLayers);
+
+  function batchOf(row) { return row.batch_size === null || row.batch_size === undefined ? "none" : String(row.batch_size); }
+
+  function batchOptions(rows) {
+    var present = {};
+    rows.forEach(function (row) { present[batchOf(row)] = true; });
+    var wanted = Object.keys(present).filter(function (key) { return key !== "none"; })
+      .sort(function (a, b) { return Number(a) - Number(b); });
+    if (present.none) wanted.push("none");
+    var have = Array.prototype.map.call(batchSelect.options, function (o) { return o.value; });
+    if (wanted.join(" ") === have.join(" ")) return;
+    var chosen = batchSelect.value;
+    batchSelect.textContent = "";
+    wanted.forEach(function (key) {
+      var option = document.createElement("option");
+      option.value = key;
+      option.textContent = key === "none" ? "outside batches" : key;
+      batchSelect.appendChild(option);
+    });
+    batchSelect.value = wanted.indexOf(chosen) >= 0 ? chosen : (wanted[0] || "");
+    batchSelect.disabled = wanted.length < 2;
+  }
 
   function levelOptions(rows) {
     var present = {};
@@ -557,6 +751,9 @@
     var body = table.tBodies[0];
     body.textContent = "";
     var shown = aggregates.filter(function (row) { return !isCounter(row); });
+    batchOptions(shown);
+    shown = shown.filter(function (row) { return batchOf(row) === batchSelect.value; });
+    table.dataset.batch = batchSelect.value;
     levelOptions(shown);
     if (levelSelect.value) {
       shown = shown.filter(function (row) { return levelOf(row) === levelSelect.value; });
@@ -610,9 +807,10 @@
         if (row.kernel_count) td.title = row.kernel_count + " kernels";
         tr.appendChild(td);
       }
-      tr.addEventListener("click", function () { search.value = row.name; draw(); });
+      tr.addEventListener("click", function () { search.value = row.name; runSearch(); });
       body.appendChild(tr);
     });
+    highlightRow(selected, false);
     Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
       th.setAttribute("aria-sort", th.dataset.key === sortKey ? (sortDescending ? "descending" : "ascending") : "none");
     });
@@ -656,9 +854,33 @@
 
   function setLive(mode) { canvas.dataset.live = mode; }
 
+  // Spans arrive many times a second while the model runs: the window is read again at most
+  // every 250 ms and the per-layer table (statistics over every span so far) every 2 s, each
+  // after the arrivals that asked for it, so that a steady stream never starves them.
+  var layersTimer = null, layersAt = 0;
+
   function reload() {
-    clearTimeout(refreshTimer);
-    refreshTimer = setTimeout(function () { fetchWindow(); fetchLayers(); }, 250);
+    if (refreshTimer === null) {
+      refreshTimer = setTimeout(function () { refreshTimer = null; fetchWindow(); }, 250);
+    }
+    if (layersTimer === null) {
+      var wait = finished ? 250 : Math.max(250, layersAt + 2000 - Date.now());
+      layersTimer = setTimeout(function () {
+        layersTimer = null;
+        layersAt = Date.now();
+        fetchLayers();
+      }, wait);
+    }
+  }
+
+  // A failed or cancelled run keeps what it measured: say that its timeline is partial.
+  function ended(status) {
+    if (status === "failed" || status === "cancelled") {
+      var notice = document.getElementById("timeline-partial");
+      notice.textContent = "This evaluation " + (status === "failed" ? "failed" : "was cancelled")
+        + ": its timeline holds the spans measured before it stopped (partial).";
+      notice.hidden = false;
+    }
   }
 
   function poll() {
@@ -667,7 +889,10 @@
     fetch(EVALUATION, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (response) { return response.ok ? response.json() : null; })
       .then(function (body) {
-        if (body && FINISHED.indexOf(body.status) >= 0) finished = true;
+        if (body && FINISHED.indexOf(body.status) >= 0) {
+          finished = true;
+          ended(body.status);
+        }
         return Promise.all([fetchWindow(), fetchLayers()]);
       })
       .catch(function () {})
@@ -692,6 +917,7 @@
       if (message.type === "spans") reload();
       if (message.type === "status" && FINISHED.indexOf(message.status) >= 0) {
         finished = true;
+        ended(message.status);
         reload();
         socket.close();
       }

@@ -1,0 +1,145 @@
+"""The timeline of an evaluation that is still running, run by a real agent on a live hub: its
+spans are drawn while the model runs and new ones keep arriving before it finishes (the agent
+streams them at least every second, the hub pushes a `spans` event); cancelled, its timeline
+keeps the spans it measured, marked partial."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from mlmodelscope.testing.livehub import LiveHub, running_hub
+from tests.frontend.conftest import sign_in_to_hub
+from tests.predictors.zoo_store import zoo_store
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
+    store = zoo_store(("digits", "digits-cnn"))
+    settings = {"ARTIFACT_ROOT": str(store), "HOST_LIVE_SECONDS": "5"}
+    with running_hub(
+        tmp_path_factory.mktemp("live-timeline"), manifests=True, users=True, settings=settings
+    ) as running:
+        running.start_agent("ort-a")
+        running.wait(lambda: running.live_hosts() >= {"ort-a"}, "the agent", 90)
+        yield running
+
+
+def _drawn(page: Any) -> tuple[int, int]:
+    canvas = page.locator("#timeline")
+    return int(canvas.get_attribute("data-drawn") or 0), int(
+        canvas.get_attribute("data-total") or 0
+    )
+
+
+def test_spans_are_drawn_while_the_evaluation_runs_and_kept_when_it_is_cancelled(
+    hub: LiveHub, hub_page: Any
+) -> None:
+    # Far more passes than the test waits for: it is cancelled once the spans were seen.
+    evaluation_id = hub.launch(batch_sizes=[4], repeat=10000, trace_level="model")
+    hub.wait(lambda: hub.evaluation(evaluation_id)["status"] == "running", "the run to start", 90)
+    sign_in_to_hub(hub_page)
+    hub_page.goto(f"/evaluations/{evaluation_id}/timeline/")
+    canvas = hub_page.locator("#timeline")
+
+    hub_page.wait_for_function(
+        "Number(document.querySelector('#timeline').dataset.drawn) > 0", timeout=30_000
+    )
+    _, first_total = _drawn(hub_page)
+    assert hub.evaluation(evaluation_id)["status"] == "running"
+    # More spans arrive, and are drawn, before the evaluation ends.
+    hub_page.wait_for_function(
+        f"Number(document.querySelector('#timeline').dataset.total) > {first_total}",
+        timeout=30_000,
+    )
+    assert hub.evaluation(evaluation_id)["status"] == "running"
+    expect(canvas).to_have_attribute("data-live", "socket")
+    expect(hub_page.locator("#timeline-partial")).to_be_hidden()
+
+    status, _ = hub.request("POST", f"/api/v1/evaluations/{evaluation_id}/cancel/")
+    assert status == 200, status
+    assert hub.finished(evaluation_id, timeout=120)["status"] == "cancelled"
+    expect(hub_page.locator("#timeline-partial")).to_be_visible()
+
+    hub_page.reload()
+    hub_page.wait_for_function(
+        "Number(document.querySelector('#timeline').dataset.drawn) > 0", timeout=30_000
+    )
+    _, total = _drawn(hub_page)
+    assert total >= first_total
+    expect(hub_page.locator("#timeline-partial")).to_contain_text("was cancelled")
+    trace_id = hub.evaluation(evaluation_id)["trace_id"]
+    status, window = hub.request("GET", f"/api/v1/traces/{trace_id}/timeline")
+    assert status == 200 and window["partial"] is True and window["total"] >= total
+
+
+def test_search_by_op_type_finds_spans_of_a_whole_onnxruntime_trace(
+    hub: LiveHub, hub_page: Any
+) -> None:
+    """An ONNX Runtime trace at level framework: `Conv` finds every convolution of the trace,
+    not only those in the window shown, and ↓ walks to matches outside it; a span links to its
+    parent and selects its row of the per-layer table."""
+    evaluation_id = hub.launch(batch_sizes=[1], limit=40, trace_level="framework")
+    finished = hub.finished(evaluation_id, timeout=120)
+    assert finished["status"] == "succeeded", finished["history"]
+    trace_id = finished["trace_id"]
+    status, layers = hub.request("GET", f"/api/v1/traces/{trace_id}/layers")
+    assert status == 200
+    convs = sum(
+        row["count"]
+        for row in layers["aggregates"]
+        if row["op_type"] == "Conv" and row["level"] == "framework"
+    )
+    assert convs >= 80  # two convolutions per call, 40 timed calls at least
+
+    sign_in_to_hub(hub_page)
+    hub_page.goto(f"/evaluations/{evaluation_id}/timeline/")
+    canvas = hub_page.locator("#timeline")
+    hub_page.wait_for_function("Number(document.querySelector('#timeline').dataset.drawn) > 0")
+    # Zoom into the first twentieth of the trace: most convolutions are outside the window.
+    start = int(canvas.get_attribute("data-start"))
+    end = int(canvas.get_attribute("data-end"))
+    hub_page.goto("about:blank")
+    hub_page.goto(
+        f"/evaluations/{evaluation_id}/timeline/#window={start}-{start + (end - start) // 20}"
+    )
+    hub_page.wait_for_function("Number(document.querySelector('#timeline').dataset.drawn) > 0")
+    window_end = int(canvas.get_attribute("data-end"))
+    assert window_end < end
+
+    hub_page.locator("#span-search").fill("Conv")
+    hub_page.wait_for_function(
+        "Number(document.querySelector('#timeline').dataset.found) > 0", timeout=10_000
+    )
+    found = int(canvas.get_attribute("data-found"))
+    status, search = hub.request("GET", f"/api/v1/traces/{trace_id}/search?q=Conv&limit=1")
+    assert status == 200 and found == search["total"] >= convs
+    visible = int(canvas.get_attribute("data-matches"))
+    assert visible < found  # the window shows a few; the search found them all
+    expect(hub_page.locator("#search-count")).to_contain_text(f"{found} in the trace")
+
+    # The last match is far outside the window: Shift+Enter goes there and selects it.
+    hub_page.locator("#span-search").press("Shift+Enter")
+    expect(hub_page.locator("#search-count")).to_contain_text(f"{min(found, 1000)} of {found}")
+    hub_page.wait_for_function(
+        "document.querySelector('#timeline').dataset.selected !== ''", timeout=10_000
+    )
+    assert int(canvas.get_attribute("data-start")) > window_end
+    details = hub_page.locator("#details")
+    expect(details).to_contain_text("Conv")
+    expect(hub_page.locator("#layers tr.current")).to_have_count(1)
+
+    # Its parent (the batch span) is a link: following it selects the batch span.
+    conv_id = canvas.get_attribute("data-selected")
+    hub_page.locator('#details button[data-role="parent"]').click()
+    hub_page.wait_for_function(
+        f"!['', '{conv_id}'].includes(document.querySelector('#timeline').dataset.selected)",
+        timeout=10_000,
+    )
+    expect(details.locator("dd").first).to_have_text("predict")
+    expect(details.locator('button[data-role="child"]').first).to_be_visible()
