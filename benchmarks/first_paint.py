@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -155,6 +156,94 @@ def visit(browser: Any, url: str, cookie: tuple[str, str], path: str) -> dict[st
     return result
 
 
+# Before the page's scripts: every change of the canvas's span count, with the wall clock.
+LIVE_OBSERVER = """
+(() => {
+  window.__mlmsTotals = [];
+  const observer = new MutationObserver((records) => {
+    for (const record of records) {
+      if (record.target.id === "timeline") {
+        window.__mlmsTotals.push([Date.now(), Number(record.target.dataset.total || 0)]);
+      }
+    }
+  });
+  observer.observe(document, { subtree: true, attributes: true, attributeFilter: ["data-total"] });
+})();
+"""
+
+
+def live_exports(user: Any, exports: int) -> tuple[str, list[bytes], int]:
+    """A running evaluation of `user`, and `exports` exports of one batch's spans each into its
+    trace: (its id, the bodies, spans per body)."""
+    evaluation = _hub.evaluation(user, finished=False)
+    per_batch = len(_hub.agent_spans(1))
+    bodies = list(
+        _hub.export_bodies(
+            evaluation.trace_id, _hub.iter_agent_spans(per_batch * exports), per_batch
+        )
+    )
+    return str(evaluation.pk), bodies, per_batch
+
+
+def live_latency(
+    browser: Any,
+    url: str,
+    cookie: tuple[str, str],
+    raw_token: str,
+    live: tuple[str, list[bytes], int],
+) -> list[float]:
+    """Span-to-browser latency: a running evaluation's timeline open in a page, its exports
+    (`live_exports`) posted to `/v1/traces` 300 ms apart, as an agent streams them; for each,
+    the milliseconds from just before its POST to the first time the page's canvas counts its
+    spans (the page draws right after it updates the count)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    evaluation_id, bodies, per_batch = live
+    exports = len(bodies)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_cookies([{"name": cookie[0], "value": cookie[1], "url": url}])
+    context.add_init_script(LIVE_OBSERVER)
+    page = context.new_page()
+    page.goto(f"{url}/evaluations/{evaluation_id}/timeline/")
+    page.wait_for_function("document.querySelector('#timeline').dataset.live === 'socket'")
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    sent: list[float] = []
+    for body in bodies:
+        sent.append(time.time() * 1000)
+        connection.request(
+            "POST",
+            "/v1/traces",
+            body,
+            {"Authorization": f"Bearer {raw_token}", "Content-Type": CONTENT_TYPE},
+        )
+        answer = connection.getresponse()
+        answer.read()
+        if answer.status != 200:
+            raise SystemExit(f"an export answered {answer.status}")
+        time.sleep(0.3)
+    expected = per_batch * exports
+    page.wait_for_function(
+        f"Number(document.querySelector('#timeline').dataset.total) >= {expected}",
+        timeout=30_000,
+    )
+    totals: list[list[float]] = page.evaluate("window.__mlmsTotals")
+    context.close()
+    latencies = []
+    for index, started in enumerate(sent):
+        wanted = per_batch * (index + 1)
+        seen = next(at for at, total in totals if total >= wanted)
+        latencies.append(seen - started)
+    return latencies
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     return {
         "median": statistics.median(values),
@@ -165,7 +254,17 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spans", type=int, default=1_000_000, help="spans of the large trace")
+    parser.add_argument(
+        "--spans",
+        default="1000000,3000000",
+        help="spans of the large traces, comma-separated",
+    )
+    parser.add_argument(
+        "--live-exports",
+        type=int,
+        default=40,
+        help="exports posted to a running evaluation's open timeline (0: none)",
+    )
     parser.add_argument(
         "--baseline-spans", type=int, default=1_000, help="spans of the baseline trace"
     )
@@ -187,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     from traces.models import Trace
 
     cases: dict[str, dict[str, Any]] = {}
-    for label, spans in (("baseline", args.baseline_spans), ("large", args.spans)):
+    large = [int(text) for text in args.spans.split(",") if text.strip()]
+    for label, spans in [("baseline", args.baseline_spans)] + [
+        (f"{count:,} spans", count) for count in large
+    ]:
         log(f"seeding the {label} trace: {spans:,} spans")
         evaluation_id, trace_id, seconds, finished = seed(
             user, raw_token, spans, args.request_spans
@@ -206,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     cookie = _hub.session_cookie(user)
     machine = _hub.machine()
+    live = live_exports(user, args.live_exports) if args.live_exports else None
 
     from playwright.sync_api import sync_playwright
 
@@ -217,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         version = browser.version
+        latencies = live_latency(browser, url, cookie, raw_token, live) if live else []
+        if latencies:
+            log(
+                f"span to browser: p50 {_percentile(latencies, 0.5):.0f} ms, "
+                f"p95 {_percentile(latencies, 0.95):.0f} ms over {len(latencies)} exports"
+            )
         for label, case in cases.items():
             case["cold"] = visit(browser, url, cookie, case["path"])
             log(f"{label}, cold: first paint at {case['cold']['paint_ms']:.0f} ms")
@@ -245,8 +354,25 @@ def main(argv: list[str] | None = None) -> int:
         case["bytes"] = visits[0]["bytes"]
         case["drawn"] = visits[0]["drawn"]
         case["total"] = visits[0]["total"]
-    ratio = cases["large"]["paint_ms"]["median"] / cases["baseline"]["paint_ms"]["median"]
-    report = {"machine": machine, "chromium": version, "ratio": ratio, "cases": cases}
+    base = cases["baseline"]["paint_ms"]["median"]
+    ratios = {label: case["paint_ms"]["median"] / base for label, case in cases.items()}
+    live = (
+        {
+            "exports": len(latencies),
+            "p50_ms": _percentile(latencies, 0.5),
+            "p95_ms": _percentile(latencies, 0.95),
+            "max_ms": max(latencies),
+        }
+        if latencies
+        else None
+    )
+    report = {
+        "machine": machine,
+        "chromium": version,
+        "ratios": ratios,
+        "cases": cases,
+        "span_to_browser": live,
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -271,7 +397,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {case['bytes']:,} | {case['drawn']:,} of {case['total']:,} "
             f"| {case['cold']['paint_ms']:,.0f} | {case['finish_s']:.1f} |"
         )
-    print(f"\nfirst paint, median large / median baseline: {ratio:.1f}×")
+    print()
+    for label, ratio in ratios.items():
+        if label != "baseline":
+            print(f"first paint of {label}, median / median of the baseline: {ratio:.1f}×")
+    if live:
+        print(
+            f"span to browser over {live['exports']} exports: p50 {live['p50_ms']:.0f} ms, "
+            f"p95 {live['p95_ms']:.0f} ms, max {live['max_ms']:.0f} ms"
+        )
     return 0
 
 

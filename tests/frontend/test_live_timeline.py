@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
-    store = zoo_store(("digits", "digits-cnn"))
+    store = zoo_store(("digits", "digits-cnn", "resnet-18"))
     settings = {"ARTIFACT_ROOT": str(store), "HOST_LIVE_SECONDS": "5"}
     with running_hub(
         tmp_path_factory.mktemp("live-timeline"), manifests=True, users=True, settings=settings
@@ -28,6 +28,12 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
         running.start_agent("ort-a")
         running.wait(lambda: running.live_hosts() >= {"ort-a"}, "the agent", 90)
         yield running
+
+
+def _open_timeline(page: Any, evaluation_id: str) -> None:
+    sign_in_to_hub(page)
+    page.goto(f"/evaluations/{evaluation_id}/timeline/")
+    page.wait_for_function("Number(document.querySelector('#timeline').dataset.drawn) > 0")
 
 
 def _drawn(page: Any) -> tuple[int, int]:
@@ -143,3 +149,46 @@ def test_search_by_op_type_finds_spans_of_a_whole_onnxruntime_trace(
     )
     expect(details.locator("dd").first).to_have_text("predict")
     expect(details.locator('button[data-role="child"]').first).to_be_visible()
+
+
+def test_the_per_layer_table_of_resnet_18_shows_every_number_at_1280_px_per_batch_size(
+    hub: LiveHub, hub_page: Any, shoot: Any
+) -> None:
+    evaluation_id = hub.launch(
+        model="resnet-18", batch_sizes=[1, 4], limit=8, trace_level="framework"
+    )
+    finished = hub.finished(evaluation_id, timeout=240)
+    assert finished["status"] == "succeeded", finished["history"]
+
+    _open_timeline(hub_page, evaluation_id)
+    table = hub_page.locator("#layers")
+    batch = hub_page.locator("#layers-batch")
+    expect(batch.locator("option")).to_have_text(["1", "4", "outside batches"])
+    expect(batch).to_have_value("1")
+    hub_page.locator("#layers-level").select_option("framework")
+    rows = table.locator("tbody tr")
+    expect(rows.first).to_have_attribute("data-level", "framework")
+    assert rows.count() > 20  # resnet-18's nodes after ONNX Runtime's fusions
+    # Every number is on screen at 1280 px, none blank.
+    hidden = hub_page.evaluate(
+        """() => [...document.querySelectorAll('#layers tbody td.num')].filter((cell) => {
+             const box = cell.getBoundingClientRect();
+             return box.right > window.innerWidth || box.width < 8 || !cell.textContent.trim();
+           }).length"""
+    )
+    assert hidden == 0
+    # One batch size at a time: eight calls of batch size 1, two of batch size 4.
+    counts = {rows.nth(i).locator('[data-key="count"]').inner_text() for i in range(rows.count())}
+    assert counts == {"8"}
+    shoot(hub_page, "timeline-layers-resnet-18")
+    batch.select_option("4")
+    expect(table).to_have_attribute("data-batch", "4")
+    counts = {rows.nth(i).locator('[data-key="count"]').inner_text() for i in range(rows.count())}
+    assert counts == {"2"}
+
+    # At 390 px the page keeps its width: the table scrolls inside its frame.
+    hub_page.set_viewport_size({"width": 390, "height": 844})
+    hub_page.reload()
+    hub_page.wait_for_function("Number(document.querySelector('#timeline').dataset.drawn) > 0")
+    assert hub_page.evaluate("document.documentElement.scrollWidth") <= 390
+    shoot(hub_page, "timeline-390px")

@@ -855,13 +855,13 @@
   function setLive(mode) { canvas.dataset.live = mode; }
 
   // Spans arrive many times a second while the model runs: the window is read again at most
-  // every 250 ms and the per-layer table (statistics over every span so far) every 2 s, each
+  // every 100 ms and the per-layer table (statistics over every span so far) every 2 s, each
   // after the arrivals that asked for it, so that a steady stream never starves them.
   var layersTimer = null, layersAt = 0;
 
   function reload() {
     if (refreshTimer === null) {
-      refreshTimer = setTimeout(function () { refreshTimer = null; fetchWindow(); }, 250);
+      refreshTimer = setTimeout(function () { refreshTimer = null; fetchWindow(); }, 100);
     }
     if (layersTimer === null) {
       var wait = finished ? 250 : Math.max(250, layersAt + 2000 - Date.now());
