@@ -20,6 +20,11 @@ urlpatterns = [
     path("traces/<str:trace_id>/layers", layers.TraceLayers.as_view(), name="api-trace-layers"),
     path("traces/<str:trace_id>/search", search.TraceSearch.as_view(), name="api-trace-search"),
     path(
+        "traces/<str:trace_id>/selection",
+        search.TraceSelection.as_view(),
+        name="api-trace-selection",
+    ),
+    path(
         "traces/<str:trace_id>/spans/<str:span_id>",
         search.TraceSpan.as_view(),
         name="api-trace-span",

@@ -280,6 +280,7 @@ def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
             "timeline_url": reverse("api-trace-timeline", kwargs={"trace_id": item.trace_id}),
             "layers_url": reverse("api-trace-layers", kwargs={"trace_id": item.trace_id}),
             "search_url": reverse("api-trace-search", kwargs={"trace_id": item.trace_id}),
+            "selection_url": reverse("api-trace-selection", kwargs={"trace_id": item.trace_id}),
             # With the span id appended.
             "span_url": reverse(
                 "api-trace-span", kwargs={"trace_id": item.trace_id, "span_id": "0" * 16}

@@ -430,3 +430,63 @@ def test_the_websockets_spans_event_brings_new_spans_without_polling(
     # The socket said when spans came: the evaluation was never polled.
     assert evaluation_reads == [], evaluation_reads
     expect(canvas).to_have_attribute("data-live", "socket")
+
+
+def test_an_area_selection_gives_the_statistics_of_every_span_in_it(
+    page, sign_in, alice, launched, make_client
+) -> None:  # type: ignore[no-untyped-def]
+    """Shift+drag over the timeline selects a time range: the hub counts every span in it (not
+    only those drawn); the overview strip shows where the window is and moves it."""
+    trace_id = Evaluation.objects.get(pk=launched).trace_id
+    ingest(make_client(alice), batches(trace_id, 0, 10))
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{launched}/timeline/")
+    canvas = page.locator("#timeline")
+    expect(canvas).to_have_attribute("data-drawn", "45")
+    box = canvas.bounding_box()
+    assert box is not None
+    plot = box["width"] - 118
+    start, end = _window(page)
+
+    def x_of(ns: int) -> float:
+        return box["x"] + 118 + plot * (ns - start) / (end - start)
+
+    # From 24 ms to 60 ms: batches 2, 3 and 4 whole (each 10 ms at 12 ms steps) and batch 5
+    # from 60 ms.
+    page.keyboard.down("Shift")
+    page.mouse.move(x_of(BASE + 24 * MS), box["y"] + 35)
+    page.mouse.down()
+    page.mouse.move(x_of(BASE + 42 * MS), box["y"] + 35, steps=4)
+    page.mouse.move(x_of(BASE + 60 * MS), box["y"] + 35, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+
+    panel = page.locator("#selection")
+    expect(panel).to_be_visible()
+    chosen = canvas.get_attribute("data-area")
+    assert chosen
+    area_start, area_end = (int(v) for v in chosen.split("-"))
+    answer = (
+        make_client(alice)
+        .get(f"/api/v1/traces/{trace_id}/selection", {"start": area_start, "end": area_end})
+        .json()
+    )
+    expect(canvas).to_have_attribute("data-area-total", str(answer["total"]))
+    assert answer["levels"]["model"] >= 3
+    expect(page.locator("#selection-summary")).to_contain_text(f"{answer['total']} spans in")
+    expect(page.locator('#selection-levels tr[data-level="model"] td').nth(1)).to_have_text(
+        str(answer["levels"]["model"])
+    )
+    expect(page.locator("#selection-top tbody tr").first).to_have_attribute("data-name", "batch")
+
+    page.get_by_role("button", name="Zoom to it").click()
+    expect(canvas).to_have_attribute("data-start", str(area_start))
+    overview = page.locator("#overview")
+    expect(overview).to_have_attribute("data-window", f"{area_start}-{area_end}")
+    # A click at the strip's left end moves the window to the start of the run.
+    strip = overview.bounding_box()
+    assert strip is not None
+    page.mouse.click(strip["x"] + 119, strip["y"] + strip["height"] / 2)
+    expect(canvas).to_have_attribute("data-start", str(BASE))
+    page.get_by_role("button", name="Clear").click()
+    expect(panel).to_be_hidden()

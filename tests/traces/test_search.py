@@ -101,3 +101,36 @@ def test_another_users_trace_cannot_be_searched(bob_client, make_client, django_
     assert eve.get(f"/api/v1/traces/{trace_id}/spans/{1:016x}").status_code == 404
     bad = bob_client.get(f"/api/v1/traces/{trace_id}/spans/xyz")
     assert bad.status_code == 400 and bad.json()["errors"][0]["path"] == "span_id"
+
+
+def test_a_selection_counts_every_span_in_its_range(bob_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    trace_id = _trace(bob_client, monkeypatch)
+    url = f"/api/v1/traces/{trace_id}/selection"
+    base = 1_700_000_000_000_000_000  # tests.traces.factories.BASE
+
+    # Batches 10 to 19 whole, and half of batch 20's predict span (20,000 to 20,450).
+    chosen = bob_client.get(url, {"start": base + 10_000, "end": base + 20_450}).json()
+
+    assert chosen["levels"] == {"model": 11, "framework": 21, "system_library": 11}
+    assert chosen["total"] == 43
+    top = {(row["level"], row["name"]): row for row in chosen["top"]}
+    assert top["model", "predict"]["count"] == 11
+    assert top["model", "predict"]["inside_ns"] == 10 * 900 + 450
+    assert top["framework", "conv1"]["inside_ns"] == 10 * 500 + 440  # 20,010 to 20,450
+    assert [row["name"] for row in chosen["top"]][:2] == ["predict", "conv1"]
+    # conv1 (10–510) and act (600–700) of each batch never overlap: busy is their sum.
+    assert chosen["busy_ns"]["framework"] == 10 * 600 + 440
+    assert chosen["busy_ns"]["model"] == 10 * 900 + 450
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [({"end": "5"}, "start"), ({"start": "5"}, "end"), ({"start": "5", "end": "5"}, "end")],
+)
+def test_a_selection_needs_a_range(bob_client, params, path) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    assert post(bob_client, export(trace_id, ("a", 0, 1, {}))).status_code == 200
+
+    answer = bob_client.get(f"/api/v1/traces/{trace_id}/selection", params)
+
+    assert answer.status_code == 400 and answer.json()["errors"][0]["path"] == path

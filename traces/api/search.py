@@ -120,3 +120,55 @@ class TraceSpan(TraceView):
                 "max_children": search.MAX_CHILDREN,
             }
         )
+
+
+MAX_TOP = 100
+
+
+class TraceSelection(TraceView):
+    query_parameters = ("start", "end", "top")
+
+    @extend_schema(
+        summary="Statistics of every span of a trace in a time range (an area selection)",
+        description=(
+            "Every span overlapping [start, end], not only those a window draws: `total`, how "
+            "many per level (`levels`), per level the time in the range covered by its spans "
+            "(`busy_ns`: overlapping spans counted once), and per (level, name, op type) the "
+            "count and the time spent inside the range (`inside_ns`, clipped to it), the `top` "
+            "of most time first. Counter samples are left out."
+        ),
+        parameters=[
+            TRACE_ID,
+            OpenApiParameter("start", int_schema(0), required=True, description="Unix ns"),
+            OpenApiParameter(
+                "end", int_schema(0), required=True, description="Unix ns, after start"
+            ),
+            OpenApiParameter("top", int_schema(1), description=f"default 20, at most {MAX_TOP}"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, trace_id: str) -> Response:
+        readable(request, trace_id)
+        start = int_param(request, "start", None)
+        end = int_param(request, "end", None)
+        for name, value in (("start", start), ("end", end)):
+            if value is None:
+                raise ApiError([{"path": name, "message": f"{name} is required (Unix ns)."}])
+        assert start is not None and end is not None
+        if end <= start:
+            raise ApiError(
+                [{"path": "end", "message": f"end ({end}) must be after start ({start})."}]
+            )
+        top = min(int_param(request, "top", 20, minimum=1) or 20, MAX_TOP)
+        chosen = search.selection(trace_id, start, end, top)
+        return Response(
+            {
+                "trace_id": trace_id,
+                "start": start,
+                "end": end,
+                "total": chosen.total,
+                "levels": chosen.levels,
+                "busy_ns": chosen.busy_ns,
+                "top": chosen.top,
+            }
+        )

@@ -15,6 +15,7 @@
   var LAYERS = script.dataset.layers;
   var SEARCH = script.dataset.search;
   var SPAN = script.dataset.span;
+  var SELECTION = script.dataset.selection;
   var EVALUATION = script.dataset.evaluation;
   var finished = script.dataset.finished === "true";
 
@@ -48,6 +49,7 @@
   var levelsSeen = {}; // levels of the layers table and of every answer: tracks stay put on zoom
   var counters = {};   // the counters of the latest answer: {name: {unit, device, points}}
   var countersSeen = {}; // counter names of every answer: their tracks stay put on zoom too
+  var overviewSpans = []; // the longest spans of the whole trace, for the overview strip
   var selected = null;
   var pendingSelect = null; // a span to select once the window that holds it has arrived
   var requests = 0;
@@ -171,6 +173,8 @@
         }
         spans = body.spans || [];
         total = body.total || 0;
+        // The answer for the whole trace also feeds the overview strip.
+        if (first || whole) overviewSpans = spans;
         spans.forEach(function (span) { levelsSeen[levelOf(span)] = true; });
         counters = body.counters || {};
         Object.keys(counters).forEach(function (name) { countersSeen[name] = true; });
@@ -206,13 +210,20 @@
     });
     var y = AXIS_H;
     return present.map(function (level) {
-      var list = byLevel[level].slice().sort(function (a, b) { return a.start_ns - b.start_ns; });
+      // Flame style: a span nested in another of its level (an op in an op) goes a lane below
+      // its parent; spans side by side share a lane; outer spans come first.
+      var list = byLevel[level].slice().sort(function (a, b) {
+        return a.start_ns - b.start_ns || (b.end_ns - b.start_ns) - (a.end_ns - a.start_ns);
+      });
+      var laneOf = {};
       var laneEnds = [];
       var placed = list.map(function (span) {
-        var lane = 0;
+        var parentLane = span.parent_span_id ? laneOf[span.parent_span_id] : undefined;
+        var lane = parentLane === undefined ? 0 : parentLane + 1;
         while (lane < laneEnds.length && laneEnds[lane] > span.start_ns) lane++;
         if (lane >= MAX_LANES) lane = MAX_LANES - 1;
         laneEnds[lane] = Math.max(laneEnds[lane] || 0, span.end_ns);
+        laneOf[span.span_id] = lane;
         return { span: span, lane: lane };
       });
       var lanes = Math.max(1, laneEnds.length);
@@ -356,6 +367,14 @@
       });
     });
     drawCounters(gauges, x, plotW);
+    if (area) {
+      var a0 = x(Math.min(area.from, area.to)), a1 = x(Math.max(area.from, area.to));
+      ctx.fillStyle = "rgba(245, 166, 35, 0.18)";
+      ctx.fillRect(a0, AXIS_H - 4, Math.max(1, a1 - a0), height);
+      ctx.strokeStyle = "#c97d00";
+      ctx.lineWidth = 1;
+      ctx.strokeRect(a0 + 0.5, AXIS_H - 4.5, Math.max(1, a1 - a0 - 1), height);
+    }
     ctx.restore();
     gauges.forEach(function (track) { labelCounter(track); });
 
@@ -368,6 +387,7 @@
       + (finished ? "" : " · live");
     canvas.dataset.matches = String(matches);
     showFound();
+    drawOverview();
   }
 
   // A counter's points as a line over a filled area, scaled to its largest value in the window.
@@ -501,6 +521,131 @@
   searchPrev.addEventListener("click", function () { step(-1); });
   searchNext.addEventListener("click", function () { step(1); });
 
+  /* ---- the overview strip: the whole run, and where the window is in it ---- */
+
+  var overview = document.getElementById("overview");
+  var octx = overview.getContext("2d");
+  var OVERVIEW_H = 30;
+
+  function drawOverview() {
+    var ratio = window.devicePixelRatio || 1;
+    var width = overview.parentElement.clientWidth;
+    overview.style.width = width + "px";
+    overview.style.height = OVERVIEW_H + "px";
+    overview.width = Math.round(width * ratio);
+    overview.height = Math.round(OVERVIEW_H * ratio);
+    octx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    octx.clearRect(0, 0, width, OVERVIEW_H);
+    octx.fillStyle = "#f1f4f8";
+    octx.fillRect(0, 0, width, OVERVIEW_H);
+    octx.font = "600 11px system-ui, sans-serif";
+    octx.textBaseline = "middle";
+    octx.fillStyle = "#1b2430";
+    octx.fillText("whole run", 8, OVERVIEW_H / 2);
+    if (trace.start === null) return;
+    var plotW = width - LABEL_W, range = (trace.end - trace.start) || 1;
+    function ox(ns) { return LABEL_W + ((ns - trace.start) / range) * plotW; }
+    // One thin row per level, outermost on top.
+    var present = LEVELS.concat(["other"]).filter(function (level) { return levelsSeen[level]; });
+    var rowH = Math.max(2, Math.floor((OVERVIEW_H - 4) / Math.max(1, present.length)));
+    overviewSpans.forEach(function (span) {
+      var row = present.indexOf(levelOf(span));
+      if (row < 0) return;
+      var x0 = ox(span.start_ns), x1 = ox(span.end_ns);
+      octx.fillStyle = colour(span);
+      octx.fillRect(x0, 2 + row * rowH, Math.max(1, x1 - x0), rowH - 1);
+    });
+    var v0 = ox(view.start), v1 = ox(view.end);
+    octx.fillStyle = "rgba(27, 36, 48, 0.12)";
+    octx.fillRect(LABEL_W, 0, Math.max(0, v0 - LABEL_W), OVERVIEW_H);
+    octx.fillRect(v1, 0, Math.max(0, width - v1), OVERVIEW_H);
+    octx.strokeStyle = "#1b2430";
+    octx.lineWidth = 1.5;
+    octx.strokeRect(v0 + 0.75, 0.75, Math.max(2, v1 - v0 - 1.5), OVERVIEW_H - 1.5);
+    overview.dataset.window = Math.floor(view.start) + "-" + Math.ceil(view.end);
+  }
+
+  // Clicking or dragging on the strip moves the window there, keeping its length.
+  var overviewDrag = false;
+  function moveTo(clientX) {
+    if (trace.start === null) return;
+    var box = overview.getBoundingClientRect();
+    var fraction = Math.min(1, Math.max(0, (clientX - box.left - LABEL_W) / (box.width - LABEL_W)));
+    var centre = trace.start + fraction * (trace.end - trace.start);
+    var half = (view.end - view.start) / 2;
+    setWindow(centre - half, centre + half);
+  }
+  overview.addEventListener("mousedown", function (event) { overviewDrag = true; moveTo(event.clientX); });
+  window.addEventListener("mousemove", function (event) { if (overviewDrag) moveTo(event.clientX); });
+  window.addEventListener("mouseup", function () { overviewDrag = false; });
+
+  /* ---- area selection: statistics of every span in a time range ---- */
+
+  var area = null; // {from, to} in ns, while dragging or once chosen
+  var areaPanel = document.getElementById("selection");
+
+  function clearArea() {
+    area = null;
+    areaPanel.hidden = true;
+    canvas.dataset.area = "";
+    draw();
+  }
+
+  function readArea() {
+    var start = Math.floor(Math.min(area.from, area.to)), end = Math.ceil(Math.max(area.from, area.to));
+    canvas.dataset.area = start + "-" + end;
+    var chosen = area;
+    fetch(SELECTION + "?top=15&start=" + start + "&end=" + end,
+      { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) { if (body && area === chosen) showArea(body); })
+      .catch(function () {});
+  }
+
+  function cell(row, text, numeric) {
+    var td = document.createElement("td");
+    td.textContent = text;
+    if (numeric) td.className = "num";
+    row.appendChild(td);
+  }
+
+  function showArea(body) {
+    var length = body.end - body.start;
+    document.getElementById("selection-summary").textContent = body.total + " spans in "
+      + duration(length) + ", from " + duration(body.start - trace.start) + " into the trace";
+    var levels = document.getElementById("selection-levels").tBodies[0];
+    levels.textContent = "";
+    Object.keys(body.levels).sort(function (a, b) { return LEVELS.indexOf(a) - LEVELS.indexOf(b); })
+      .forEach(function (level) {
+        var tr = document.createElement("tr");
+        tr.dataset.level = level;
+        cell(tr, level || "—");
+        cell(tr, String(body.levels[level]), true);
+        var busy = body.busy_ns[level] || 0;
+        cell(tr, (100 * busy / Math.max(1, length)).toFixed(1) + " %", true);
+        levels.appendChild(tr);
+      });
+    var top = document.getElementById("selection-top").tBodies[0];
+    top.textContent = "";
+    body.top.forEach(function (row) {
+      var tr = document.createElement("tr");
+      tr.dataset.name = row.name;
+      cell(tr, row.level || "—");
+      cell(tr, row.name);
+      cell(tr, row.op_type || "—");
+      cell(tr, String(row.count), true);
+      cell(tr, ms(row.inside_ns), true);
+      top.appendChild(tr);
+    });
+    areaPanel.hidden = false;
+    canvas.dataset.areaTotal = String(body.total);
+  }
+
+  document.getElementById("selection-zoom").addEventListener("click", function () {
+    if (area) setWindow(Math.min(area.from, area.to), Math.max(area.from, area.to));
+  });
+  document.getElementById("selection-clear").addEventListener("click", clearArea);
+
   /* ---- interaction ---- */
 
   function zoom(factor, atNs) {
@@ -533,9 +678,21 @@
 
   var drag = null;
   canvas.addEventListener("mousedown", function (event) {
+    if (event.shiftKey && trace.start !== null) {
+      // Shift+drag selects a time range: statistics of every span in it.
+      event.preventDefault();
+      area = { from: nsAt(event.clientX), to: nsAt(event.clientX), dragging: true };
+      draw();
+      return;
+    }
     drag = { x: event.clientX, start: view.start, end: view.end, moved: false };
   });
   window.addEventListener("mousemove", function (event) {
+    if (area && area.dragging) {
+      area.to = nsAt(event.clientX);
+      draw();
+      return;
+    }
     if (!drag) return;
     var dx = event.clientX - drag.x;
     if (Math.abs(dx) > 3) drag.moved = true;
@@ -545,6 +702,12 @@
     setWindow(drag.start - dx * perPixel, drag.end - dx * perPixel);
   });
   window.addEventListener("mouseup", function (event) {
+    if (area && area.dragging) {
+      area.dragging = false;
+      if (Math.abs(area.to - area.from) < (view.end - view.start) / 500) clearArea();
+      else readArea();
+      return;
+    }
     if (!drag) return;
     var wasDrag = drag.moved;
     drag = null;
@@ -680,7 +843,7 @@
     else if (event.key === "ArrowLeft") pan(-0.2);
     else if (event.key === "ArrowRight") pan(0.2);
     else if (event.key === "0") reset();
-    else if (event.key === "Escape") select(null);
+    else if (event.key === "Escape") { select(null); clearArea(); }
     else handled = false;
     if (handled) event.preventDefault();
   });
