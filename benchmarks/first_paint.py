@@ -31,7 +31,8 @@ its overview, its per-layer aggregates computed); the table gives how long that 
 trace: one visit first (*first visit*: the first ever of the page, its time to first paint
 reported apart), then `--repeats` visits, alternating between the two traces; the table gives
 the median and range of the measured visits, and the ratio of the medians (large /
-baseline).
+baseline). Before the browser starts, the hub's time to answer a zoomed window (10 %, 1 % and
+0.1 % of the trace, `max_spans` 4000, as the page asks when zooming) is taken in-process.
 """
 
 from __future__ import annotations
@@ -133,6 +134,31 @@ def seed(user: Any, raw_token: str, spans: int, per_request: int) -> tuple[str, 
     start = time.perf_counter()
     finishing.finish(evaluation.trace_id)
     return str(evaluation.pk), evaluation.trace_id, ingested, time.perf_counter() - start
+
+
+ZOOMS = (0.1, 0.01, 0.001)
+
+
+def zoomed_windows(trace_id: str, max_spans: int = 4000) -> dict[str, float]:
+    """The hub's time (ms, median of 3, in this process) to answer a window of 10 %, 1 % and
+    0.1 % of the trace, in its middle, as a zoom in the page asks for it (max_spans 4000)."""
+    from traces import timeline
+    from traces.models import Trace
+
+    trace = Trace.objects.get(trace_id=trace_id)
+    assert trace.start_ns is not None and trace.end_ns is not None
+    length = trace.end_ns - trace.start_ns
+    figures = {}
+    for fraction in ZOOMS:
+        start = trace.start_ns + int(length * 0.45)
+        end = start + int(length * fraction)
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            timeline.timeline(trace_id, start, end, max_spans)
+            times.append((time.perf_counter() - began) * 1000)
+        figures[f"{fraction:g}"] = statistics.median(times)
+    return figures
 
 
 def visit(browser: Any, url: str, cookie: tuple[str, str], path: str) -> dict[str, Any]:
@@ -299,10 +325,13 @@ def main(argv: list[str] | None = None) -> int:
             f"  built and ingested in {seconds:.1f} s ({spans / seconds:,.0f} spans/s), "
             f"{chunks} chunks; finished (compacted, aggregated) in {finished:.1f} s"
         )
+        windows = zoomed_windows(trace_id)
+        log("  windows of 10 %, 1 %, 0.1 %: " + ", ".join(f"{v:.0f} ms" for v in windows.values()))
         cases[label] = {
             "spans": spans,
             "chunks": chunks,
             "finish_s": finished,
+            "windows_ms": windows,
             "path": f"/evaluations/{evaluation_id}/timeline/",
             "visits": [],
         }
@@ -387,15 +416,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| trace | chunks | first paint ms, median (range) | first /timeline request ms "
         "| its response ends at ms | bytes of its body | spans drawn of total | first visit ms "
-        "| finish s |"
+        "| finish s | window of 10 % / 1 % / 0.1 %, ms |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for case in cases.values():
         print(
             f"| {case['spans']:,} spans | {case['chunks']:,} | {cell(case['paint_ms'])} "
             f"| {cell(case['request_ms'])} | {cell(case['response_end_ms'])} "
             f"| {case['bytes']:,} | {case['drawn']:,} of {case['total']:,} "
-            f"| {case['cold']['paint_ms']:,.0f} | {case['finish_s']:.1f} |"
+            f"| {case['cold']['paint_ms']:,.0f} | {case['finish_s']:.1f} "
+            f"| {' / '.join(f'{v:.0f}' for v in case['windows_ms'].values())} |"
         )
     print()
     for label, ratio in ratios.items():

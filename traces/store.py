@@ -238,20 +238,102 @@ def _overlapping(table: pa.Table, start: int | None, end: int | None) -> pa.Arra
     return mask
 
 
+@dataclass
+class _Light:
+    """The light columns of the row groups of one file that may hold spans of a window, and
+    each row's number in the file."""
+
+    table: pa.Table
+    rows: np.ndarray
+
+
+def _light(path: Path, start: int | None, end: int | None) -> tuple[_Light, int | None, int | None]:
+    """The light columns of the file's row groups whose spans may overlap [start, end] (by the
+    row groups' statistics: the earliest start and the latest end), and the file's earliest
+    start and latest end. A compacted file is sorted by start, so a window of a long trace
+    reads few of its row groups."""
+    parquet = pq.ParquetFile(path)
+    metadata = parquet.metadata
+    names = parquet.schema_arrow.names
+    first_ns: int | None = None
+    last_ns: int | None = None
+    wanted: list[int] = []
+    offsets: list[int] = []
+    offset = 0
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        earliest = _statistic(row_group, names, "start_ns", "min")
+        latest = _statistic(row_group, names, "end_ns", "max")
+        if earliest is not None:
+            first_ns = earliest if first_ns is None else min(first_ns, earliest)
+        if latest is not None:
+            last_ns = latest if last_ns is None else max(last_ns, latest)
+        unknown = earliest is None or latest is None
+        if unknown or (
+            (end is None or earliest <= end) and (start is None or latest >= start)  # type: ignore[operator]
+        ):
+            wanted.append(group)
+            offsets.append(offset)
+        offset += row_group.num_rows
+    if first_ns is None or last_ns is None or len(wanted) == metadata.num_row_groups:
+        table = _read(path, _LIGHT)
+        rows = np.arange(table.num_rows, dtype=np.int64)
+        if first_ns is None or last_ns is None:
+            first_ns = pc.min(table["start_ns"]).as_py()
+            last_ns = pc.max(table["end_ns"]).as_py()
+        return _Light(table, rows), first_ns, last_ns
+    present = [name for name in _LIGHT if name in names]
+    table = _conform_columns(parquet.read_row_groups(wanted, columns=present), _LIGHT)
+    counts = [metadata.row_group(group).num_rows for group in wanted]
+    rows = (
+        np.concatenate(
+            [np.arange(o, o + n, dtype=np.int64) for o, n in zip(offsets, counts, strict=True)]
+        )
+        if wanted
+        else np.zeros(0, dtype=np.int64)
+    )
+    return _Light(table, rows), first_ns, last_ns
+
+
+def _statistic(row_group: Any, names: list[str], column: str, which: str) -> int | None:
+    """A row group's min or max of an integer column, from its statistics (None if absent)."""
+    if column not in names:
+        return None
+    statistics = row_group.column(names.index(column)).statistics
+    if statistics is None or not statistics.has_min_max:
+        return None
+    return int(getattr(statistics, which))
+
+
+def _conform_columns(table: pa.Table, columns: list[str]) -> pa.Table:
+    """`table` with `columns` of `SCHEMA`'s types, those it lacks as nulls."""
+    for name in columns:
+        if name not in table.column_names:
+            field = SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(columns).cast(pa.schema([SCHEMA.field(name) for name in columns]))
+
+
 def _window(trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
     """How many spans (counter samples aside) overlap [start, end], and the `max_spans`
-    longest of them (longest first, ties by start), with every column."""
+    longest of them (longest first, ties by start), with every column. Only the row groups
+    whose statistics allow spans of the window are read."""
     files = _files(trace_id)
     if not files:
         return Spans(0, _empty(None), _empty(_COUNTER_COLUMNS))
-    light = [_read(path, _LIGHT) for path in files]
-    masks = [_overlapping(table, start, end) for table in light]
+    read = [_light(path, start, end) for path in files]
+    light = [item[0] for item in read]
+    firsts = [item[1] for item in read if item[1] is not None]
+    lasts = [item[2] for item in read if item[2] is not None]
+    masks = [_overlapping(part.table, start, end) for part in light]
     total = sum(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0 for mask in masks)
-    every = pa.concat_tables(light)
+    every = pa.concat_tables([part.table for part in light])
+    # The counter samples of the row groups read: those in the window, and those before it
+    # whose interval reaches into it.
     counters = every.filter(pc.invert(_not_counter(every))).select(_COUNTER_COLUMNS)
     bounds = {
-        "start_ns": pc.min(every["start_ns"]).as_py(),
-        "end_ns": pc.max(every["end_ns"]).as_py(),
+        "start_ns": min(firsts) if firsts else None,
+        "end_ns": max(lasts) if lasts else None,
     }
     if len(files) == 1 and files[0].name.startswith("compact-"):
         overview_file = _overview_of(files[0])
@@ -262,16 +344,16 @@ def _window(trace_id: str, start: int | None, end: int | None, max_spans: int) -
                 return Spans(total, inside.slice(0, max_spans), counters, **bounds)
     # Rank the overlapping spans by the light columns, then read the rest of the kept rows.
     ranked = []
-    for index, (table, mask) in enumerate(zip(light, masks, strict=True)):
+    for index, (part, mask) in enumerate(zip(light, masks, strict=True)):
         rows = pc.indices_nonzero(mask)
         if not len(rows):
             continue
-        chosen = table.take(rows)
+        chosen = part.table.take(rows)
         ranked.append(
             pa.table(
                 {
                     "file": pa.array(np.full(len(rows), index, dtype=np.int32)),
-                    "row": rows.cast(pa.int64()),
+                    "row": pa.array(part.rows[rows.to_numpy()]),
                     "start_ns": chosen["start_ns"],
                     "duration": pc.subtract(chosen["end_ns"], chosen["start_ns"]),
                 }
