@@ -313,8 +313,5 @@ class Counted:
     def __getitem__(self, item: Any) -> Any:
         return self.rows[item]
 
-    def filter(self, *args: Any, **kwargs: Any) -> Counted:
-        return Counted(self.rows.filter(*args, **kwargs), self.counted.filter(*args, **kwargs))
-
     def iterator(self, chunk_size: int = 500) -> Any:
         return self.rows.iterator(chunk_size=chunk_size)

@@ -34,11 +34,11 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,7 @@ from hub import storage
 from predictors.protocol import COUNTER_LEVEL, COUNTER_OP_TYPE, Attr
 
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+T = TypeVar("T")
 COUNTERS = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))
 SCHEMA = pa.schema(
     [
@@ -79,6 +80,7 @@ SCHEMA = pa.schema(
 )
 
 COMPACT_AT = 16
+_READ_ATTEMPTS = 4
 ROW_GROUP = 16_384
 OVERVIEW_SPANS = 20_000
 _MERGED_KEY = Attr.MERGED.encode()
@@ -413,6 +415,19 @@ def parquet_bytes(rows: pa.Table | list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
+def _listed_again(read: Callable[[], T]) -> T:
+    """`read()`, listed and read again when a file it listed was gone when it opened it: a
+    compaction (a finishing trace's, in the background) removed the chunks it merged in
+    between, and the folder now lists the compacted file instead."""
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            return read()
+        except FileNotFoundError:
+            if attempt == _READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 # --- The interface, and the store in use ------------------------------------------------------
 
 
@@ -459,7 +474,7 @@ class ParquetTraceStore(TraceStore):
         storage.remove(handle)
 
     def read_table(self, trace_id: str, columns: list[str] | None = None) -> pa.Table:
-        return _read_table(trace_id, columns)
+        return _listed_again(lambda: _read_table(trace_id, columns))
 
     def compact(self, trace_id: str) -> None:
         folder = _folder(trace_id)
@@ -467,7 +482,7 @@ class ParquetTraceStore(TraceStore):
             compact(folder)
 
     def window(self, trace_id: str, start: int | None, end: int | None, max_spans: int) -> Spans:
-        return _window(trace_id, start, end, max_spans)
+        return _listed_again(lambda: _window(trace_id, start, end, max_spans))
 
 
 _STORE: TraceStore = ParquetTraceStore()

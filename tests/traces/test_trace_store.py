@@ -161,3 +161,30 @@ def test_an_empty_or_unknown_trace_reads_as_empty() -> None:
     assert store.window(new_id(), None, None, 10).total == 0
     assert store.read_table("../../etc").num_rows == 0
     assert pc.sum(store.read_table(new_id(), ["start_ns"])["start_ns"]).as_py() is None
+
+
+def test_a_read_that_listed_chunks_a_compaction_then_removed_reads_again(
+    bob_client: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace finishing in the background is compacted while a page reads it: a reader that
+    listed the chunks before they were merged and removed lists the folder again."""
+    trace_id = new_id()
+    send(bob_client, trace_id, exports=6, per_export=10)
+    folder = folder_of(settings, trace_id)
+    stale = store.data_files(folder)
+    store.get_store().compact(trace_id)
+    assert not any(path.exists() for path in stale)
+    listed = store.data_files
+    calls = []
+
+    def first_stale(where: Path) -> list[Path]:
+        calls.append(where)
+        return stale if len(calls) == 1 else listed(where)
+
+    monkeypatch.setattr(store, "data_files", first_stale)
+
+    spans = store.window(trace_id, None, None, 100)
+
+    assert spans.total == 60 and spans.longest.num_rows == 60 and len(calls) == 2
+    calls.clear()
+    assert store.read_table(trace_id).num_rows == 60 and len(calls) == 2
