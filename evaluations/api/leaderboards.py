@@ -33,9 +33,8 @@ class CSVRenderer(renderers.BaseRenderer):
     def render(
         self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
     ) -> Any:
-        # Only errors reach here (the rows are streamed by the view): write them as one line.
-        if isinstance(data, dict) and "detail" in data:
-            return f"error,{data['detail']}\n".encode()
+        # Nothing reaches here: the view streams the rows itself, and an error is answered in
+        # JSON whatever format was asked for (`finalize_response`).
         return b""
 
 
