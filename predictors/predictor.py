@@ -137,6 +137,13 @@ class Predictor(ABC):
         predictor does not trace layers (the default)."""
         return None
 
+    def layers_as_they_come(self) -> bool:
+        """Whether `take_layers` may be called between batch sizes, each time giving the calls
+        since the last (a predictor that times its layers itself), so that the loop exports
+        them at the end of each batch size; a profiler that stops once for the run gives them
+        at the end only (the default)."""
+        return False
+
     def trace_summary(self) -> dict[str, Any] | None:
         """After `take_layers`: what the predictor's profiler itself counted (for instance
         torch.profiler's count of GPU activities), to check the spans against. None where the

@@ -474,20 +474,23 @@ class FixedBatches:
 
     def add_layer_spans(self, calls: list[list[Layer]] | None) -> None:
         """Nest what the predictor traced in each timed predict call in its batch span
-        (`calls`: the steps of every predict call, warm-up included, in call order; None where
-        the predictor does not trace). Layers (level `framework`) are numbered in call order;
+        (`calls`: the steps of every predict call since the last time, warm-up included, in
+        call order; None where the predictor does not trace). Layers (level `framework`) are numbered in call order;
         a finer step carries the index and name of the layer it is in. A step's times are
         clipped to its batch span."""
         if not calls:
+            self.calls, self.batch_spans = [], {}  # nothing traced in these calls
             return
         if len(calls) != len(self.calls):
             raise EvaluationError(
                 f"the predictor traced {len(calls)} predict calls; the loop made {len(self.calls)}"
             )
-        batches = self.batch_spans
+        # Taken: the batch spans are not held any longer (layers may come per batch size).
+        pending, self.calls = self.calls, []
+        batches, self.batch_spans = self.batch_spans, {}
         device = self.options.device
         gpu = ("kernel", "memcpy", "memset")
-        for batch_id, steps in zip(self.calls, calls, strict=True):
+        for batch_id, steps in zip(pending, calls, strict=True):
             if not batch_id:
                 continue
             batch = batches[batch_id]

@@ -127,8 +127,11 @@ def evaluate(
             )
             sampler.start()
         per_batch_size = []
+        streams_layers = loop.layers and predictor.layers_as_they_come()
         for reader in readers:
             per_batch_size.append(loop.run(reader, preprocessor))
+            if streams_layers:
+                loop.add_layer_spans(predictor.take_layers())  # this batch size's layers
             loop.flush()  # this batch size's spans
         if sampler is not None:
             loop.spans.extend(sampler.stop())
@@ -141,6 +144,11 @@ def evaluate(
     except BaseException:
         # A cancelled or failed run: what it measured so far goes to the sink all the same.
         if loop is not None:
+            if loop.layers and predictor.layers_as_they_come():
+                try:
+                    loop.add_layer_spans(predictor.take_layers())
+                except EvaluationError:
+                    pass  # the calls traced and the batches timed part ways: no layers
             if sampler is not None:
                 loop.spans.extend(sampler.stop())
             loop.flush()

@@ -202,6 +202,10 @@ class PyTorchPredictor(Predictor):
         self._calls.append(marks)
         return outputs
 
+    def layers_as_they_come(self) -> bool:
+        # A Sequential timed layer by layer, not torch.profiler (which stops once).
+        return self._profile_level is None and self._layers is not None
+
     def take_layers(self) -> list[list[Layer]] | None:
         if self._profile_level is not None:
             return self._take_profiled()

@@ -214,6 +214,10 @@ class TensorFlowPredictor(Predictor):
         self._calls.append((len(batch), marks))
         return outputs
 
+    def layers_as_they_come(self) -> bool:
+        # Layers timed in the model's graph, not TensorFlow's profiler (which stops once).
+        return self._profile_dir is None and self._layers is not None
+
     def take_layers(self) -> list[list[Layer]] | None:
         if self._profile_dir is not None:
             return self._take_profiled()

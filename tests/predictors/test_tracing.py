@@ -313,3 +313,37 @@ def test_the_loop_applies_the_options_overrides_to_the_manifest(
         run_evaluation(
             framework="onnxruntime", limit=8, overrides=("outputs.0.parameters.top_k=none",)
         )
+
+
+def test_layers_timed_by_the_predictor_reach_the_sink_at_the_end_of_each_batch_size(
+    run_evaluation: RunEvaluation,
+) -> None:
+    """PyTorch times a Sequential's layers itself: each batch size's layer spans go to the sink
+    when that batch size ends, before the next one's batches, not all at the end."""
+    writes: list[list[Span]] = []
+
+    class Recording:
+        def write(self, spans: Any) -> None:
+            writes.append(list(spans))
+
+    run_evaluation(
+        framework="pytorch",
+        trace_level="framework",
+        batch_sizes=(8, 16),
+        limit=32,
+        sink=Recording(),
+    )
+
+    def first_write(predicate: Any) -> int:
+        return next(n for n, spans in enumerate(writes) if any(predicate(s) for s in spans))
+
+    def level(span: Span) -> str:
+        return str(span.attributes.get("mlms.level"))
+
+    layers_of_8 = first_write(lambda s: level(s) == "framework" and s.attributes["batch_size"] == 8)
+    batches_of_16 = first_write(lambda s: level(s) == "model" and s.attributes["batch_size"] == 16)
+    assert layers_of_8 < batches_of_16
+    every = [span for spans in writes for span in spans]
+    assert sum(level(s) == "framework" for s in every) == (4 + 2) * TORCH_LAYERS
+    ids = {s.span_id for s in every}
+    assert all(s.parent_id in ids for s in every if level(s) == "framework")
