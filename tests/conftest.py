@@ -7,6 +7,7 @@ skipped otherwise, except in CI (CI=true), where a missing service fails the tes
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -38,6 +39,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if not os.environ.get("CHANNEL_LAYER_URL", "").startswith("redis"):
             pytest.skip("runs in the Redis pass (CHANNEL_LAYER_URL=redis://…)")
         _require(reachable("redis"), "Redis does not answer")
+
+
+@pytest.fixture(autouse=True)
+def _background_finishes_done() -> Iterator[None]:
+    """After each test, the traces it finished in the background (`traces.finishing`, run on
+    commit) are done: no finish outlives its test, holding a database connection when the
+    next test, or the end of the session, clears the database."""
+    yield
+    finishing = sys.modules.get("traces.finishing")
+    if finishing is not None:
+        finishing.wait()
 
 
 # Alice and Bob, the users most tests need; without a password (tests sign in with
