@@ -302,8 +302,9 @@ class _Columns:
         self.device: list[str | None] = []
         self.counters: list[list[dict[str, Any]] | None] = []
         self.batch_size: list[int | None] = []
-        # Where each span was in the export: resource, scope and span number.
-        self.where: list[tuple[int, int, int]] = []
+        # Where the spans were in the export: per scope, its resource's and its own number and
+        # its first span's position among all (found again only for an error's path).
+        self.scopes: list[tuple[int, int, int]] = []
 
     def add(self, message: trace_service_pb2.ExportTraceServiceRequest) -> None:
         level_key, index_key, name_key = Attr.LEVEL, Attr.LAYER_INDEX, Attr.LAYER_NAME
@@ -317,7 +318,7 @@ class _Columns:
                 count = len(spans)
                 self.resource.extend([resource] * count)
                 self.scope.extend([scope] * count)
-                self.where.extend((r, s, i) for i in range(count))
+                self.scopes.append((r, s, len(self.trace_id)))
                 for span in spans:
                     self.trace_id.append(span.trace_id)
                     self.span_id.append(span.span_id)
@@ -347,8 +348,9 @@ class _Columns:
 
     def _refuse(self, bad: np.ndarray, field: str, message: str) -> None:
         if bad.any():
-            r, s, i = self.where[int(np.argmax(bad))]
-            path = f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}.{field}"
+            position = int(np.argmax(bad))
+            r, s, first = next(scope for scope in reversed(self.scopes) if scope[2] <= position)
+            path = f"resourceSpans.{r}.scopeSpans.{s}.spans.{position - first}.{field}"
             raise TraceError(400, message, path)
 
     def check(self) -> None:

@@ -347,3 +347,23 @@ def test_layers_timed_by_the_predictor_reach_the_sink_at_the_end_of_each_batch_s
     assert sum(level(s) == "framework" for s in every) == (4 + 2) * TORCH_LAYERS
     ids = {s.span_id for s in every}
     assert all(s.parent_id in ids for s in every if level(s) == "framework")
+
+
+def test_a_parent_written_after_its_children_keeps_them_nested() -> None:
+    """A stage span ends after the batch spans streamed inside it: the tracer fixes the
+    parent's ids when a child first names it, and the parent gets them when it comes."""
+    tracer = Tracer(keep=True)
+    tracer.start(attributes={"model": "m"}, start_ns=1_000)
+    tracer.write([Span("predict", 1_100, 1_200, {"mlms.level": "model"}, span_id=2, parent_id=1)])
+    tracer.write([Span("predict", 1_200, 1_300, {"mlms.level": "model"}, span_id=3, parent_id=1)])
+    tracer.write([Span("stage", 1_050, 1_400, {"mlms.level": "application"}, span_id=1)])
+    tracer.finish()
+
+    spans = {span.name: span for span in tracer.finished() if span.name != "predict"}
+    batches = [span for span in tracer.finished() if span.name == "predict"]
+    stage, root = spans["stage"], spans["evaluation"]
+    assert len(batches) == 2
+    assert {b.parent.span_id for b in batches} == {stage.context.span_id}
+    assert stage.parent.span_id == root.context.span_id
+    assert len({b.context.span_id for b in batches} | {stage.context.span_id}) == 3
+    assert {s.context.trace_id for s in tracer.finished()} == {root.context.trace_id}
