@@ -9,11 +9,14 @@ PORT ?= 8000
 PG_URL ?= postgres://postgres@127.0.0.1:5432/mlmodelscope
 REDIS_URL ?= redis://127.0.0.1:6379
 
-.PHONY: run test test-sqlite test-postgres lint venv chromium zoo migrate clean help
+.PHONY: run test test-sqlite test-postgres lint venv chromium zoo migrate clean help \
+	engine images compose-up compose-down constraints
 
 help:
 	@echo "make run   - install what is missing, migrate, build the zoo, load manifests, serve http://$(HOST):$(PORT)"
 	@echo "make test  - install what is missing and run the whole suite (SQLite, then PostgreSQL + Redis)"
+	@echo "make images [IMAGES='onnxruntime hub'] [GPU=1] - build the images, offline (docker/)"
+	@echo "make compose-up / compose-down - the production stack in containers (docker-compose.yml)"
 
 # --- Installation ---------------------------------------------------------------------------
 $(BIN)/python:
@@ -21,13 +24,18 @@ $(BIN)/python:
 	  echo "python venv support is missing; installing python3-venv" >&2; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y python3-venv >&2 && $(PYTHON) -m venv $(VENV); }
 
-$(STAMP): $(BIN)/python requirements.txt requirements-frameworks.txt pyproject.toml
+$(STAMP): $(BIN)/python requirements.txt $(wildcard requirements/*.txt) constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-frameworks.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# After a pin in requirements/ changed: pin everything the virtualenv then holds.
+constraints: venv
+	@{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | \
+	  sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
 
 # Browser tests drive Debian's Chromium (never a downloaded browser build).
 chromium:
@@ -55,6 +63,26 @@ run: migrate zoo
 	  trap 'kill $$AGENT $$REFERENCE 2>/dev/null; wait $$AGENT $$REFERENCE' EXIT INT TERM; \
 	  $(BIN)/daphne -b $(HOST) -p $(PORT) mlmodelscope.asgi:application; }
 
+# --- Images and the compose stack ----------------------------------------------------------
+# A Docker engine (docker.io installed, dockerd started, where missing).
+engine:
+	@docker/engine.sh
+
+# The images, built offline from a debootstrapped Debian base and a wheelhouse of the pinned
+# wheels; what did not change is not built again (docker/build.py, docker/README.md).
+images: venv engine
+	$(BIN)/python docker/build.py $(IMAGES) $(if $(GPU),--gpu)
+
+COMPOSE := docker-compose -p mlmodelscope -f docker-compose.yml
+
+# The production stack: PostgreSQL, Redis, the hub, the sweeper, an agent per framework image.
+compose-up: images zoo
+	$(COMPOSE) up -d
+	@echo && echo "  MLModelScope hub (compose): http://127.0.0.1:$${MLMS_PORT:-8080}/" && echo
+
+compose-down:
+	$(COMPOSE) down
+
 # --- Test -----------------------------------------------------------------------------------
 lint: venv
 	$(BIN)/ruff check .
@@ -76,7 +104,14 @@ test-postgres: venv
 	  echo "=== PostgreSQL or Redis unreachable: skipping the production-mode run ==="; \
 	fi
 
-test: chromium lint test-sqlite test-postgres
+# The images the docker tests run: built once, reused while unchanged. Without a Docker engine
+# the docker tests are skipped (in CI they fail).
+test-images: venv
+	@if docker/engine.sh; then $(BIN)/python docker/build.py; \
+	elif [ "$$CI" = "true" ]; then echo "CI: a Docker engine is required" >&2; exit 1; \
+	else echo "=== no Docker engine: the docker tests will be skipped ==="; fi
+
+test: chromium lint test-images test-sqlite test-postgres
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache

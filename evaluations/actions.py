@@ -398,6 +398,13 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
     given = upload.stack.get("cpu")
     cpu: dict[str, Any] = given if isinstance(given, dict) else {}
     gpus = [g for g in upload.stack.get("gpus") or [] if isinstance(g, dict)]
+    # The image it ran in, when its host registered an image of that digest (an agent names
+    # only images it registered; anything else is kept in the stack as said, unlinked).
+    container = upload.stack.get("container")
+    digest = container.get("digest") if isinstance(container, dict) else None
+    image = None
+    if isinstance(digest, str) and evaluation.host is not None:
+        image = evaluation.host.images.filter(digest=digest).first()
     result = Result.objects.create(
         evaluation=evaluation,
         top1=accuracy["top1"],
@@ -411,6 +418,7 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
         stack=upload.stack,
         details=upload.details,
         host=evaluation.host,
+        image=image,
     )
     rows = BatchResult.objects.bulk_create(
         BatchResult(
@@ -441,12 +449,16 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
 def report_status(
     evaluation_id: Any, token: ApiToken, claim: str, status: str, reason: str
 ) -> Evaluation:
-    """The claimant finishes the evaluation as failed (saying why) or cancelled."""
+    """The claimant finishes the evaluation as failed (saying why) or cancelled, or gives it
+    back as `lost` (saying why), to be dispatched again like the job of a lost agent."""
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
         _check_claim(evaluation, token, claim)
         host = evaluation.host
         name = host.name if host else "its host"
+        if status == "lost":
+            _lose(evaluation, f"host {name} lost it: {reason}")
+            return evaluation
         if status == FAILED:
             reason = f"failed on host {name}: {reason}"
         else:

@@ -82,7 +82,7 @@ def load(
         evaluation.pk: evaluation
         for evaluation in Evaluation.objects.visible_to(user)
         .filter(pk__in=ids)
-        .select_related("result", "host", "model", "dataset")
+        .select_related("result", "result__image", "host", "model", "dataset")
         .prefetch_related("result__batch_results")
     }
     missing = [str(pk) for pk in ids if pk not in found]
@@ -201,8 +201,27 @@ def _stack(evaluation: Evaluation) -> dict[str, Any]:
         "NumPy": stack.get("numpy"),
         "threads": evaluation.threads,
         "container image": image,
+        "image digest": container.get("digest") if isinstance(container, dict) else None,
         "host": evaluation.host.name if evaluation.host else None,
     }
+
+
+def _image_packages(evaluations: list[Evaluation]) -> list[dict[str, Any]]:
+    """The packages of the images the evaluations ran in ("python: numpy", "debian: libc6"),
+    when they ran in different registered images; nothing otherwise."""
+    images = [getattr(getattr(e, "result", None), "image", None) for e in evaluations]
+    if not any(images) or len({image.pk if image else None for image in images}) < 2:
+        return [{} for _ in evaluations]
+    return [
+        {
+            f"{kind}: {name}": version
+            for kind, key in (("python", "python_packages"), ("debian", "debian_packages"))
+            for name, version in ((image.environment or {}).get(key) or {}).items()
+        }
+        if image is not None
+        else {}
+        for image in images
+    ]
 
 
 def _request(evaluation: Evaluation) -> dict[str, Any]:
@@ -217,6 +236,7 @@ def differences(evaluations: list[Evaluation], *, show_all: bool = False) -> dic
         "request": [_request(e) for e in evaluations],
         "processing": [_processing(e) for e in evaluations],
         "stack": [_stack(e) for e in evaluations],
+        "image packages": _image_packages(evaluations),
     }
     rows: list[dict[str, Any]] = []
     for section, values in sections.items():
@@ -226,7 +246,8 @@ def differences(evaluations: list[Evaluation], *, show_all: bool = False) -> dic
         for key in keys:
             cells = [flat.get(key) for flat in values]
             differs = any(_canonical(cell) != _canonical(cells[0]) for cell in cells[1:])
-            if differs or show_all:
+            # An image's thousands of packages: only those that differ, even when all are asked.
+            if differs or (show_all and section != "image packages"):
                 rows.append(
                     {
                         "section": section,

@@ -16,7 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db import models
 from django.db.models import Q
 
-from hub.models import Host, Manifest
+from hub.models import ContainerImage, Host, Manifest
 
 
 def new_trace_id() -> str:
@@ -228,6 +228,10 @@ class Result(models.Model):
     details = models.JSONField()
     host = models.ForeignKey(
         Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The predictor image it ran in (an agent with --docker), when its host registered it.
+    image = models.ForeignKey(
+        ContainerImage, null=True, blank=True, on_delete=models.SET_NULL, related_name="results"
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

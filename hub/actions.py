@@ -19,7 +19,7 @@ from django.utils import timezone
 from hub import storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
-from hub.models import ApiToken, Artifact, Host, Manifest, host_scope
+from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
 from predictors import manifests as spec
 from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
@@ -304,7 +304,29 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     host.token = token
     host.last_heartbeat = timezone.now()
     host.save()
+    host.images.set([_container_image(entry) for entry in payload.get("images") or []])
     return host, created
+
+
+def _container_image(entry: dict[str, Any]) -> ContainerImage:
+    """The image of `entry`, kept once per digest: the first registration stores its software
+    environment (a digest names the same stack whoever registers it); tags follow the latest."""
+    image, created = ContainerImage.objects.get_or_create(
+        digest=entry["digest"],
+        defaults={
+            "tags": entry["tags"],
+            "framework": entry["framework"],
+            "framework_version": entry["framework_version"],
+            "device": entry["device"],
+            "labels": entry.get("labels") or {},
+            "environment": entry.get("environment") or {},
+        },
+    )
+    if not created and (image.tags != entry["tags"] or not image.environment):
+        image.tags = entry["tags"]
+        image.environment = image.environment or entry.get("environment") or {}
+        image.save(update_fields=["tags", "environment"])
+    return image
 
 
 def _offered_capabilities(name: str, payload: dict[str, Any]) -> list[str]:

@@ -170,6 +170,46 @@ class GroupProfile(models.Model):
         return f"group {self.group.name}"
 
 
+class ContainerImageQuerySet(models.QuerySet["ContainerImage"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> ContainerImageQuerySet:
+        """An image is read by whoever may use a host that registered it (`Host.trusted_by`),
+        and by whoever reads an evaluation that ran in it; staff read every image."""
+        if user.is_authenticated and user.is_staff:  # type: ignore[union-attr]
+            return self
+        from evaluations.models import Evaluation
+
+        ran = Evaluation.objects.visible_to(user).filter(result__image__isnull=False)
+        return self.filter(
+            Q(hosts__in=Host.objects.trusted_by(user)) | Q(pk__in=ran.values("result__image"))
+        ).distinct()
+
+
+class ContainerImage(models.Model):
+    """A predictor image that an agent registered (`mlms agent --docker`), once per digest:
+    its software environment (every Python and Debian package with its version), so that a
+    result names the stack it ran on and two stacks can be diffed."""
+
+    # The image's id: the sha256 digest of its configuration, which names every layer.
+    digest = models.CharField(max_length=71, unique=True)
+    tags = models.JSONField(default=list)
+    framework = models.CharField(max_length=32, blank=True, default="")
+    framework_version = models.CharField(max_length=64, blank=True, default="")
+    device = models.CharField(max_length=8, blank=True, default="")
+    labels = models.JSONField(default=dict)
+    # {"os", "architecture", "python", "python_packages": {name: version},
+    #  "debian_packages": {name: version}} (`predictors.environment`)
+    environment = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ContainerImageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tags[0] if self.tags else 'image'} ({self.digest[:19]})"
+
+
 class HostQuerySet(models.QuerySet["Host"]):
     def live(self) -> HostQuerySet:
         cutoff = timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
@@ -212,6 +252,8 @@ class Host(models.Model):
     frameworks = models.JSONField(default=list)
     devices = models.JSONField(default=list)
     queues = models.JSONField(default=list)
+    # The predictor images an agent with --docker has (it runs every job in one of them).
+    images = models.ManyToManyField(ContainerImage, blank=True, related_name="hosts")
     registered_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
 

@@ -9,7 +9,9 @@ meets all of them, the highest model version first, with the dataset chosen. Whe
 would relax them: `model`, `version`, `framework`, `dataset`, `dataset_version`, `split`,
 `hosts` (no live host at all), `framework` (no live host runs it), `framework_version`,
 `framework_range` (the manifest's own framework range), `device`, `arch`, `gpu_model`,
-`min_memory_gb`, `host`.
+`min_memory_gb`, `container` (a host whose agent runs jobs in containers, `--docker`, runs a
+manifest only when it has the image the manifest's `container` field names for the host's
+architecture and the device), `host`.
 
 The hardware constraints are checked against what each agent registered as its host's
 `hardware` (the shape `predictors.introspection.stack` reads): `arch` the host's
@@ -121,6 +123,7 @@ def solve(
     offered = list(hosts) if hosts is not None else _trusted_hosts(user)
     matches = _software(request, candidates, offered)
     matches = _hardware(request, matches)
+    matches = _containers(matches)
     if request.host:
         named = [m for m in matches if m.host.name == request.host]
         if not named:
@@ -318,6 +321,58 @@ def _gpu_memory(host: Host, gpu_model: str) -> float:
         ),
         default=0.0,
     )
+
+
+def manifest_image(manifest: Manifest, host: Host, device: str) -> str | None:
+    """The image `manifest` names for the host's architecture and `device` (its `container`
+    field), or None."""
+    containers = (manifest.content or {}).get("container")
+    architecture = (host.hardware or {}).get("architecture")
+    by_device = containers.get(architecture) if isinstance(containers, dict) else None
+    image = by_device.get(device) if isinstance(by_device, dict) else None
+    return image if isinstance(image, str) else None
+
+
+def _host_images(host: Host) -> set[str] | None:
+    """The image tags of a host whose agent runs jobs in containers (--docker), or None for
+    a host that runs them in its own process."""
+    docker = (host.software or {}).get("docker")
+    if not isinstance(docker, dict):
+        return None
+    return {
+        str(tag)
+        for image in docker.get("images") or []
+        if isinstance(image, dict)
+        for tag in image.get("tags") or []
+    }
+
+
+def _containers(matches: list[Match]) -> list[Match]:
+    """The matches a host can run: one in containers only where it has the image that the
+    manifest names for its architecture and the device; Unsatisfiable (`container`) naming
+    the images missing when none is left."""
+    kept, missing = [], []
+    for match in matches:
+        tags = _host_images(match.host)
+        if tags is None:
+            kept.append(match)
+            continue
+        image = manifest_image(match.manifest, match.host, match.device)
+        if image is not None and image in tags:
+            kept.append(match)
+        else:
+            wanted = image or (
+                f"no image for {(match.host.hardware or {}).get('architecture')}/{match.device}"
+            )
+            missing.append(f"{match.host.name} lacks {wanted}")
+    if not kept:
+        raise Unsatisfiable(
+            "container",
+            "no live host has the container image the manifest names ("
+            + "; ".join(sorted(set(missing)))
+            + "); build it there with `make images` (docker/build.py) and restart its agent",
+        )
+    return kept
 
 
 def _hardware(request: Request, matches: list[Match]) -> list[Match]:

@@ -2,7 +2,7 @@
 
     mlms agent --hub URL [--token T | --token-file F] [--name NAME] [--frameworks F,...]
                [--queues Q,...] [--pool | --group G] [--concurrency 1] [--broker URL]
-               [--cache DIR]
+               [--cache DIR] [--docker [--cpus N] [--memory SIZE]]
 
 (also `python -m predictors.agent …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
 the `agent` scope). The agent:
@@ -38,6 +38,12 @@ sent and how many the hub took (`details.spans`). The final report (result, fail
 cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
 restart during a job loses neither its spans nor its result.
 
+With `--docker`, each evaluation runs in the predictor image its model manifest names for the
+host's architecture and the job's device (`predictors.containers`): the agent offers the
+frameworks of the images it has (not those installed beside it), registers each image with its
+software environment, and records the image and its digest in the result's stack. `--cpus` and
+`--memory` limit each container. A Docker daemon that does not answer stops the agent at start.
+
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
 """
 
@@ -58,6 +64,14 @@ from typing import Any
 
 from predictors import introspection, manifests
 from predictors.broker import prepare_exchanges
+from predictors.containers import (
+    ContainerLost,
+    DockerUnavailable,
+    Limits,
+    Runner,
+    docker_client,
+    parse_memory,
+)
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
     USER_ERRORS,
@@ -116,8 +130,11 @@ class Agent:
         concurrency: int = 1,
         pool: bool = False,
         group: str | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self.client = client
+        # Evaluations in containers (`--docker`), or in this process (None).
+        self.runner = runner
         self.name = name
         self.wanted = list(frameworks)
         self.requested_queues = list(queues) if queues else None
@@ -146,6 +163,13 @@ class Agent:
         if self._registration is not None:
             return self._registration
         stack = introspection.stack(self.wanted)
+        images = self.runner.images.scan() if self.runner is not None else []
+        if self.runner is not None:
+            # In containers, the frameworks are the images' (one version each, as labelled).
+            stack["frameworks"] = {
+                name: next((i.framework_version for i in images if i.framework == name), None)
+                for name in self.wanted
+            }
         frameworks = []
         for name, version in stack["frameworks"].items():
             if version is None:
@@ -153,7 +177,23 @@ class Agent:
             if not is_valid_version(version):
                 logger.warning("%s %s is not a semantic version; not offered", name, version)
                 continue
-            frameworks.append({"name": name, "version": version, "devices": _devices(name, stack)})
+            if self.runner is not None:  # a device per image: -cpu, and -gpu where GPUs are
+                devices = [
+                    device
+                    for device in (CPU, GPU)
+                    if any(i.framework == name and i.device == device for i in images)
+                    and (device == CPU or stack["gpus"])
+                ]
+                if not devices:
+                    continue  # a GPU image on a host without GPUs
+            else:
+                devices = _devices(name, stack)
+            frameworks.append({"name": name, "version": version, "devices": devices})
+        if not frameworks and self.runner is not None:
+            raise AgentError(
+                f"no predictor image of {', '.join(self.wanted)} is on this host: build them "
+                "with `make images` (docker/build.py)"
+            )
         if not frameworks:
             raise AgentError(
                 f"none of the frameworks {', '.join(self.wanted)} is installed on this host"
@@ -171,6 +211,19 @@ class Agent:
             | {"agent": {"concurrency": self.concurrency}},
             "pool": self.pool,
         }
+        if self.runner is not None:
+            self._registration["software"]["docker"] = {
+                "limits": self.runner.limits.describe(),
+                "images": [
+                    {
+                        key: value
+                        for key, value in image.registration().items()
+                        if key != "environment"
+                    }
+                    for image in images
+                ],
+            }
+            self._registration["images"] = [image.registration() for image in images]
         if self.group:
             self._registration["group"] = self.group
         if self.requested_queues:
@@ -298,17 +351,19 @@ class Agent:
         reporter = _Reporter(self.client, evaluation_id, claim, self.timings.report_seconds)
         reporter.start()
         outcome: tuple[str, str] | None = None
-        evaluation: Evaluation | None = None
+        upload: ResultUpload | None = None
         spans: dict[str, Any] | None = None
         tracer = self._open_trace(job)
         try:
-            evaluation = self._evaluate(job, reporter, tracer)
+            upload = self._evaluate(job, reporter, tracer)
             if tracer is not None:
                 opened = tracer
                 tracer = None
                 spans = self._close_trace(job, opened)
         except EvaluationCancelled:
             outcome = ("cancelled", "")
+        except ContainerLost as exc:
+            outcome = ("lost", str(exc))
         except USER_ERRORS as exc:
             outcome = ("failed", " ".join(str(exc).split()))
         except Exception as exc:
@@ -328,8 +383,7 @@ class Agent:
                 self.client.report_status(evaluation_id, claim, *outcome, retries=retries)
                 logger.info("evaluation %s %s %s", evaluation_id, *outcome)
                 return outcome[0]
-            assert evaluation is not None
-            upload = result_upload(job, evaluation)
+            assert upload is not None
             if spans is not None:
                 upload.details["spans"] = spans
                 if spans.get("note"):
@@ -420,9 +474,7 @@ class Agent:
         tracer.write(evaluation.spans)
         return self._close_trace(job, tracer)
 
-    def _evaluate(self, job: Job, reporter: _Reporter, tracer: Tracer | None) -> Evaluation:
-        model = manifests.load(job.model.source, kind="model")
-        dataset = manifests.load(job.dataset.source, kind="dataset")
+    def _evaluate(self, job: Job, reporter: _Reporter, tracer: Tracer | None) -> ResultUpload:
         # A hub restart while the job fetches its files is waited out, as for its reports.
         data = DataManager(
             self.cache_dir,
@@ -430,7 +482,17 @@ class Agent:
             token=self.client.token,
             retry_seconds=REPORT_RETRY_SECONDS,
         )
-        return evaluate(
+        if self.runner is not None:
+            return self.runner.run(
+                job,
+                data.fetch,
+                reporter.progress,
+                reporter.cancelled.is_set,
+                tracer.write if tracer is not None else None,
+            )
+        model = manifests.load(job.model.source, kind="model")
+        dataset = manifests.load(job.dataset.source, kind="dataset")
+        evaluation = evaluate(
             model,
             dataset,
             EvaluationOptions.from_job(job.options, device=local_device(job.device)),
@@ -439,6 +501,7 @@ class Agent:
             cancelled=reporter.cancelled.is_set,
             sink=tracer,  # exported as the loop goes, not kept
         )
+        return result_upload(job, evaluation)
 
     # -- the broker ------------------------------------------------------------------------------
 
@@ -710,6 +773,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cache", type=Path, metavar="DIR", help="the download cache folder")
     parser.add_argument(
+        "--docker",
+        action="store_true",
+        help="run each evaluation in the predictor image its manifest names (Docker); the "
+        "host offers the frameworks of the images it has",
+    )
+    parser.add_argument(
+        "--cpus",
+        type=float,
+        metavar="N",
+        help="with --docker: CPUs each container may use (fractions allowed; default: all)",
+    )
+    parser.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="with --docker: memory each container may use, e.g. 4g (default: no limit)",
+    )
+    parser.add_argument(
         "--wait", type=float, default=60, metavar="S", help="seconds to wait for the hub (60)"
     )
     return parser
@@ -748,6 +828,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.concurrency < 1:
         print("mlms agent: error: --concurrency must be at least 1", file=sys.stderr)
         return 2
+    if not args.docker and (args.cpus is not None or args.memory is not None):
+        flag = "--cpus" if args.cpus is not None else "--memory"
+        print(f"mlms agent: error: {flag} limits containers: it needs --docker", file=sys.stderr)
+        return 2
+    if args.cpus is not None and not 0 < args.cpus <= (os.cpu_count() or 1):
+        print(
+            f"mlms agent: error: --cpus must be more than 0 and at most this host's "
+            f"{os.cpu_count()} CPUs; got {args.cpus:g}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        memory = parse_memory(args.memory) if args.memory is not None else None
+    except ValueError as exc:
+        print(f"mlms agent: error: --memory {exc}", file=sys.stderr)
+        return 2
+    runner = None
+    if args.docker:
+        try:
+            runner = Runner(
+                docker_client(),
+                args.name,
+                args.cache or default_cache_dir(),
+                limits=Limits(cpus=args.cpus, memory=memory),
+                architecture=introspection.architecture(),
+            )
+            runner.remove_leftovers()
+        except DockerUnavailable as exc:
+            print(f"mlms agent: error: --docker: {exc}", file=sys.stderr)
+            return 1
     try:
         client = HubClient(args.hub, _token(args))
         agent = Agent(
@@ -761,6 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             concurrency=args.concurrency,
             pool=args.pool,
             group=args.group,
+            runner=runner,
         )
         agent.register(wait_seconds=args.wait)
         assert agent.host_id is not None

@@ -39,6 +39,33 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if not os.environ.get("CHANNEL_LAYER_URL", "").startswith("redis"):
             pytest.skip("runs in the Redis pass (CHANNEL_LAYER_URL=redis://…)")
         _require(reachable("redis"), "Redis does not answer")
+    if item.get_closest_marker("docker"):
+        _require(*_docker_ready())
+
+
+_DOCKER: tuple[bool, str] | None = None
+# The images the docker tests run (`make images` builds them; `make test` does so first).
+DOCKER_IMAGES = ("mlmodelscope/onnxruntime:1.31-cpu", "mlmodelscope/pytorch:2.13-cpu")
+
+
+def _docker_ready() -> tuple[bool, str]:
+    """Whether the Docker daemon answers and has the images the docker tests run."""
+    global _DOCKER
+    if _DOCKER is None:
+        from predictors.containers import DockerUnavailable, docker_client
+
+        try:
+            client = docker_client()
+        except DockerUnavailable as exc:
+            _DOCKER = (False, str(exc))
+        else:
+            missing = [image for image in DOCKER_IMAGES if not client.images.list(name=image)]
+            _DOCKER = (
+                (False, f"missing images {', '.join(missing)}: run `make images`")
+                if missing
+                else (True, "")
+            )
+    return _DOCKER
 
 
 @pytest.fixture(autouse=True)

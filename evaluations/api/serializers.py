@@ -360,14 +360,21 @@ class ProgressSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
+# Not a status an evaluation takes: the claimant gives the job back (its container was killed
+# mid-run), and the hub dispatches it again as it does for a lost agent.
+LOST = "lost"
+
+
 class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
     claim = serializers.RegexField(r"^[0-9a-f]{32}$")
-    status = serializers.ChoiceField(choices=[Evaluation.FAILED, Evaluation.CANCELLED])
+    status = serializers.ChoiceField(choices=[Evaluation.FAILED, Evaluation.CANCELLED, LOST])
     reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["status"] == Evaluation.FAILED and not attrs["reason"].strip():
-            raise serializers.ValidationError({"reason": ["a failure must say why"]})
+        if attrs["status"] in (Evaluation.FAILED, LOST) and not attrs["reason"].strip():
+            raise serializers.ValidationError(
+                {"reason": [f"a {attrs['status']} report must say why"]}
+            )
         return attrs
 
 

@@ -1,8 +1,12 @@
-"""`POST /api/v1/evaluations/<id>/status/` (agent): finish as `failed` or `cancelled`.
+"""`POST /api/v1/evaluations/<id>/status/` (agent): finish as `failed` or `cancelled`, or give
+the job back as `lost`.
 
 `{"claim", "status": "failed", "reason": "…"}`: the reason is the message a user acts on (a
 file missing from the store, the framework's error, a version outside the manifest's range).
 `{"claim", "status": "cancelled"}` confirms a cancel the user asked for.
+`{"claim", "status": "lost", "reason": "…"}`: the agent could not finish the job for a reason
+that another attempt may not meet (its container was killed mid-run); the hub dispatches it
+again, or fails it after EVALUATION_MAX_ATTEMPTS attempts, as it does for a lost agent.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ class EvaluationStatus(APIView):
     required_scopes = {"POST": "agent"}
 
     @extend_schema(
-        summary="Report that an evaluation failed or was cancelled (agents)",
+        summary="Report that an evaluation failed, was cancelled or was lost (agents)",
         request=AgentStatusSerializer,
         responses={
             200: EvaluationSerializer,

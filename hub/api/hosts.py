@@ -82,7 +82,7 @@ def _agent_token(request: Request) -> ApiToken:
 class HostList(generics.ListAPIView[Host]):
     query_parameters = ("live",)
     serializer_class = HostSerializer
-    queryset = Host.objects.select_related("owner", "group").all()
+    queryset = Host.objects.select_related("owner", "group").prefetch_related("images").all()
     required_scopes = {"POST": "agent"}
 
     def get_queryset(self) -> QuerySet[Host]:
@@ -96,7 +96,7 @@ class HostList(generics.ListAPIView[Host]):
         serializer = HostSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         errors = actions.check_framework_versions(serializer.validated_data["frameworks"])
-        for field in ("hardware", "software"):
+        for field in ("hardware", "software", "images"):
             path = _nul_path(serializer.validated_data.get(field), field)
             if path is not None:
                 errors.append({"path": path, "message": "must not contain NUL characters"})
@@ -115,7 +115,7 @@ class HostList(generics.ListAPIView[Host]):
 )
 class HostDetail(generics.RetrieveDestroyAPIView[Host]):
     serializer_class = HostSerializer
-    queryset = Host.objects.select_related("owner", "group").all()
+    queryset = Host.objects.select_related("owner", "group").prefetch_related("images").all()
 
     def get_queryset(self) -> QuerySet[Host]:
         return _visible(super().get_queryset(), self.request)

@@ -73,6 +73,63 @@ class HostFrameworkSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+_PACKAGES = serializers.DictField(
+    child=serializers.CharField(max_length=256, allow_blank=True), required=False
+)
+
+
+class ImageEnvironmentSerializer(serializers.Serializer[dict[str, Any]]):
+    """An image's software environment (`python -m predictors.environment`)."""
+
+    os = serializers.CharField(max_length=256, required=False, allow_null=True, allow_blank=True)
+    architecture = serializers.CharField(max_length=32, required=False, allow_blank=True)
+    python = serializers.CharField(max_length=32, required=False, allow_blank=True)
+    python_packages = serializers.DictField(
+        child=serializers.CharField(max_length=256, allow_blank=True), required=False
+    )
+    debian_packages = serializers.DictField(
+        child=serializers.CharField(max_length=256, allow_blank=True), required=False
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        for field in ("python_packages", "debian_packages"):
+            if len(attrs.get(field) or {}) > MAX_IMAGE_PACKAGES:
+                raise serializers.ValidationError(
+                    {field: [f"more than {MAX_IMAGE_PACKAGES} packages"]}
+                )
+            for name in attrs.get(field) or {}:
+                if len(name) > 256:
+                    raise serializers.ValidationError({field: ["a package name is too long"]})
+        return attrs
+
+
+# An image's packages that the hub keeps, at most (a full Debian desktop has about 3,000).
+MAX_IMAGE_PACKAGES = 20_000
+
+
+class HostImageSerializer(serializers.Serializer[dict[str, Any]]):
+    """A predictor image that an agent with --docker registers."""
+
+    digest = serializers.RegexField(r"^sha256:[0-9a-f]{64}$")
+    tags = serializers.ListField(
+        child=serializers.RegexField(r"^[^\s]{1,255}$"), min_length=1, max_length=32
+    )
+    framework = serializers.ChoiceField(choices=["pytorch", "tensorflow", "onnxruntime"])
+    framework_version = serializers.CharField(max_length=64)
+    device = serializers.ChoiceField(choices=["cpu", "gpu"])
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=1024, allow_blank=True),
+        required=False,
+        default=dict,
+    )
+    environment = ImageEnvironmentSerializer(required=False, default=dict)
+
+    def validate_labels(self, value: Any) -> Any:
+        if len(value) > 128:
+            raise serializers.ValidationError("more than 128 labels")
+        return value
+
+
 class HostSerializer(serializers.ModelSerializer[Host]):
     # Not trimmed: " cpu-1" is refused (the pattern), not taken for "cpu-1".
     name = serializers.RegexField(
@@ -87,6 +144,14 @@ class HostSerializer(serializers.ModelSerializer[Host]):
     )
     hardware = serializers.DictField(required=False)
     software = serializers.DictField(required=False)
+    images = HostImageSerializer(
+        many=True,
+        required=False,
+        write_only=True,
+        max_length=64,
+        help_text="The predictor images of an agent with --docker, with each one's software "
+        "environment (kept once per digest: GET /api/v1/images/<digest>/).",
+    )
     live = serializers.BooleanField(source="is_live", read_only=True)
     owner = serializers.SerializerMethodField()
     pool = serializers.BooleanField(
@@ -119,6 +184,7 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "frameworks",
             "devices",
             "queues",
+            "images",
             "registered_at",
             "last_heartbeat",
         ]
@@ -132,6 +198,16 @@ class HostSerializer(serializers.ModelSerializer[Host]):
     def to_representation(self, instance: Host) -> dict[str, Any]:
         data = super().to_representation(instance)
         data["group"] = instance.group.name if instance.group_id and instance.group else None
+        data["images"] = [
+            {
+                "digest": image.digest,
+                "tags": image.tags,
+                "framework": image.framework,
+                "framework_version": image.framework_version,
+                "device": image.device,
+            }
+            for image in instance.images.all()
+        ]
         return data
 
     def validate_hardware(self, value: Any) -> Any:

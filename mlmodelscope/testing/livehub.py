@@ -38,7 +38,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -279,11 +279,13 @@ class LiveHub:
         token_file: Path | None = None,
         pool: bool | None = None,
         frameworks: str = "onnxruntime",
+        options: Sequence[str] = (),
     ) -> subprocess.Popen[bytes]:
         """The stock agent as a user runs it (the broker comes from the hub, never from here),
         as the process `name`, caching in <folder>/cache-<name>. Its token: `token_file`, else
         `token`, else the hub's `agent_token_file`, else its `agent_token`. `pool` (by default
-        when the token is the hub's operator's) puts the host in the operators' shared pool."""
+        when the token is the hub's operator's) puts the host in the operators' shared pool;
+        `options` are more of the agent's flags (`--docker`, `--memory 64m`)."""
         env = {
             k: v
             for k, v in self.env.items()
@@ -301,6 +303,7 @@ class LiveHub:
             env["MLMS_AGENT_TOKEN"] = token
         if pool:
             command.append("--pool")
+        command += list(options)
         return self.spawn(name, command, env)
 
     def start_pool(self, names: Iterable[str], timeout: float = 60) -> None:

@@ -341,3 +341,44 @@ def test_the_job_and_the_result_travel_as_the_same_objects() -> None:
     with pytest.raises(ProtocolError) as refused:
         JobOptions.from_dict({"batch_sizes": [1], "scenario": "server"})
     assert refused.value.path == "options.scenario"
+
+
+def test_an_unreachable_docker_daemon_stops_the_agent_at_start() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9", "--token", "t"]
+        + ["--docker"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert (
+        "mlms agent: error: --docker: the Docker daemon at unix:///nonexistent/docker.sock does "
+        "not answer" in done.stderr
+    ), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--memory", "4g"], "--memory limits containers: it needs --docker"),
+        (["--docker", "--memory", "lots"], "--memory 'lots' is not a size (e.g. 512m, 4g)"),
+        (["--docker", "--memory", "1k"], "--memory '1k' is less than Docker's minimum of 6 MiB"),
+        (["--docker", "--cpus", "0"], "--cpus must be more than 0"),
+    ],
+)
+def test_container_limits_are_checked_before_anything_starts(
+    flags: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9", "--token", "t"]
+        + flags,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr, done.stderr

@@ -1,0 +1,490 @@
+"""Evaluations in predictor containers: what `mlms agent --docker` adds (Docker SDK for Python).
+
+The agent runs each evaluation in the image that the model manifest's `container` field names
+for this host's architecture and the job's device (`container.amd64.cpu`). The container:
+
+- has no network at all (`network_mode: none`) and holds no token: it talks only to the agent,
+  over a Unix socket in a run folder the agent mounts (`predictors.contained` says how). The
+  agent fetches the model and dataset files from the hub into its cache, which is mounted
+  read-only, and sends the container's progress and spans on to the hub;
+- runs as the image's unprivileged user, on a read-only root file system (a private /tmp),
+  with every capability dropped, no new privileges, a process limit, and the CPU and memory
+  limits of the host's settings (`--cpus`, `--memory`);
+- is labelled with the evaluation and the agent, and removed when the job ends (an agent that
+  starts removes what an earlier run of it left).
+
+What can go wrong, and what the evaluation says:
+
+- the image is not on the host: failed, naming the image and the command that builds it;
+- the container used more memory than its limit (killed by the kernel): failed, "out of
+  memory (limit …)";
+- the container was killed otherwise mid-run (`docker kill`, a daemon restart): reported as
+  lost, and the hub dispatches the evaluation again, as it does for a lost agent;
+- a failure inside: its message (and for an unexpected error, its traceback).
+
+`Images.scan` reads the images this host has (those with the `org.mlmodelscope.framework`
+label that `make images` sets), with each image's software environment (read once per image
+from the file the build wrote), for the agent to register with the hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictors.evaluation import EvaluationCancelled, EvaluationError
+from predictors.protocol import Job, ResultUpload
+from predictors.tracing import Span
+
+__all__ = [
+    "ContainerLost",
+    "DockerUnavailable",
+    "Images",
+    "Limits",
+    "Runner",
+    "docker_client",
+    "parse_memory",
+]
+
+logger = logging.getLogger("mlmodelscope.containers")
+
+FRAMEWORK_LABEL = "org.mlmodelscope.framework"
+ENVIRONMENT_LABEL = "org.mlmodelscope.environment"
+AGENT_LABEL = "org.mlmodelscope.agent"
+EVALUATION_LABEL = "org.mlmodelscope.evaluation"
+CACHE_MOUNT = "/mlms/cache"
+RUN_MOUNT = "/mlms/run"
+# How long a container may take to stop after a cancel before it is killed.
+STOP_SECONDS = 30
+# Processes (and threads) a container may start.
+PIDS_LIMIT = 4096
+
+
+class DockerUnavailable(Exception):
+    """The Docker daemon cannot be reached (or the SDK is missing)."""
+
+
+class ContainerLost(Exception):
+    """The container was killed mid-run by something other than its memory limit: the hub
+    should dispatch the evaluation again."""
+
+
+def docker_client() -> Any:
+    """A Docker SDK client that answered a ping; DockerUnavailable saying why otherwise."""
+    try:
+        # By name: the repository's docker/ folder (the images) is no package of ours.
+        docker: Any = importlib.import_module("docker")
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise DockerUnavailable("the Docker SDK for Python (docker) is not installed") from None
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(
+            f"the Docker daemon at {where} does not answer ({_first_line(exc)}); start it "
+            "(`dockerd &` as root, or `systemctl start docker`), or run the agent without "
+            "--docker"
+        ) from None
+    return client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes of a size such as `512m`, `4g`, `4GiB` or `1073741824`; ValueError naming it."""
+    value = text.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = value, ""
+    if value and value[-1] in _UNITS:
+        number, unit = value[:-1], value[-1]
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (e.g. 512m, 4g)") from None
+    size = int(amount * _UNITS[unit])
+    if size < 6 * 2**20:
+        raise ValueError(f"{text!r} is less than Docker's minimum of 6 MiB")
+    return size
+
+
+def show_bytes(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A container's limits: CPUs (fractions allowed) and memory in bytes (None: no limit)."""
+
+    cpus: float | None = None
+    memory: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "memory_bytes": self.memory}
+
+
+@dataclass
+class Image:
+    """A predictor image on this host."""
+
+    id: str  # sha256:… of the image's configuration: it names every layer
+    tags: list[str]
+    framework: str
+    framework_version: str
+    device: str
+    labels: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def registration(self) -> dict[str, Any]:
+        return {
+            "digest": self.id,
+            "tags": self.tags,
+            "framework": self.framework,
+            "framework_version": self.framework_version,
+            "device": self.device,
+            "labels": self.labels,
+            "environment": self.environment,
+        }
+
+
+class Images:
+    """The predictor images on this host (see the module docstring)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._environments: dict[str, dict[str, Any]] = {}
+
+    def scan(self) -> list[Image]:
+        found = []
+        for image in self.client.images.list(filters={"label": FRAMEWORK_LABEL}):
+            labels = dict(image.labels or {})
+            if not image.tags:
+                continue  # an old build whose tag moved on
+            found.append(
+                Image(
+                    id=image.id,
+                    tags=sorted(image.tags),
+                    framework=labels.get(FRAMEWORK_LABEL, ""),
+                    framework_version=labels.get(f"{FRAMEWORK_LABEL}.version", ""),
+                    device=labels.get("org.mlmodelscope.device", "cpu"),
+                    labels=labels,
+                    environment=self.environment(image.id, labels),
+                )
+            )
+        return sorted(found, key=lambda image: image.tags[0])
+
+    def environment(self, image_id: str, labels: dict[str, str]) -> dict[str, Any]:
+        """The image's software environment, read once from the file its build wrote."""
+        if image_id in self._environments:
+            return self._environments[image_id]
+        path = labels.get(ENVIRONMENT_LABEL)
+        environment: dict[str, Any] = {}
+        if path:
+            try:
+                output = self.client.containers.run(
+                    image_id,
+                    ["cat", path],
+                    entrypoint=[],
+                    network_mode="none",
+                    remove=True,
+                    stdout=True,
+                    stderr=False,
+                )
+                environment = json.loads(output)
+            except Exception as exc:
+                logger.warning("cannot read %s in image %s: %s", path, image_id[:19], exc)
+        self._environments[image_id] = environment
+        return environment
+
+    def find(self, reference: str) -> Any | None:
+        """The local image named `reference`, or None."""
+        errors: Any = importlib.import_module("docker.errors")
+        try:
+            return self.client.images.get(reference)
+        except errors.ImageNotFound:
+            return None
+
+
+def image_for(model_source: str, architecture: str, device: str) -> str:
+    """The image the model manifest names for this architecture and device; EvaluationError
+    saying what is missing."""
+    from predictors import manifests
+
+    model = manifests.load(model_source, kind="model")
+    containers = model.data.get("container") or {}
+    by_device = containers.get(architecture) if isinstance(containers, dict) else None
+    image = by_device.get(device) if isinstance(by_device, dict) else None
+    if not isinstance(image, str) or not image:
+        raise EvaluationError(
+            f"the manifest {model.name} {model.version} names no container image for "
+            f"{architecture}/{device} (its `container.{architecture}.{device}` field)"
+        )
+    return image
+
+
+def build_hint(image: str) -> str:
+    """How to build an image of ours: `make images IMAGES=<framework>`."""
+    repository, _, tag = image.partition(":")
+    owner, _, name = repository.rpartition("/")
+    if owner == "mlmodelscope" and name:
+        gpu = " GPU=1" if tag.endswith("-gpu") else ""
+        return f"build it with `make images IMAGES={name}{gpu}` (docker/build.py)"
+    return "build or load it on this host (`docker load`)"
+
+
+class Runner:
+    """Runs one job's evaluation in a container and relays what it says (see the module
+    docstring)."""
+
+    def __init__(
+        self,
+        client: Any,
+        agent: str,
+        cache_dir: Path,
+        *,
+        limits: Limits | None = None,
+        architecture: str = "amd64",
+    ) -> None:
+        self.client = client
+        self.agent = agent
+        self.cache_dir = cache_dir.resolve()
+        self.limits = limits or Limits()
+        self.architecture = architecture
+        self.images = Images(client)
+
+    def remove_leftovers(self) -> None:
+        """Remove the containers an earlier run of this agent left (it stopped mid-job)."""
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{AGENT_LABEL}={self.agent}"}
+        ):
+            logger.warning("removing container %s left by an earlier run", container.short_id)
+            container.remove(force=True)
+
+    def run(
+        self,
+        job: Job,
+        fetch: Callable[[str, str | None], Path],
+        progress: Callable[[int, int], None],
+        cancelled: Callable[[], bool],
+        spans: Callable[[list[Span]], None] | None,
+    ) -> ResultUpload:
+        """Run `job` in its image; its result, with the image recorded in its stack. Raises
+        EvaluationCancelled, EvaluationError (failed, for the user), ContainerLost."""
+        reference = image_for(job.model.source, self.architecture, job.device)
+        image = self.images.find(reference)
+        if image is None:
+            raise EvaluationError(
+                f"the image {reference} (the manifest's container for {self.architecture}/"
+                f"{job.device}) is not on host {self.agent}: {build_hint(reference)}"
+            )
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"mlms-run-{job.id[:8]}-"))
+        os.chmod(folder, 0o777)  # noqa: S103 - the container's unprivileged user connects here
+        relay = _Relay(self, job, fetch, progress, cancelled, spans, folder)
+        container = None
+        try:
+            relay.start()
+            container = self.client.containers.create(
+                image.id,
+                ["python", "-m", "predictors.contained", RUN_MOUNT],
+                entrypoint=[],
+                network_mode="none",
+                read_only=True,
+                tmpfs={"/tmp": "rw,nosuid,nodev,size=1g"},  # noqa: S108 - the container's own
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=PIDS_LIMIT,
+                mem_limit=self.limits.memory,
+                memswap_limit=self.limits.memory,  # no swap beyond the limit
+                nano_cpus=int(self.limits.cpus * 1e9) if self.limits.cpus else None,
+                volumes={
+                    str(self.cache_dir): {"bind": CACHE_MOUNT, "mode": "ro"},
+                    str(folder): {"bind": RUN_MOUNT, "mode": "rw"},
+                },
+                environment={"MLMS_CONTAINER_IMAGE": reference, "HOME": "/tmp"},  # noqa: S108
+                labels={AGENT_LABEL: self.agent, EVALUATION_LABEL: job.id},
+                name=f"mlms-{self.agent}-{job.id[:8]}-{job.attempt}",
+            )
+            container.start()
+            relay.container = container
+            status = container.wait()
+            container.reload()
+            state = container.attrs.get("State", {})
+            return self._outcome(job, relay, container, image, reference, status, state)
+        finally:
+            relay.stop()
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception as exc:
+                    logger.warning("could not remove container %s: %s", container.short_id, exc)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _outcome(
+        self,
+        job: Job,
+        relay: _Relay,
+        container: Any,
+        image: Any,
+        reference: str,
+        status: dict[str, Any],
+        state: dict[str, Any],
+    ) -> ResultUpload:
+        code = int(status.get("StatusCode", -1))
+        said = relay.outcome
+        if said is not None and said["op"] == "result":
+            upload = ResultUpload.from_dict(said["upload"])
+            upload.stack["container"] = {
+                "image": reference,
+                "digest": image.id,
+                "id": container.id,
+                "limits": self.limits.describe(),
+            }
+            return upload
+        if said is not None and said["op"] == "cancelled":
+            raise EvaluationCancelled()
+        if said is not None and said["op"] == "failed":
+            if said.get("user"):
+                raise EvaluationError(str(said["message"]))
+            raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
+        if state.get("OOMKilled"):
+            limit = show_bytes(self.limits.memory) if self.limits.memory else "the host's memory"
+            raise EvaluationError(
+                f"out of memory (limit {limit}): the container running {reference} was killed "
+                "by the kernel; run it on a host with a higher memory limit (`mlms agent "
+                "--docker --memory …`)"
+            )
+        if relay.cancel_sent:
+            raise EvaluationCancelled()
+        logs = container.logs(tail=20).decode(errors="replace").strip()
+        if code in (137, 143) or code < 0:
+            raise ContainerLost(
+                f"its container ({reference}) was killed mid-run (exit status {code}, not by its "
+                "memory limit)"
+            )
+        last = logs.splitlines()[-5:] if logs else []
+        raise EvaluationError(
+            f"the container running {reference} exited with status {code} before it reported "
+            "a result" + (": " + " | ".join(last) if last else "")
+        )
+
+
+class _Relay(threading.Thread):
+    """The agent's end of the container's socket: answers its requests."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        job: Job,
+        fetch: Callable[[str, str | None], Path],
+        progress: Callable[[int, int], None],
+        cancelled: Callable[[], bool],
+        spans: Callable[[list[Span]], None] | None,
+        folder: Path,
+    ) -> None:
+        super().__init__(name=f"relay-{job.id[:8]}", daemon=True)
+        self.runner = runner
+        self.job = job
+        self.fetch = fetch
+        self.progress = progress
+        self.cancelled = cancelled
+        self.spans = spans
+        self.outcome: dict[str, Any] | None = None
+        self.cancel_sent = False
+        self.container: Any = None
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        path = folder / "agent.sock"
+        self._server.bind(str(path))
+        os.chmod(path, 0o777)  # noqa: S103 - the container's unprivileged user connects
+        self._server.listen(1)
+        self._server.settimeout(0.5)
+        self._stopping = threading.Event()
+        self._stopper: threading.Timer | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._stopper is not None:
+            self._stopper.cancel()
+        self.join(timeout=5)
+        self._server.close()
+
+    def run(self) -> None:
+        connection = None
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._server.accept()
+                break
+            except TimeoutError:
+                self._watch_cancel()
+        if connection is None:
+            return
+        with connection, connection.makefile("r", encoding="utf-8") as reader:
+            for line in reader:
+                try:
+                    answer = self.answer(json.loads(line))
+                except Exception as exc:  # a request the agent cannot answer: say why
+                    logger.warning("evaluation %s: %s", self.job.id, exc)
+                    answer = {"error": _first_line(exc)}
+                connection.sendall((json.dumps(answer) + "\n").encode())
+
+    def _watch_cancel(self) -> None:
+        """A cancel before the container connected (or while it hangs): stop it."""
+        if self.cancelled() and self.container is not None and not self.cancel_sent:
+            self.cancel_sent = True
+            self._stop_container()
+
+    def _stop_container(self) -> None:
+        def stop() -> None:
+            try:
+                self.container.stop(timeout=STOP_SECONDS)
+            except Exception as exc:
+                logger.warning("could not stop container: %s", exc)
+
+        self._stopper = threading.Timer(STOP_SECONDS, stop)
+        self._stopper.daemon = True
+        self._stopper.start()
+
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "job":
+            return self.job.to_dict()
+        if op == "fetch":
+            path = Path(self.fetch(str(message["url"]), message.get("sha256"))).resolve()
+            if not path.is_relative_to(self.runner.cache_dir):
+                raise EvaluationError(f"{message['url']} is not in the agent's cache")
+            return {"path": f"{CACHE_MOUNT}/{path.relative_to(self.runner.cache_dir)}"}
+        if op == "progress":
+            self.progress(int(message["done"]), int(message["total"]))
+            cancelled = self.cancelled()
+            if cancelled and not self.cancel_sent:
+                # The container stops between two predictions; if it does not within
+                # STOP_SECONDS, it is stopped.
+                self.cancel_sent = True
+                self._stop_container()
+            return {"cancelled": cancelled}
+        if op == "spans":
+            if self.spans is not None:
+                self.spans([Span(**span) for span in message["spans"]])
+            return {}
+        if op in ("result", "failed", "cancelled"):
+            self.outcome = message
+            return {}
+        raise ValueError(f"unknown request {op!r}")

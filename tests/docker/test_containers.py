@@ -1,0 +1,235 @@
+"""Evaluations in predictor containers, against a real Docker engine and the images `make
+images` builds (`make test` builds them first): an agent with --docker runs digits-cnn in the
+image its manifest names, the hub keeps the image's packages once per digest and diffs two
+images, a comparison shows the images among what differs, a container over its memory limit
+fails the evaluation saying so, a container killed mid-run is dispatched again, and an agent
+runs inside a framework image itself.
+
+These run in the PostgreSQL + Redis pass (the production stack, where containers are used);
+without Docker or the images they are skipped locally and fail in CI (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlmodelscope.testing.livehub import ROOT, LiveHub
+from predictors.containers import Runner, docker_client
+from predictors.evaluation import EvaluationError
+from predictors.protocol import Job, JobOptions, ManifestRef
+
+pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.redis]
+
+ONNXRUNTIME = "mlmodelscope/onnxruntime:1.31-cpu"
+PYTORCH = "mlmodelscope/pytorch:2.13-cpu"
+
+
+def _image_id(tag: str) -> str:
+    return subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
+    """A hub on this process's PostgreSQL and Redis with an agent that runs its jobs in
+    containers (`docker-a`, in the pool, no limits)."""
+    from tests.predictors.zoo_store import zoo_store
+
+    folder = tmp_path_factory.mktemp("docker")
+    settings = {
+        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn"))),
+        "HOST_LIVE_SECONDS": "5",
+        "EVALUATION_SWEEP_SECONDS": "1",
+        "EVALUATION_MAX_ATTEMPTS": "3",
+    }
+    with LiveHub(folder, services="environ", settings=settings) as live:
+        live.migrate()
+        live.load_manifests()
+        live.token = live.create_token("alice", "read,write,evaluate")
+        live.write_agent_token()
+        live.purge_queues()
+        live.start()
+        live.start_agent("docker-a", frameworks="onnxruntime,pytorch", options=["--docker"])
+        live.wait(lambda: "docker-a" in live.live_hosts(), "the docker agent to register", 60)
+        yield live
+
+
+def _succeeded(hub: LiveHub, evaluation_id: str) -> dict[str, Any]:
+    body = hub.finished(evaluation_id, timeout=180)
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    return body
+
+
+def test_an_evaluation_runs_in_the_image_its_manifest_names(hub: LiveHub) -> None:
+    evaluation_id = hub.launch(batch_sizes=[1, 32], host="docker-a")
+    body = _succeeded(hub, evaluation_id)
+
+    result = body["result"]
+    assert result["accuracy"]["top1"] >= 0.95 and result["accuracy"]["count"] == 360
+    container = result["stack"]["container"]
+    assert container["image"] == ONNXRUNTIME
+    assert container["digest"] == _image_id(ONNXRUNTIME)
+    # The stack is the container's own: Debian bookworm's Python, not this host's.
+    assert result["stack"]["python"]["version"] == "3.11.2"
+    assert result["stack"]["frameworks"]["onnxruntime"] == "1.31.1"
+    # Its spans came through the agent (the container has no network) and were all stored.
+    spans = result["details"]["spans"]
+    assert spans["sent"] == spans["stored"] > 0
+
+    status, image = hub.get(f"images/{container['digest']}/")
+    assert status == 200, image
+    assert ONNXRUNTIME in image["tags"]
+    assert image["environment"]["python_packages"]["onnxruntime"] == "1.31.1"
+    assert image["environment"]["python_packages"]["numpy"] == "2.4.6"
+    assert "python3.11" in image["environment"]["debian_packages"]
+    assert "django" not in image["environment"]["python_packages"]  # the predictor side only
+
+
+def test_the_host_registers_its_images_and_the_hub_diffs_two(hub: LiveHub) -> None:
+    status, hosts = hub.get("hosts/?live=1")
+    assert status == 200
+    (host,) = [h for h in hosts["results"] if h["name"] == "docker-a"]
+    tags = {tag for image in host["images"] for tag in image["tags"]}
+    assert {ONNXRUNTIME, PYTORCH} <= tags
+    assert {f["name"] for f in host["frameworks"]} == {"onnxruntime", "pytorch"}
+
+    onnx, torch = _image_id(ONNXRUNTIME), _image_id(PYTORCH)
+    status, diff = hub.get(f"images/{onnx}/diff/{torch}/")
+    assert status == 200, diff
+    python = diff["python_packages"]
+    assert python["added"]["torch"].startswith("2.13.0")
+    assert python["removed"]["onnxruntime"] == "1.31.1"
+    assert "numpy" not in python["changed"]  # the same pinned wheel in both
+    assert diff["differing"] == sum(len(part) for part in python.values()) + sum(
+        len(part) for part in diff["debian_packages"].values()
+    )
+    # A digest no host registered, and a malformed one.
+    status, _ = hub.get(f"images/sha256:{'0' * 64}/")
+    assert status == 404
+    status, _ = hub.get("images/sha256:xyz/")
+    assert status == 404
+
+
+def test_a_comparison_shows_the_images_among_what_differs(hub: LiveHub) -> None:
+    onnx = hub.launch(host="docker-a", batch_sizes=[1])
+    torch = hub.launch(host="docker-a", framework="pytorch", batch_sizes=[1])
+    for evaluation_id in (onnx, torch):
+        _succeeded(hub, evaluation_id)
+
+    status, compared = hub.get(f"compare/?evaluations={onnx},{torch}")
+    assert status == 200, compared
+    rows = {(row["section"], row["key"]): row for row in compared["differs"]["rows"]}
+    assert rows[("stack", "container image")]["values"] == [ONNXRUNTIME, PYTORCH]
+    assert rows[("stack", "image digest")]["values"] == [_image_id(ONNXRUNTIME), _image_id(PYTORCH)]
+    torch_row = rows[("image packages", "python: torch")]
+    assert torch_row["values"][0] is None and torch_row["values"][1].startswith("2.13.0")
+
+
+def test_a_container_over_its_memory_limit_fails_the_evaluation_saying_so(hub: LiveHub) -> None:
+    hub.start_agent("docker-small", options=["--docker", "--memory", "64m"])
+    hub.wait(lambda: "docker-small" in hub.live_hosts(), "the small agent to register", 60)
+    evaluation_id = hub.launch(host="docker-small", batch_sizes=[1])
+    body = hub.finished(evaluation_id, timeout=120)
+    assert body["status"] == "failed", body["history"]
+    reason = body["history"][-1]["reason"]
+    assert "out of memory (limit 64 MiB)" in reason, reason
+
+
+def test_a_container_killed_mid_run_is_dispatched_again(hub: LiveHub) -> None:
+    evaluation_id = hub.launch(host="docker-a", batch_sizes=[1], repeat=30)
+
+    def container() -> str | None:
+        found = subprocess.run(
+            [
+                "docker",
+                "ps",
+                "-q",
+                "--filter",
+                f"label=org.mlmodelscope.evaluation={evaluation_id}",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        running = hub.evaluation(evaluation_id)["status"] == "running"
+        return found[0] if found and running else None
+
+    first = hub.wait(container, "the evaluation's container to run", 120)
+    subprocess.run(["docker", "kill", first], check=True, capture_output=True)
+
+    body = _succeeded(hub, evaluation_id)
+    statuses = [change["status"] for change in body["history"]]
+    assert statuses.count("running") == 2, body["history"]
+    again = next(
+        change
+        for change in body["history"][statuses.index("running") + 1 :]
+        if change["status"] == "dispatched"
+    )
+    assert "killed mid-run" in again["reason"], again
+
+
+def test_an_agent_runs_inside_a_framework_image(hub: LiveHub) -> None:
+    token = hub.agent_token
+    name = "in-image"
+    container = subprocess.run(
+        ["docker", "run", "-d", "--rm", "--network", "host", "-e", f"MLMS_AGENT_TOKEN={token}"]
+        + ["--label", "org.mlmodelscope.test=in-image", ONNXRUNTIME]
+        + ["agent", "--hub", hub.url, "--name", name, "--pool", "--frameworks", "onnxruntime"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        hub.wait(lambda: name in hub.live_hosts(), "the agent in the image to register", 60)
+        evaluation_id = hub.launch(host=name, batch_sizes=[1])
+        body = _succeeded(hub, evaluation_id)
+        assert body["host"] == name
+        stack = body["result"]["stack"]
+        assert stack["container"]["image"] == ONNXRUNTIME
+        assert stack["python"]["version"] == "3.11.2"
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+
+
+def test_a_missing_image_fails_the_job_naming_it_and_how_to_build_it(tmp_path: Path) -> None:
+    manifest = (ROOT / "manifests" / "models" / "digits-cnn" / "onnxruntime.yaml").read_text()
+    missing = "mlmodelscope/onnxruntime:0.0-cpu"
+    manifest = manifest.replace(ONNXRUNTIME, missing)
+    dataset = (ROOT / "manifests" / "datasets" / "digits.yaml").read_text()
+    job = Job(
+        id="0" * 32,
+        claim="1" * 32,
+        attempt=1,
+        device="cpu",
+        model=ManifestRef(1, "digits-cnn", "1.0.0", "onnxruntime", "0" * 64, manifest),
+        dataset=ManifestRef(2, "digits", "1.0.0", "", "0" * 64, dataset),
+        options=JobOptions(),
+    )
+    runner = Runner(docker_client(), "test-host", tmp_path)
+    with pytest.raises(EvaluationError) as raised:
+        runner.run(job, lambda url, sha: tmp_path, lambda d, t: None, lambda: False, None)
+    message = str(raised.value)
+    assert missing in message and "make images IMAGES=onnxruntime" in message
+
+
+def test_make_images_with_nothing_changed_builds_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "docker/build.py", "onnxruntime"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{ONNXRUNTIME}: up to date" in done.stdout
+    assert "0 built, 1 up to date" in done.stdout
