@@ -1,6 +1,6 @@
 """The evaluations API under /api/v1/."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from evaluations.api import (
     agent_config,
@@ -8,6 +8,7 @@ from evaluations.api import (
     claim,
     compare,
     evaluations,
+    images,
     leaderboards,
     predictions,
     progress,
@@ -17,6 +18,17 @@ from evaluations.api import (
 )
 
 urlpatterns = [
+    path("images/", images.ImageList.as_view(), name="api-image-list"),
+    re_path(
+        rf"^images/(?P<digest>{images.DIGEST})/$",
+        images.ImageDetail.as_view(),
+        name="api-image-detail",
+    ),
+    re_path(
+        rf"^images/(?P<digest>{images.DIGEST})/diff/(?P<other>{images.DIGEST})/$",
+        images.ImageDiff.as_view(),
+        name="api-image-diff",
+    ),
     path("evaluations/", evaluations.EvaluationList.as_view(), name="api-evaluation-list"),
     path(
         "evaluations/<uuid:pk>/",

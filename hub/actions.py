@@ -304,28 +304,34 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     host.token = token
     host.last_heartbeat = timezone.now()
     host.save()
-    host.images.set([_container_image(entry) for entry in payload.get("images") or []])
+    host.images.set([_container_image(entry, user) for entry in payload.get("images") or []])
     return host, created
 
 
-def _container_image(entry: dict[str, Any]) -> ContainerImage:
-    """The image of `entry`, kept once per digest: the first registration stores its software
-    environment (a digest names the same stack whoever registers it); tags follow the latest."""
+def _container_image(entry: dict[str, Any], user: Any) -> ContainerImage:
+    """The image of `entry`, kept once per digest. What it holds (environment, labels) is what
+    its registrant said: an operator's (staff) word replaces a user's, since the hub cannot
+    check a digest; otherwise the first word stays. Tags follow the latest registration."""
+    described = {
+        "framework": entry["framework"],
+        "framework_version": entry["framework_version"],
+        "device": entry["device"],
+        "labels": entry.get("labels") or {},
+        "environment": entry.get("environment") or {},
+        "registered_by": user,
+    }
     image, created = ContainerImage.objects.get_or_create(
-        digest=entry["digest"],
-        defaults={
-            "tags": entry["tags"],
-            "framework": entry["framework"],
-            "framework_version": entry["framework_version"],
-            "device": entry["device"],
-            "labels": entry.get("labels") or {},
-            "environment": entry.get("environment") or {},
-        },
+        digest=entry["digest"], defaults={"tags": entry["tags"], **described}
     )
-    if not created and (image.tags != entry["tags"] or not image.environment):
-        image.tags = entry["tags"]
-        image.environment = image.environment or entry.get("environment") or {}
-        image.save(update_fields=["tags", "environment"])
+    if created:
+        return image
+    by = image.registered_by
+    overrides = user.is_staff and (by is None or not by.is_staff)
+    if overrides or not image.environment:
+        for field, value in described.items():
+            setattr(image, field, value)
+    image.tags = entry["tags"]
+    image.save()
     return image
 
 

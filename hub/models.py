@@ -170,20 +170,6 @@ class GroupProfile(models.Model):
         return f"group {self.group.name}"
 
 
-class ContainerImageQuerySet(models.QuerySet["ContainerImage"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> ContainerImageQuerySet:
-        """An image is read by whoever may use a host that registered it (`Host.trusted_by`),
-        and by whoever reads an evaluation that ran in it; staff read every image."""
-        if user.is_authenticated and user.is_staff:  # type: ignore[union-attr]
-            return self
-        from evaluations.models import Evaluation
-
-        ran = Evaluation.objects.visible_to(user).filter(result__image__isnull=False)
-        return self.filter(
-            Q(hosts__in=Host.objects.trusted_by(user)) | Q(pk__in=ran.values("result__image"))
-        ).distinct()
-
-
 class ContainerImage(models.Model):
     """A predictor image that an agent registered (`mlms agent --docker`), once per digest:
     its software environment (every Python and Debian package with its version), so that a
@@ -199,9 +185,12 @@ class ContainerImage(models.Model):
     # {"os", "architecture", "python", "python_packages": {name: version},
     #  "debian_packages": {name: version}} (`predictors.environment`)
     environment = models.JSONField(default=dict)
+    # Who said what the image holds: a digest is the agent's claim, which the hub cannot check,
+    # so an operator's (staff) word replaces a user's, never the other way round.
+    registered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = ContainerImageQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -11,7 +11,8 @@ would relax them: `model`, `version`, `framework`, `dataset`, `dataset_version`,
 `framework_range` (the manifest's own framework range), `device`, `arch`, `gpu_model`,
 `min_memory_gb`, `container` (a host whose agent runs jobs in containers, `--docker`, runs a
 manifest only when it has the image the manifest's `container` field names for the host's
-architecture and the device), `host`.
+architecture and the device; a request with container limits runs only on such hosts:
+`container_limits`), `host`.
 
 The hardware constraints are checked against what each agent registered as its host's
 `hardware` (the shape `predictors.introspection.stack` reads): `arch` the host's
@@ -65,6 +66,9 @@ class Request:
     gpu_model: str = ""
     min_memory_gb: float | None = None
     host: str = ""
+    # Limits for the evaluation's container (container_cpus, container_memory_mb): only hosts
+    # whose agent runs jobs in containers can apply them.
+    in_container: bool = False
     # The dataset, when the request runs one (a launch; resolve may leave it out).
     dataset: str = ""
     dataset_version: str = "*"
@@ -76,6 +80,9 @@ class Request:
         names = {spec.name for spec in fields(cls)}
         values = {name: request[name] for name in names if name in request}
         values["version"] = request.get("model_version", "")
+        values["in_container"] = any(
+            request.get(name) is not None for name in ("container_cpus", "container_memory_mb")
+        )
         return cls(**values)
 
 
@@ -123,7 +130,7 @@ def solve(
     offered = list(hosts) if hosts is not None else _trusted_hosts(user)
     matches = _software(request, candidates, offered)
     matches = _hardware(request, matches)
-    matches = _containers(matches)
+    matches = _containers(request, matches)
     if request.host:
         named = [m for m in matches if m.host.name == request.host]
         if not named:
@@ -347,10 +354,21 @@ def _host_images(host: Host) -> set[str] | None:
     }
 
 
-def _containers(matches: list[Match]) -> list[Match]:
+def _containers(request: Request, matches: list[Match]) -> list[Match]:
     """The matches a host can run: one in containers only where it has the image that the
     manifest names for its architecture and the device; Unsatisfiable (`container`) naming
-    the images missing when none is left."""
+    the images missing when none is left. A request with container limits runs only in
+    containers (Unsatisfiable `container_limits` when no host runs jobs in them)."""
+    if request.in_container:
+        contained = [m for m in matches if _host_images(m.host) is not None]
+        if not contained:
+            raise Unsatisfiable(
+                "container_limits",
+                "container_cpus and container_memory_mb limit the evaluation's container, and "
+                "no live host that can run it runs jobs in containers (`mlms agent --docker`): "
+                + ", ".join(sorted({m.host.name for m in matches})),
+            )
+        matches = contained
     kept, missing = [], []
     for match in matches:
         tags = _host_images(match.host)

@@ -1,8 +1,8 @@
 """The registry's API under /api/v1/."""
 
-from django.urls import path, re_path
+from django.urls import path
 
-from hub.api import artifacts, groups, hosts, images, manifests, resolve, schema, tokens
+from hub.api import artifacts, groups, hosts, manifests, resolve, schema, tokens
 
 urlpatterns = [
     path("manifests/", manifests.ManifestList.as_view(), name="api-manifest-list"),
@@ -30,17 +30,6 @@ urlpatterns = [
     path("hosts/", hosts.HostList.as_view(), name="api-host-list"),
     path("hosts/<int:pk>/", hosts.HostDetail.as_view(), name="api-host-detail"),
     path("hosts/<int:pk>/heartbeat/", hosts.HostHeartbeat.as_view(), name="api-host-heartbeat"),
-    path("images/", images.ImageList.as_view(), name="api-image-list"),
-    re_path(
-        rf"^images/(?P<digest>{images.DIGEST})/$",
-        images.ImageDetail.as_view(),
-        name="api-image-detail",
-    ),
-    re_path(
-        rf"^images/(?P<digest>{images.DIGEST})/diff/(?P<other>{images.DIGEST})/$",
-        images.ImageDiff.as_view(),
-        name="api-image-diff",
-    ),
     path("tokens/", tokens.TokenList.as_view(), name="api-token-list"),
     path("tokens/<int:pk>/", tokens.TokenDetail.as_view(), name="api-token-detail"),
     path("resolve/", resolve.Resolve.as_view(), name="api-resolve"),

@@ -270,6 +270,21 @@ class Runner:
         self.architecture = architecture
         self.images = Images(client)
 
+    def limits_for(self, job: Job) -> Limits:
+        """The job's container limits: the request's (`container_cpus`, `container_memory_mb`),
+        each capped by the host's own (`--cpus`, `--memory`), else the host's."""
+        asked = job.limits or {}
+        cpus, memory_mb = asked.get("cpus"), asked.get("memory_mb")
+        memory = int(memory_mb) * 2**20 if memory_mb is not None else None
+        return Limits(
+            cpus=min(x for x in (cpus, self.limits.cpus) if x is not None)
+            if cpus is not None or self.limits.cpus is not None
+            else None,
+            memory=min(x for x in (memory, self.limits.memory) if x is not None)
+            if memory is not None or self.limits.memory is not None
+            else None,
+        )
+
     def remove_leftovers(self) -> None:
         """Remove the containers an earlier run of this agent left (it stopped mid-job)."""
         for container in self.client.containers.list(
@@ -295,6 +310,7 @@ class Runner:
                 f"the image {reference} (the manifest's container for {self.architecture}/"
                 f"{job.device}) is not on host {self.agent}: {build_hint(reference)}"
             )
+        limits = self.limits_for(job)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=f"mlms-run-{job.id[:8]}-"))
         os.chmod(folder, 0o777)  # noqa: S103 - the container's unprivileged user connects here
@@ -312,9 +328,9 @@ class Runner:
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 pids_limit=PIDS_LIMIT,
-                mem_limit=self.limits.memory,
-                memswap_limit=self.limits.memory,  # no swap beyond the limit
-                nano_cpus=int(self.limits.cpus * 1e9) if self.limits.cpus else None,
+                mem_limit=limits.memory,
+                memswap_limit=limits.memory,  # no swap beyond the limit
+                nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                 volumes={
                     str(self.cache_dir): {"bind": CACHE_MOUNT, "mode": "ro"},
                     str(folder): {"bind": RUN_MOUNT, "mode": "rw"},
@@ -328,7 +344,7 @@ class Runner:
             status = container.wait()
             container.reload()
             state = container.attrs.get("State", {})
-            return self._outcome(job, relay, container, image, reference, status, state)
+            return self._outcome(job, relay, container, image, reference, limits, status, state)
         finally:
             relay.stop()
             if container is not None:
@@ -345,6 +361,7 @@ class Runner:
         container: Any,
         image: Any,
         reference: str,
+        limits: Limits,
         status: dict[str, Any],
         state: dict[str, Any],
     ) -> ResultUpload:
@@ -356,7 +373,7 @@ class Runner:
                 "image": reference,
                 "digest": image.id,
                 "id": container.id,
-                "limits": self.limits.describe(),
+                "limits": limits.describe(),
             }
             return upload
         if said is not None and said["op"] == "cancelled":
@@ -366,7 +383,7 @@ class Runner:
                 raise EvaluationError(str(said["message"]))
             raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
         if state.get("OOMKilled"):
-            limit = show_bytes(self.limits.memory) if self.limits.memory else "the host's memory"
+            limit = show_bytes(limits.memory) if limits.memory else "the host's memory"
             raise EvaluationError(
                 f"out of memory (limit {limit}): the container running {reference} was killed "
                 "by the kernel; run it on a host with a higher memory limit (`mlms agent "

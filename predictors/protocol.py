@@ -389,8 +389,25 @@ class Job:
     options: JobOptions
     trace_id: str | None = None
     parent_span_id: str | None = None
+    # The request's limits for the evaluation's container ({"cpus": float | None,
+    # "memory_mb": int | None}); None when it set none (`mlms agent --docker` applies them).
+    limits: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.limits is not None:
+            cpus, memory = self.limits.get("cpus"), self.limits.get("memory_mb")
+            if set(self.limits) - {"cpus", "memory_mb"}:
+                raise ProtocolError("limits", "takes cpus and memory_mb only")
+            if cpus is not None and (
+                isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0
+            ):
+                raise ProtocolError("limits.cpus", f"must be a positive number; got {cpus!r}")
+            if memory is not None and (
+                isinstance(memory, bool) or not isinstance(memory, int) or memory < 6
+            ):
+                raise ProtocolError(
+                    "limits.memory_mb", f"must be an integer of at least 6; got {memory!r}"
+                )
         if self.device not in DEVICES:
             raise ProtocolError(
                 "device", f"must be one of {', '.join(DEVICES)}; got {self.device!r}"
@@ -414,6 +431,7 @@ class Job:
             options=JobOptions.from_dict(data.get("options")),
             trace_id=_get(data, "", "trace_id", str, optional=True),
             parent_span_id=_get(data, "", "parent_span_id", str, optional=True),
+            limits=_get(data, "", "limits", dict, optional=True),
         )
 
 

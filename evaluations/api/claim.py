@@ -9,6 +9,7 @@ duplicate delivery, a superseded dispatch, an evaluation cancelled meanwhile), w
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from drf_spectacular.types import OpenApiTypes
@@ -68,7 +69,16 @@ def job(evaluation: Evaluation) -> Job:
         model=_manifest(evaluation.model),
         dataset=_manifest(evaluation.dataset),
         options=JobOptions.from_dict({k: request[k] for k in JobOptions.names() if k in request}),
+        limits=_limits(request),
     )
+
+
+def _limits(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The request's container limits, or None when it set none."""
+    cpus, memory = request.get("container_cpus"), request.get("container_memory_mb")
+    if cpus is None and memory is None:
+        return None
+    return {"cpus": cpus, "memory_mb": memory}
 
 
 def _manifest(manifest: Manifest | None) -> ManifestRef:

@@ -110,6 +110,22 @@ class EvaluationRequestSerializer(
     arch = serializers.RegexField(
         r"^[a-z0-9_]{0,32}$", allow_blank=True, default="", help_text="amd64, arm64, …"
     )
+    container_cpus = serializers.FloatField(
+        min_value=0.01,
+        max_value=1024,
+        allow_null=True,
+        default=None,
+        help_text="CPUs the evaluation's container may use (runs only on hosts whose agent runs "
+        "jobs in containers, `mlms agent --docker`; the host's own limit caps it)",
+    )
+    container_memory_mb = serializers.IntegerField(
+        min_value=6,
+        max_value=2**20,
+        allow_null=True,
+        default=None,
+        help_text="memory (MiB) the evaluation's container may use (as container_cpus); a "
+        "container that goes over it fails with 'out of memory'",
+    )
     hosts = serializers.ChoiceField(choices=["one", "all"], default="one")
     host = serializers.RegexField(
         r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127})?$",

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from mlmodelscope.testing.livehub import ROOT, LiveHub
 from predictors.containers import Runner, docker_client
 from predictors.evaluation import EvaluationError
 from predictors.protocol import Job, JobOptions, ManifestRef
+from tests.frontend.conftest import _tab, sign_in_to_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.redis]
 
@@ -56,8 +58,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
     with LiveHub(folder, services="environ", settings=settings) as live:
         live.migrate()
         live.load_manifests()
-        live.token = live.create_token("alice", "read,write,evaluate")
-        live.write_agent_token()
+        live.add_users()  # alice (who signs in; `token`) and an operator (`agent_token`)
         live.purge_queues()
         live.start()
         live.start_agent("docker-a", frameworks="onnxruntime,pytorch", options=["--docker"])
@@ -94,6 +95,30 @@ def test_an_evaluation_runs_in_the_image_its_manifest_names(hub: LiveHub) -> Non
     assert image["environment"]["python_packages"]["numpy"] == "2.4.6"
     assert "python3.11" in image["environment"]["debian_packages"]
     assert "django" not in image["environment"]["python_packages"]  # the predictor side only
+
+
+@pytest.mark.browser
+def test_the_evaluation_page_names_the_image_and_its_digest(hub: LiveHub, browser: Any) -> None:
+    evaluation_id = hub.launch(host="docker-a", batch_sizes=[1])
+    _succeeded(hub, evaluation_id)
+    for page in _tab(browser, hub.url):
+        sign_in_to_hub(page)
+        page.goto(f"/evaluations/{evaluation_id}/")
+        expect(page.locator("#stack")).to_contain_text(
+            f"Container image{ONNXRUNTIME} ({_image_id(ONNXRUNTIME)[:19]})"
+        )
+
+
+def test_the_request_limits_the_container_and_the_result_says_so(hub: LiveHub) -> None:
+    evaluation_id = hub.launch(host="docker-a", batch_sizes=[1], container_cpus=1.5)
+    body = _succeeded(hub, evaluation_id)
+    limits = body["result"]["stack"]["container"]["limits"]
+    assert limits == {"cpus": 1.5, "memory_bytes": None}
+
+    evaluation_id = hub.launch(host="docker-a", batch_sizes=[1], container_memory_mb=64)
+    body = hub.finished(evaluation_id, timeout=120)
+    assert body["status"] == "failed", body["history"]
+    assert "out of memory (limit 64 MiB)" in body["history"][-1]["reason"]
 
 
 def test_the_host_registers_its_images_and_the_hub_diffs_two(hub: LiveHub) -> None:

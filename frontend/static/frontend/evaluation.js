@@ -122,6 +122,11 @@
     if (s.os) pair(stack, "OS", s.os.platform || s.os.system);
     if (s.python) pair(stack, "Python", s.python.version);
     pair(stack, "NumPy", s.numpy);
+    if (s.container && s.container.image) {
+      // The image an agent with --docker ran it in, and its digest (the stack's identity).
+      pair(stack, "Container image", s.container.image +
+        (s.container.digest ? " (" + s.container.digest.slice(0, 19) + ")" : ""));
+    }
     Object.keys(s.frameworks || {}).forEach(function (name) {
       pair(stack, name, s.frameworks[name]);
     });

@@ -4,7 +4,8 @@ once per digest with its software environment, and the diff of two images.
 - `GET /api/v1/images/` — the images you may see: those of the hosts you may use, and those
   that ran an evaluation you may read (staff: all);
 - `GET /api/v1/images/<digest>/` — one image: tags, framework, labels, and every Python and
-  Debian package with its version;
+  Debian package with its version, and whether an operator's agent said so (an operator's word
+  replaces a user's: the hub cannot check what a digest holds);
 - `GET /api/v1/images/<digest>/diff/<other>/` — what differs from `digest` to `other`: the
   packages added, removed and changed (with both versions), and the OS and Python.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
@@ -21,7 +23,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from hub.models import ContainerImage
+from evaluations.models import Evaluation
+from hub.models import ContainerImage, Host
 
 # An image's digest in a URL: the sha256 of its configuration.
 DIGEST = r"sha256:[0-9a-f]{64}"
@@ -41,9 +44,17 @@ class ImageSerializer(serializers.ModelSerializer[ContainerImage]):
 
 
 class ImageDetailSerializer(serializers.ModelSerializer[ContainerImage]):
+    registered_by_operator = serializers.SerializerMethodField(
+        help_text="whether an operator's agent (staff) said what the image holds; otherwise a "
+        "user's agent did (the hub cannot check a digest's contents)"
+    )
+
     class Meta:
         model = ContainerImage
-        fields = [*ImageSerializer.Meta.fields, "labels", "environment"]
+        fields = [*ImageSerializer.Meta.fields, "labels", "environment", "registered_by_operator"]
+
+    def get_registered_by_operator(self, image: ContainerImage) -> bool:
+        return bool(image.registered_by and image.registered_by.is_staff)
 
 
 class PackageDiffSerializer(serializers.Serializer[dict[str, Any]]):
@@ -65,8 +76,20 @@ class ImageDiffSerializer(serializers.Serializer[dict[str, Any]]):
     differing = serializers.IntegerField(help_text="how many packages differ in all")
 
 
+def visible_images(user: AbstractBaseUser | AnonymousUser) -> QuerySet[ContainerImage]:
+    """An image is read by whoever may use a host that registered it (`Host.trusted_by`), and
+    by whoever reads an evaluation that ran in it; staff read every image."""
+    images = ContainerImage.objects.all()
+    if user.is_authenticated and user.is_staff:  # type: ignore[union-attr]
+        return images
+    ran = Evaluation.objects.visible_to(user).filter(result__image__isnull=False)
+    return images.filter(
+        Q(hosts__in=Host.objects.trusted_by(user)) | Q(pk__in=ran.values("result__image"))
+    ).distinct()
+
+
 def _visible(request: Request) -> QuerySet[ContainerImage]:
-    return ContainerImage.objects.visible_to(request.user)  # type: ignore[attr-defined, no-any-return]
+    return visible_images(request.user)
 
 
 class ImageList(generics.ListAPIView[ContainerImage]):
