@@ -73,14 +73,19 @@ engine:
 images: venv engine
 	$(BIN)/python docker/build.py $(IMAGES) $(if $(GPU),--gpu)
 
-COMPOSE := docker-compose -p mlmodelscope -f docker-compose.yml
+# Redis's password for the compose stack: made once, kept in var/compose/ (not in the file).
+REDIS_PASSWORD_FILE := var/compose/redis.password
+COMPOSE = MLMS_REDIS_PASSWORD="$$(cat $(REDIS_PASSWORD_FILE))" docker-compose -p mlmodelscope -f docker-compose.yml
+
+$(REDIS_PASSWORD_FILE):
+	@mkdir -p var/compose && umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_hex(24))" > $@
 
 # The production stack: PostgreSQL, Redis, the hub, the sweeper, an agent per framework image.
-compose-up: images zoo
+compose-up: images zoo $(REDIS_PASSWORD_FILE)
 	$(COMPOSE) up -d
 	@echo && echo "  MLModelScope hub (compose): http://127.0.0.1:$${MLMS_PORT:-8080}/" && echo
 
-compose-down:
+compose-down: $(REDIS_PASSWORD_FILE)
 	$(COMPOSE) down
 
 # --- Test -----------------------------------------------------------------------------------

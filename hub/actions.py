@@ -309,29 +309,20 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
 
 
 def _container_image(entry: dict[str, Any], user: Any) -> ContainerImage:
-    """The image of `entry`, kept once per digest. What it holds (environment, labels) is what
-    its registrant said: an operator's (staff) word replaces a user's, since the hub cannot
-    check a digest; otherwise the first word stays. Tags follow the latest registration."""
-    described = {
-        "framework": entry["framework"],
-        "framework_version": entry["framework_version"],
-        "device": entry["device"],
-        "labels": entry.get("labels") or {},
-        "environment": entry.get("environment") or {},
-        "registered_by": user,
-    }
-    image, created = ContainerImage.objects.get_or_create(
-        digest=entry["digest"], defaults={"tags": entry["tags"], **described}
+    """The registering user's record of the image of `entry` (one per digest and user), as
+    their agent describes it now."""
+    image, _ = ContainerImage.objects.update_or_create(
+        digest=entry["digest"],
+        registered_by=user,
+        defaults={
+            "tags": entry["tags"],
+            "framework": entry["framework"],
+            "framework_version": entry["framework_version"],
+            "device": entry["device"],
+            "labels": entry.get("labels") or {},
+            "environment": entry.get("environment") or {},
+        },
     )
-    if created:
-        return image
-    by = image.registered_by
-    overrides = user.is_staff and (by is None or not by.is_staff)
-    if overrides or not image.environment:
-        for field, value in described.items():
-            setattr(image, field, value)
-    image.tags = entry["tags"]
-    image.save()
     return image
 
 

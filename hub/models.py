@@ -171,12 +171,19 @@ class GroupProfile(models.Model):
 
 
 class ContainerImage(models.Model):
-    """A predictor image that an agent registered (`mlms agent --docker`), once per digest:
-    its software environment (every Python and Debian package with its version), so that a
-    result names the stack it ran on and two stacks can be diffed."""
+    """A predictor image that an agent registered (`mlms agent --docker`), kept once per digest
+    and registrant: its software environment (every Python and Debian package with its
+    version), so that a result names the stack it ran on and two stacks can be diffed.
+
+    A digest is the agent's claim, which the hub cannot check; so each user's agents describe
+    their own record of it, and no user's word reaches another user's results (a result links
+    to the record of its host's owner)."""
 
     # The image's id: the sha256 digest of its configuration, which names every layer.
-    digest = models.CharField(max_length=71, unique=True)
+    digest = models.CharField(max_length=71)
+    registered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
     tags = models.JSONField(default=list)
     framework = models.CharField(max_length=32, blank=True, default="")
     framework_version = models.CharField(max_length=64, blank=True, default="")
@@ -185,15 +192,13 @@ class ContainerImage(models.Model):
     # {"os", "architecture", "python", "python_packages": {name: version},
     #  "debian_packages": {name: version}} (`predictors.environment`)
     environment = models.JSONField(default=dict)
-    # Who said what the image holds: a digest is the agent's claim, which the hub cannot check,
-    # so an operator's (staff) word replaces a user's, never the other way round.
-    registered_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["digest", "registered_by"], name="image_per_registrant")
+        ]
 
     def __str__(self) -> str:
         return f"{self.tags[0] if self.tags else 'image'} ({self.digest[:19]})"

@@ -853,8 +853,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.cache or default_cache_dir(),
                 limits=Limits(cpus=args.cpus, memory=memory),
                 architecture=introspection.architecture(),
+                label=f"{args.hub.rstrip('/')}/{args.name}",
             )
-            runner.remove_leftovers()
         except DockerUnavailable as exc:
             print(f"mlms agent: error: --docker: {exc}", file=sys.stderr)
             return 1
@@ -881,6 +881,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (AgentError, HubError, HubUnreachable, OSError) as exc:
         print(f"mlms agent: error: {exc}", file=sys.stderr)
         return 1
+    if runner is not None:  # the name is this user's at the hub: its leftovers are ours
+        runner.remove_leftovers()
     agent.start_heartbeat()
     agent.start_spool()
     arguments = list(sys.argv[1:] if argv is None else argv)

@@ -8,7 +8,8 @@ line, each request answered before the next is sent:
 
     {"op": "job"}                                  → the job (`protocol.Job.to_dict()`)
     {"op": "fetch", "url": …, "sha256": …}         → {"path": …} (the file, in the read-only
-                                                      store the agent mounted) or {"error": …}
+                                                      folder the agent mounted; only files of
+                                                      the job's manifests) or {"error": …}
     {"op": "progress", "done": n, "total": m}      → {"cancelled": bool}
     {"op": "spans", "spans": [ {name, start_ns, …}, … ]}  → {}
     {"op": "result", "upload": {…}}                → {}   (a `ResultUpload`)
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors import manifests
+from predictors.containers import SOCKET
 from predictors.evaluation import (
     USER_ERRORS,
     EvaluationCancelled,
@@ -43,7 +45,6 @@ from predictors.evaluation import (
 from predictors.protocol import Job, local_device
 from predictors.tracing import Span
 
-SOCKET = "agent.sock"
 # How often the container sends its progress (and learns of a cancel).
 REPORT_SECONDS = 1.0
 

@@ -4,12 +4,16 @@ The agent runs each evaluation in the image that the model manifest's `container
 for this host's architecture and the job's device (`container.amd64.cpu`). The container:
 
 - has no network at all (`network_mode: none`) and holds no token: it talks only to the agent,
-  over a Unix socket in a run folder the agent mounts (`predictors.contained` says how). The
-  agent fetches the model and dataset files from the hub into its cache, which is mounted
-  read-only, and sends the container's progress and spans on to the hub;
-- runs as the image's unprivileged user, on a read-only root file system (a private /tmp),
-  with every capability dropped, no new privileges, a process limit, and the CPU and memory
-  limits of the host's settings (`--cpus`, `--memory`);
+  over a Unix socket in a private folder the agent mounts (`predictors.contained` says how).
+  The agent fetches only the files the job's manifests name, from the hub into its cache, and
+  hard-links each into a folder of the job's own that the container sees read-only (nothing
+  else of the cache); it sends the container's progress and spans on to the hub, taking spans
+  only in the shape the loop writes them and no message over MAX_LINE bytes;
+- runs as the image's unprivileged user (the agent's own user when the agent is not root), on
+  a read-only root file system (a private /tmp), with every capability dropped, no new
+  privileges, a process limit, the GPUs for a gpu job (the NVIDIA container toolkit), and the
+  CPU and memory limits of the request (`container_cpus`, `container_memory_mb`) capped by the
+  host's settings (`--cpus`, `--memory`); the result records the limits the engine applied;
 - is labelled with the evaluation and the agent, and removed when the job ends (an agent that
   starts removes what an earlier run of it left).
 
@@ -18,8 +22,9 @@ What can go wrong, and what the evaluation says:
 - the image is not on the host: failed, naming the image and the command that builds it;
 - the container used more memory than its limit (killed by the kernel): failed, "out of
   memory (limit …)";
-- the container was killed otherwise mid-run (`docker kill`, a daemon restart): reported as
-  lost, and the hub dispatches the evaluation again, as it does for a lost agent;
+- the container was killed otherwise mid-run (`docker kill`), or the daemon lost it (a
+  restart): reported as lost, and the hub dispatches the evaluation again, as it does for a
+  lost agent;
 - a failure inside: its message (and for an unexpected error, its traceback).
 
 `Images.scan` reads the images this host has (those with the `org.mlmodelscope.framework`
@@ -29,9 +34,11 @@ from the file the build wrote), for the agent to register with the hub.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -43,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from predictors.evaluation import EvaluationCancelled, EvaluationError
-from predictors.protocol import Job, ResultUpload
+from predictors.protocol import GPU, Job, ResultUpload
 from predictors.tracing import Span
 
 __all__ = [
@@ -62,9 +69,12 @@ FRAMEWORK_LABEL = "org.mlmodelscope.framework"
 ENVIRONMENT_LABEL = "org.mlmodelscope.environment"
 AGENT_LABEL = "org.mlmodelscope.agent"
 EVALUATION_LABEL = "org.mlmodelscope.evaluation"
-CACHE_MOUNT = "/mlms/cache"
+FILES_MOUNT = "/mlms/files"
 RUN_MOUNT = "/mlms/run"
-# How long a container may take to stop after a cancel before it is killed.
+SOCKET = "agent.sock"
+# The images' unprivileged user (docker/*/Dockerfile).
+CONTAINER_UID = 10001
+# How long a container may take to stop between two predictions after a cancel.
 STOP_SECONDS = 30
 # Processes (and threads) a container may start.
 PIDS_LIMIT = 4096
@@ -117,6 +127,8 @@ def parse_memory(text: str) -> int:
         amount = float(number)
     except ValueError:
         raise ValueError(f"{text!r} is not a size (e.g. 512m, 4g)") from None
+    if not math.isfinite(amount) or amount > 2**60:
+        raise ValueError(f"{text!r} is not a size (e.g. 512m, 4g)")
     size = int(amount * _UNITS[unit])
     if size < 6 * 2**20:
         raise ValueError(f"{text!r} is less than Docker's minimum of 6 MiB")
@@ -252,7 +264,9 @@ def build_hint(image: str) -> str:
 
 class Runner:
     """Runs one job's evaluation in a container and relays what it says (see the module
-    docstring)."""
+    docstring). `agent` is the host's name; `label` names this agent in its containers' labels
+    (the hub's URL and the host's name, by default the name), so that an agent removes only
+    what an earlier run of itself left."""
 
     def __init__(
         self,
@@ -262,9 +276,11 @@ class Runner:
         *,
         limits: Limits | None = None,
         architecture: str = "amd64",
+        label: str | None = None,
     ) -> None:
         self.client = client
         self.agent = agent
+        self.label = label or agent
         self.cache_dir = cache_dir.resolve()
         self.limits = limits or Limits()
         self.architecture = architecture
@@ -287,11 +303,15 @@ class Runner:
 
     def remove_leftovers(self) -> None:
         """Remove the containers an earlier run of this agent left (it stopped mid-job)."""
-        for container in self.client.containers.list(
-            all=True, filters={"label": f"{AGENT_LABEL}={self.agent}"}
-        ):
-            logger.warning("removing container %s left by an earlier run", container.short_id)
-            container.remove(force=True)
+        try:
+            leftovers = self.client.containers.list(
+                all=True, filters={"label": f"{AGENT_LABEL}={self.label}"}
+            )
+            for container in leftovers:
+                logger.warning("removing container %s left by an earlier run", container.short_id)
+                container.remove(force=True)
+        except Exception as exc:  # a container that went away meanwhile: not worth stopping for
+            logger.warning("could not remove the containers an earlier run left: %s", exc)
 
     def run(
         self,
@@ -311,17 +331,17 @@ class Runner:
                 f"{job.device}) is not on host {self.agent}: {build_hint(reference)}"
             )
         limits = self.limits_for(job)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f"mlms-run-{job.id[:8]}-"))
-        os.chmod(folder, 0o777)  # noqa: S103 - the container's unprivileged user connects here
-        relay = _Relay(self, job, fetch, progress, cancelled, spans, folder)
+        work = _RunFolders(self.cache_dir, job)
         container = None
+        relay: _Relay | None = None
         try:
+            relay = _Relay(self, job, fetch, progress, cancelled, spans, work)
             relay.start()
             container = self.client.containers.create(
                 image.id,
                 ["python", "-m", "predictors.contained", RUN_MOUNT],
                 entrypoint=[],
+                user=work.user,
                 network_mode="none",
                 read_only=True,
                 tmpfs={"/tmp": "rw,nosuid,nodev,size=1g"},  # noqa: S108 - the container's own
@@ -331,28 +351,35 @@ class Runner:
                 mem_limit=limits.memory,
                 memswap_limit=limits.memory,  # no swap beyond the limit
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
+                device_requests=_gpus() if job.device == GPU else None,
                 volumes={
-                    str(self.cache_dir): {"bind": CACHE_MOUNT, "mode": "ro"},
-                    str(folder): {"bind": RUN_MOUNT, "mode": "rw"},
+                    str(work.files): {"bind": FILES_MOUNT, "mode": "ro"},
+                    str(work.socket): {"bind": RUN_MOUNT, "mode": "rw"},
                 },
                 environment={"MLMS_CONTAINER_IMAGE": reference, "HOME": "/tmp"},  # noqa: S108
-                labels={AGENT_LABEL: self.agent, EVALUATION_LABEL: job.id},
-                name=f"mlms-{self.agent}-{job.id[:8]}-{job.attempt}",
+                labels={AGENT_LABEL: self.label, EVALUATION_LABEL: job.id},
+                name=f"mlms-{job.id[:8]}-{job.attempt}-{os.urandom(3).hex()}",
             )
-            container.start()
             relay.container = container
-            status = container.wait()
-            container.reload()
-            state = container.attrs.get("State", {})
-            return self._outcome(job, relay, container, image, reference, limits, status, state)
+            try:
+                container.start()
+                status = container.wait()
+                container.reload()
+            except Exception as exc:  # the daemon went away or restarted mid-run
+                raise ContainerLost(
+                    f"the Docker daemon lost its container ({reference}) mid-run: "
+                    f"{_first_line(exc)}"
+                ) from None
+            return self._outcome(job, relay, container, image, reference, status)
         finally:
-            relay.stop()
+            if relay is not None:
+                relay.stop()
             if container is not None:
                 try:
                     container.remove(force=True)
                 except Exception as exc:
                     logger.warning("could not remove container %s: %s", container.short_id, exc)
-            shutil.rmtree(folder, ignore_errors=True)
+            work.remove()
 
     def _outcome(
         self,
@@ -361,11 +388,16 @@ class Runner:
         container: Any,
         image: Any,
         reference: str,
-        limits: Limits,
         status: dict[str, Any],
-        state: dict[str, Any],
     ) -> ResultUpload:
         code = int(status.get("StatusCode", -1))
+        state = container.attrs.get("State", {})
+        # The limits as the engine applied them, not as asked.
+        config = container.attrs.get("HostConfig", {})
+        applied = Limits(
+            cpus=config["NanoCpus"] / 1e9 if config.get("NanoCpus") else None,
+            memory=int(config["Memory"]) if config.get("Memory") else None,
+        )
         said = relay.outcome
         if said is not None and said["op"] == "result":
             upload = ResultUpload.from_dict(said["upload"])
@@ -373,7 +405,7 @@ class Runner:
                 "image": reference,
                 "digest": image.id,
                 "id": container.id,
-                "limits": limits.describe(),
+                "limits": applied.describe(),
             }
             return upload
         if said is not None and said["op"] == "cancelled":
@@ -383,14 +415,16 @@ class Runner:
                 raise EvaluationError(str(said["message"]))
             raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
         if state.get("OOMKilled"):
-            limit = show_bytes(limits.memory) if limits.memory else "the host's memory"
+            limit = show_bytes(applied.memory) if applied.memory else "the host's memory"
             raise EvaluationError(
                 f"out of memory (limit {limit}): the container running {reference} was killed "
-                "by the kernel; run it on a host with a higher memory limit (`mlms agent "
-                "--docker --memory …`)"
+                "by the kernel; ask for more (`container_memory_mb`) or run it on a host with a "
+                "higher limit (`mlms agent --docker --memory …`)"
             )
         if relay.cancel_sent:
             raise EvaluationCancelled()
+        if relay.refused:
+            raise EvaluationError(f"the container running {reference} {relay.refused}")
         logs = container.logs(tail=20).decode(errors="replace").strip()
         if code in (137, 143) or code < 0:
             raise ContainerLost(
@@ -404,8 +438,43 @@ class Runner:
         )
 
 
+def _gpus() -> list[Any]:
+    """Every GPU, for a gpu job (the NVIDIA container toolkit hands them to the container)."""
+    types: Any = importlib.import_module("docker.types")
+    return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+
+class _RunFolders:
+    """A job's folders on the agent's side: `files` (under the cache, so that the job's files
+    are hard links, not copies), which the container sees read-only at FILES_MOUNT and which
+    holds only the files of the job's manifests; and `socket`, a short private path for the
+    Unix socket (at RUN_MOUNT), reachable only by the agent and the container's user."""
+
+    def __init__(self, cache_dir: Path, job: Job) -> None:
+        runs = cache_dir / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        os.chmod(runs, 0o700)
+        self.files = Path(tempfile.mkdtemp(dir=runs, prefix=f"{job.id[:8]}-"))
+        os.chmod(self.files, 0o755)  # noqa: S103 - the container's user reads the job's files
+        self.socket = Path(tempfile.mkdtemp(prefix="mlms-"))  # 0700
+        if os.geteuid() == 0:
+            os.chown(self.socket, CONTAINER_UID, CONTAINER_UID)
+            self.user: str | None = None  # the image's own unprivileged user
+        else:
+            self.user = f"{os.getuid()}:{os.getgid()}"  # the agent's user owns the folder
+
+    def remove(self) -> None:
+        shutil.rmtree(self.files, ignore_errors=True)
+        shutil.rmtree(self.socket, ignore_errors=True)
+
+
+# The longest line the agent reads from a container (a batch of spans).
+MAX_LINE = 64 * 2**20
+
+
 class _Relay(threading.Thread):
-    """The agent's end of the container's socket: answers its requests."""
+    """The agent's end of the container's socket: answers its requests. It fetches only the
+    files the job's manifests name, and takes spans only in the shape the loop writes them."""
 
     def __init__(
         self,
@@ -415,7 +484,7 @@ class _Relay(threading.Thread):
         progress: Callable[[int, int], None],
         cancelled: Callable[[], bool],
         spans: Callable[[list[Span]], None] | None,
-        folder: Path,
+        work: _RunFolders,
     ) -> None:
         super().__init__(name=f"relay-{job.id[:8]}", daemon=True)
         self.runner = runner
@@ -424,13 +493,17 @@ class _Relay(threading.Thread):
         self.progress = progress
         self.cancelled = cancelled
         self.spans = spans
+        self.work = work
+        self.allowed = _job_files(job)
         self.outcome: dict[str, Any] | None = None
         self.cancel_sent = False
+        # Why the agent stopped listening to the container (it broke the protocol), if it did.
+        self.refused = ""
         self.container: Any = None
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        path = folder / "agent.sock"
+        path = work.socket / SOCKET
         self._server.bind(str(path))
-        os.chmod(path, 0o777)  # noqa: S103 - the container's unprivileged user connects
+        os.chmod(path, 0o777)  # noqa: S103 - in a folder only the container's user reaches
         self._server.listen(1)
         self._server.settimeout(0.5)
         self._stopping = threading.Event()
@@ -454,13 +527,28 @@ class _Relay(threading.Thread):
         if connection is None:
             return
         with connection, connection.makefile("r", encoding="utf-8") as reader:
-            for line in reader:
+            while True:
+                line = reader.readline(MAX_LINE)
+                if not line:
+                    return
+                if not line.endswith("\n"):
+                    self._refuse(f"sent a message longer than {MAX_LINE} bytes")
+                    return
                 try:
                     answer = self.answer(json.loads(line))
                 except Exception as exc:  # a request the agent cannot answer: say why
                     logger.warning("evaluation %s: %s", self.job.id, exc)
                     answer = {"error": _first_line(exc)}
                 connection.sendall((json.dumps(answer) + "\n").encode())
+
+    def _refuse(self, why: str) -> None:
+        logger.warning("evaluation %s: the container %s; stopping it", self.job.id, why)
+        self.refused = why
+        if self.container is not None:
+            try:
+                self.container.kill()
+            except Exception as exc:
+                logger.warning("could not kill container: %s", exc)
 
     def _watch_cancel(self) -> None:
         """A cancel before the container connected (or while it hangs): stop it."""
@@ -469,9 +557,12 @@ class _Relay(threading.Thread):
             self._stop_container()
 
     def _stop_container(self) -> None:
+        """After a cancel the container stops between two predictions; one that has not
+        within STOP_SECONDS gets SIGTERM, then SIGKILL 5 s later."""
+
         def stop() -> None:
             try:
-                self.container.stop(timeout=STOP_SECONDS)
+                self.container.stop(timeout=5)
             except Exception as exc:
                 logger.warning("could not stop container: %s", exc)
 
@@ -484,24 +575,58 @@ class _Relay(threading.Thread):
         if op == "job":
             return self.job.to_dict()
         if op == "fetch":
-            path = Path(self.fetch(str(message["url"]), message.get("sha256"))).resolve()
-            if not path.is_relative_to(self.runner.cache_dir):
-                raise EvaluationError(f"{message['url']} is not in the agent's cache")
-            return {"path": f"{CACHE_MOUNT}/{path.relative_to(self.runner.cache_dir)}"}
+            url = str(message.get("url"))
+            sha256 = message.get("sha256")
+            if url not in self.allowed:
+                raise EvaluationError(f"{url} is not a file of this job's manifests")
+            path = Path(self.fetch(url, sha256 if isinstance(sha256, str) else None))
+            name = f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{path.name}"
+            target = self.work.files / name
+            if not target.exists():
+                try:
+                    os.link(path, target)
+                except OSError:  # another file system, or no hard links: a copy
+                    shutil.copyfile(path, target)
+                    os.chmod(target, 0o644)
+            return {"path": f"{FILES_MOUNT}/{name}"}
         if op == "progress":
             self.progress(int(message["done"]), int(message["total"]))
             cancelled = self.cancelled()
             if cancelled and not self.cancel_sent:
-                # The container stops between two predictions; if it does not within
-                # STOP_SECONDS, it is stopped.
                 self.cancel_sent = True
                 self._stop_container()
             return {"cancelled": cancelled}
         if op == "spans":
+            batch = [_span(entry) for entry in message.get("spans") or []]
             if self.spans is not None:
-                self.spans([Span(**span) for span in message["spans"]])
+                self.spans(batch)
             return {}
         if op in ("result", "failed", "cancelled"):
             self.outcome = message
             return {}
         raise ValueError(f"unknown request {op!r}")
+
+
+def _job_files(job: Job) -> set[str]:
+    """The file URLs the job's model (its overrides applied) and dataset manifests name."""
+    from predictors import manifests
+
+    model = manifests.load(job.model.source, kind="model").data
+    if job.options.overrides:
+        model = manifests.apply_overrides(model, list(job.options.overrides)).data
+    dataset = manifests.load(job.dataset.source, kind="dataset").data
+    return manifests.file_urls(model, "model") | manifests.file_urls(dataset, "dataset")
+
+
+def _span(entry: Any) -> Span:
+    """A span as the container sent it, in the shape the loop writes (ValueError otherwise)."""
+    if not isinstance(entry, dict):
+        raise ValueError("a span must be an object")
+    name, attributes = entry.get("name"), entry.get("attributes", {})
+    numbers = [entry.get(key, 0) for key in ("start_ns", "end_ns", "span_id", "parent_id")]
+    if not isinstance(name, str) or not isinstance(attributes, dict):
+        raise ValueError("a span needs a name and attributes as an object")
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
+        raise ValueError("a span's times and ids must be integers")
+    start, end, span_id, parent = numbers
+    return Span(name, start, end, attributes, span_id, parent)

@@ -928,6 +928,11 @@ def _is_size(value: Any) -> TypeGuard[list[Any]]:
     return isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value)
 
 
+def file_urls(data: dict[str, Any], kind: str) -> set[str]:
+    """Every file URL (`repo://…`, `https://…`) a manifest's document names."""
+    return {uri for _, uri, _, _ in _file_refs(data, kind) if isinstance(uri, str)}
+
+
 def _file_refs(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_, Any, Path_ | None, Any]]:
     """(path, uri, sha256 path or None, sha256) for every file a manifest names."""
     if kind == "model":

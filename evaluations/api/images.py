@@ -2,10 +2,12 @@
 once per digest with its software environment, and the diff of two images.
 
 - `GET /api/v1/images/` — the images you may see: those of the hosts you may use, and those
-  that ran an evaluation you may read (staff: all);
+  that ran an evaluation you may read (staff: all). A digest is what an agent says, which the
+  hub cannot check, so each user's agents keep their own record of an image: a digest seen
+  through several users' hosts is listed once per registrant, and one digest in a URL reads your
+  own record first, then an operator's, then the oldest;
 - `GET /api/v1/images/<digest>/` — one image: tags, framework, labels, and every Python and
-  Debian package with its version, and whether an operator's agent said so (an operator's word
-  replaces a user's: the hub cannot check what a digest holds);
+  Debian package with its version, and whether an operator's agent (staff) said so;
 - `GET /api/v1/images/<digest>/diff/<other>/` — what differs from `digest` to `other`: the
   packages added, removed and changed (with both versions), and the OS and Python.
 """
@@ -15,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet
-from django.shortcuts import get_object_or_404
+from django.db.models import Case, Q, QuerySet, Value, When
+from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.request import Request
@@ -46,7 +48,7 @@ class ImageSerializer(serializers.ModelSerializer[ContainerImage]):
 class ImageDetailSerializer(serializers.ModelSerializer[ContainerImage]):
     registered_by_operator = serializers.SerializerMethodField(
         help_text="whether an operator's agent (staff) said what the image holds; otherwise a "
-        "user's agent did (the hub cannot check a digest's contents)"
+        "user's agent did (the hub cannot check what a digest holds)"
     )
 
     class Meta:
@@ -92,6 +94,29 @@ def _visible(request: Request) -> QuerySet[ContainerImage]:
     return visible_images(request.user)
 
 
+def _one(request: Request, digest: str) -> ContainerImage:
+    """The record of `digest` the caller reads: their own, else an operator's, else the
+    oldest they may see; 404 when they may see none."""
+    user = request.user
+    mine = Q(registered_by=user) if user.is_authenticated else Q(pk__in=[])
+    found = (
+        _visible(request)
+        .filter(digest=digest)
+        .annotate(
+            rank=Case(
+                When(mine, then=Value(0)),
+                When(registered_by__is_staff=True, then=Value(1)),
+                default=Value(2),
+            )
+        )
+        .order_by("rank", "created_at", "pk")
+        .first()
+    )
+    if found is None:
+        raise Http404("no such image")
+    return found
+
+
 class ImageList(generics.ListAPIView[ContainerImage]):
     serializer_class = ImageSerializer
 
@@ -100,7 +125,7 @@ class ImageList(generics.ListAPIView[ContainerImage]):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[ContainerImage]:
-        return _visible(self.request).order_by("-created_at", "pk")
+        return _visible(self.request).select_related("registered_by").order_by("-created_at", "pk")
 
 
 class ImageDetail(APIView):
@@ -108,8 +133,7 @@ class ImageDetail(APIView):
         summary="Read one image's software environment", responses={200: ImageDetailSerializer}
     )
     def get(self, request: Request, digest: str) -> Response:
-        image = get_object_or_404(_visible(request), digest=digest)
-        return Response(ImageDetailSerializer(image).data)
+        return Response(ImageDetailSerializer(_one(request, digest)).data)
 
 
 def package_diff(old: Any, new: Any) -> dict[str, dict[str, Any]]:
@@ -149,7 +173,4 @@ class ImageDiff(APIView):
         summary="What differs between two images' software", responses={200: ImageDiffSerializer}
     )
     def get(self, request: Request, digest: str, other: str) -> Response:
-        visible = _visible(request)
-        image = get_object_or_404(visible, digest=digest)
-        against = get_object_or_404(visible, digest=other)
-        return Response(image_diff(image, against))
+        return Response(image_diff(_one(request, digest), _one(request, other)))

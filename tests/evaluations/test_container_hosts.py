@@ -214,21 +214,28 @@ def test_a_result_links_the_image_only_when_its_host_registered_it(
         assert result.stack["container"]["digest"] == digest  # kept as the agent said
 
 
-def test_an_operators_word_on_an_image_replaces_a_users_never_the_reverse(
-    agent: APIClient, make_client: Any, bob: Any, bob_client: APIClient, catalog: dict[str, Any]
+def test_a_users_word_on_an_image_reaches_no_other_users_view_of_it(
+    agent: APIClient,
+    alice_client: APIClient,
+    make_client: Any,
+    bob: Any,
+    bob_client: APIClient,
+    catalog: dict[str, Any],
 ) -> None:
+    # Bob's agent says first that the digest holds other packages (the hub cannot check).
     bob_agent = make_client(bob, scopes=["agent"])
     forged = _image(python_packages={"onnxruntime": "9.9.9"})
     assert _docker_host(bob_agent, "bobs-box", forged, pool=False).status_code == 201
+    assert _docker_host(agent).status_code == 201  # the operator's pool agent, same digest
+    assert ContainerImage.objects.filter(digest=DIGEST).count() == 2
+
+    said = alice_client.get(f"/api/v1/images/{DIGEST}/").json()
+    assert said["environment"]["python_packages"]["onnxruntime"] == "1.17.0"
+    assert said["registered_by_operator"] is True
+    listed = alice_client.get("/api/v1/images/").json()["results"]
+    assert [image["digest"] for image in listed] == [DIGEST]  # Bob's record is not hers to see
+
+    # Bob reads his own agent's word first.
     said = bob_client.get(f"/api/v1/images/{DIGEST}/").json()
     assert said["environment"]["python_packages"]["onnxruntime"] == "9.9.9"
     assert said["registered_by_operator"] is False
-
-    assert _docker_host(agent).status_code == 201  # the operator's pool agent, same digest
-    said = bob_client.get(f"/api/v1/images/{DIGEST}/").json()
-    assert said["environment"]["python_packages"]["onnxruntime"] == "1.17.0"
-    assert said["registered_by_operator"] is True
-
-    assert _docker_host(bob_agent, "bobs-box", forged, pool=False).status_code == 200
-    said = bob_client.get(f"/api/v1/images/{DIGEST}/").json()
-    assert said["environment"]["python_packages"]["onnxruntime"] == "1.17.0"
