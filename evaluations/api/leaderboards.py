@@ -170,6 +170,10 @@ class LeaderboardDetail(generics.ListAPIView[Any]):
     renderer_classes = [renderers.JSONRenderer, renderers.BrowsableAPIRenderer, CSVRenderer]
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        given = request.query_params.get("format")
+        if given is not None and given not in ("json", "csv"):
+            # Content negotiation takes an empty format for none given: refuse it, naming it.
+            raise Invalid(f"format must be json or csv; got {given!r}", path="format")
         entries = leaderboards.board_entries(
             kwargs["task"], kwargs["dataset"], request.query_params
         )

@@ -134,6 +134,7 @@ def test_a_board_filters_sorts_and_refuses_what_it_cannot_use(alice_client, publ
         ({"ordering": "speed"}, "ordering"),
         ({"device": ""}, "device"),
         ({"colour": "red"}, "colour"),
+        ({"format": ""}, "format"),
     ):
         refused = anonymous.get(board, params)
         assert refused.status_code == 400, params
