@@ -224,6 +224,34 @@ def test_a_failure_is_stored_with_the_agents_message(alice_client, agent, hosts)
     assert alice_client.get(url(evaluation_id)).json()["reason"].endswith(message)
 
 
+def test_a_job_given_back_as_lost_is_dispatched_again_or_cancelled_if_asked(
+    alice_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_client))
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+    body = {"claim": job["claim"], "status": "lost"}
+
+    nameless = agent.post(url(evaluation_id, "status"), body, format="json")
+    why = "its container was killed mid-run (exit status 137)"
+    given_back = agent.post(url(evaluation_id, "status"), body | {"reason": why}, format="json")
+
+    assert nameless.status_code == 400 and error_paths(nameless) == ["reason"]
+    assert given_back.status_code == 200, given_back.content
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.claim == ""
+    assert evaluation.history.last().reason.startswith(f"host cpu-1 lost it: {why}")
+    # The old claim can no longer report; a new claim runs it.
+    stale = agent.post(url(evaluation_id, "status"), body | {"reason": why}, format="json")
+    assert stale.status_code == 409
+    again = claim(agent, evaluation_id, hosts["cpu-2"], dispatch=evaluation.dispatches).json()
+
+    alice_client.post(url(evaluation_id, "cancel"))
+    lost = {"claim": again["claim"], "status": "lost", "reason": why}
+    assert agent.post(url(evaluation_id, "status"), lost, format="json").status_code == 200
+    evaluation.refresh_from_db()
+    assert evaluation.status == "cancelled"  # a cancel was pending: not dispatched again
+
+
 def test_a_result_posted_twice_is_stored_once(alice_client, agent, hosts) -> None:
     evaluation_id = launched_id(launch(alice_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
