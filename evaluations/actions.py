@@ -31,10 +31,12 @@ from evaluations import events, leaderboards, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
-from hub import solver
+from hub import solver, storage
 from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
+from predictors.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.labels import mismatch as label_mismatch
 from predictors.protocol import ResultUpload
 from traces import finishing
 from traces.actions import owned_by_another_user
@@ -132,6 +134,8 @@ def launch_evaluation(
     assert dataset is not None
     placements = placement.place(solution, request, user.pk)
     _check_overrides(request.get("overrides") or [], {where.manifest for where in placements})
+    if not request.get("allow_label_mismatch"):
+        _check_labels(request.get("overrides") or [], {w.manifest for w in placements}, dataset)
 
     group = uuid.uuid4()
     launched = []
@@ -191,6 +195,61 @@ def _check_overrides(overrides: list[str], manifests: set[Manifest]) -> None:
                 ],
                 code=EvaluationErrorCode.INVALID_OVERRIDE,
             ) from None
+
+
+# A labels file larger than this is left to the agent to check (it reads it anyway).
+_LABELS_FILE_LIMIT = 16 * 1024 * 1024
+
+
+def _check_labels(overrides: list[str], manifests: set[Manifest], dataset: Manifest) -> None:
+    """A trained model whose labels are not the dataset's would score unrelated class
+    indices: Invalid naming both label sets (`predictors.labels`), unless the request allows
+    it. Labels the hub cannot read here (an https:// file) are left to the agent's check."""
+    dataset_labels = _labels_of(dataset.content or {})
+    if dataset_labels is None:
+        return
+    for manifest in sorted(manifests, key=lambda m: m.pk):
+        content = spec.apply_overrides(manifest.content, overrides).data if overrides else {}
+        content = content or manifest.content or {}
+        if (content.get("attributes") or {}).get("trained") is False:
+            continue
+        outputs = content.get("outputs") or [{}]
+        model_labels = _labels_of((outputs[0] or {}).get("parameters") or {})
+        if model_labels is None:
+            continue
+        problem = label_mismatch(
+            f"{manifest.name} {manifest.version}",
+            model_labels,
+            f"{dataset.name} {dataset.version}",
+            dataset_labels,
+        )
+        if problem:
+            raise Invalid(
+                f"{problem}. {LABEL_HINT.capitalize()}",
+                path="dataset",
+                code=EvaluationErrorCode.LABEL_MISMATCH,
+            )
+
+
+def _labels_of(parameters: Mapping[str, Any]) -> list[str] | None:
+    """The labels of a model's output or of a dataset: inline, or their repo:// labels file;
+    None when there are none or they cannot be read here."""
+    inline = parameters.get("labels")
+    if isinstance(inline, list):
+        return [str(label) for label in inline]
+    path = parameters.get("labels_path")
+    if not isinstance(path, str) or not path.startswith("repo://"):
+        return None
+    try:
+        file = storage.resolve(path.removeprefix("repo://"))
+        if not file.is_file() or file.stat().st_size > _LABELS_FILE_LIMIT:
+            return None
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (storage.StorePathError, OSError, UnicodeDecodeError):
+        return None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
 
 
 def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:

@@ -203,6 +203,12 @@ class LaunchForm(forms.Form):
     cold_start = forms.BooleanField(
         label="Cold start: time the first predictions, with no warm-up", required=False
     )
+    allow_label_mismatch = forms.BooleanField(
+        label="Run even if the model's labels are not the dataset's",
+        required=False,
+        help_text="A trained model on a dataset with other labels scores unrelated class "
+        "indices, so it is refused unless this is checked; the result then shows the mismatch.",
+    )
     overrides = forms.CharField(
         label="Processing overrides",
         required=False,
@@ -239,7 +245,7 @@ class LaunchForm(forms.Form):
         for name, value in data.items():
             if name == "nonce":
                 continue
-            if name == "cold_start":
+            if name in ("cold_start", "allow_label_mismatch"):
                 request[name] = bool(value)
             elif name == "overrides":
                 lines = [line.strip() for line in str(value or "").splitlines()]

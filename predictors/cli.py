@@ -151,6 +151,12 @@ def _parser() -> _Parser:
         help="override a manifest field, e.g. inputs.0.parameters.color_mode=BGR (repeatable; "
         "with --hub, sent as the launch's overrides)",
     )
+    run.add_argument(
+        "--allow-label-mismatch",
+        action="store_true",
+        help="run a trained model although its labels are not the dataset's (refused "
+        "otherwise, naming both label sets); the result notes the mismatch",
+    )
     run.add_argument("--format", choices=("table", "json"), default="table")
     run.add_argument(
         "--manifests",
@@ -297,6 +303,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         trace_level=args.trace_level,
         graph_optimization=args.graph_optimization,
+        allow_label_mismatch=args.allow_label_mismatch,
     )
     store = (args.store or default_store()).resolve()
     _check_store(store, [*models, dataset], split)
@@ -492,6 +499,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
             threads=args.threads,
             trace_level=args.trace_level,
             overrides=tuple(args.overrides),
+            allow_label_mismatch=args.allow_label_mismatch,
         )
     except ProtocolError as error:
         raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None

@@ -271,6 +271,11 @@ class JobOptions:
         item_max_length=120,
     )
     trace_level: str = _option("model", "what to trace", choices=TRACE_LEVELS)
+    allow_label_mismatch: bool = _option(
+        False,
+        "run a trained model although its labels are not the dataset's (refused otherwise, "
+        "naming both label sets); the result shows the mismatch",
+    )
 
     def __post_init__(self) -> None:
         for spec in fields(self):

@@ -110,6 +110,7 @@ _REPRODUCED = (
     "seed",
     "threads",
     "cold_start",
+    "allow_label_mismatch",
 )
 
 

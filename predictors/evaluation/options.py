@@ -36,6 +36,9 @@ class EvaluationOptions:
     # Manifest parameters to override, PATH=VALUE, applied to the model manifest in order
     # before it runs (`mlms evaluate --set`, a hub launch's `overrides`).
     overrides: tuple[str, ...] = ()
+    # Run a trained model whose labels are not the dataset's (`predictors.labels`); the
+    # result's notes show the mismatch.
+    allow_label_mismatch: bool = False
 
     @classmethod
     def from_job(cls, options: JobOptions, *, device: str) -> EvaluationOptions:

@@ -26,6 +26,8 @@ from predictors.evaluation.fixed_batches import (
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanList, SpanSink
 from predictors.evaluation.summaries import _notes, _trace_notes
+from predictors.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.labels import mismatch as label_mismatch
 from predictors.manifests import Manifest, apply_overrides
 from predictors.predictor import (
     PredictorError,
@@ -89,6 +91,12 @@ def evaluate(
     predictor_type.check_device(options.device)
     preprocessor = preprocessor_for(spec.input)
     labels = load_labels(spec.output_parameters, lambda url: fetch(url, None))
+    dataset_labels = (
+        load_labels(dataset.data, lambda url: fetch(url, None))
+        if "labels" in dataset.data or "labels_path" in dataset.data
+        else None
+    )
+    _check_labels(model, dataset, labels, dataset_labels, options)
     readers = [DatasetReader(split_file, size, limit=options.limit) for size in options.batch_sizes]
     if readers[0].count == 0:
         raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
@@ -204,7 +212,7 @@ def evaluate(
             ),
             **({"profiler": profiler_summary} if profiler_summary else {}),
         },
-        "notes": _notes(model, dataset, labels, first.outputs.shape[1])
+        "notes": _notes(model, dataset, labels, dataset_labels, first.outputs.shape[1])
         + _trace_notes(options, predictor_type, sampler),
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
@@ -258,6 +266,26 @@ def _model_spec(model: Manifest) -> _ModelSpec:
         weights_path=files.get("weights_path"),
         weights_sha256=files.get("weights_sha256"),
     )
+
+
+def _check_labels(
+    model: Manifest,
+    dataset: Manifest,
+    labels: list[str],
+    dataset_labels: list[str] | None,
+    options: EvaluationOptions,
+) -> None:
+    """A trained model whose labels are not the dataset's is refused unless the options allow
+    it (`predictors.labels`); the result's notes show an allowed mismatch."""
+    if options.allow_label_mismatch or dataset_labels is None:
+        return
+    if (model.data.get("attributes") or {}).get("trained") is False:
+        return
+    problem = label_mismatch(
+        f"{model.name} {model.version}", labels, f"{dataset.name} {dataset.version}", dataset_labels
+    )
+    if problem:
+        raise EvaluationError(f"{problem}. {LABEL_HINT.capitalize()}")
 
 
 def _check_version(model: Manifest, version: str) -> None:

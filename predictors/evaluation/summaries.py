@@ -11,6 +11,7 @@ import numpy as np
 from predictors.counters import CounterSampler
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
+from predictors.labels import mismatch as label_mismatch
 from predictors.manifests import Manifest
 from predictors.predictor import (
     Predictor,
@@ -73,19 +74,28 @@ def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]
     }
 
 
-def _notes(model: Manifest, dataset: Manifest, labels: list[str], classes: int) -> list[str]:
+def _notes(
+    model: Manifest,
+    dataset: Manifest,
+    labels: list[str],
+    dataset_labels: list[str] | None,
+    classes: int,
+) -> list[str]:
     notes = []
     if (model.data.get("attributes") or {}).get("trained") is False:
         notes.append(
             f"{model.name} is not trained (attributes.trained: false): its accuracy is "
             "meaningless; use it for latency and throughput"
         )
-    dataset_labels = dataset.data.get("labels")
-    if isinstance(dataset_labels, list) and dataset_labels != labels:
-        notes.append(
-            f"the model's {len(labels)} labels are not the dataset's {len(dataset_labels)} "
-            "labels: accuracy compares class indices"
+    if dataset_labels is not None:
+        problem = label_mismatch(
+            f"{model.name} {model.version}",
+            labels,
+            f"{dataset.name} {dataset.version}",
+            dataset_labels,
         )
+        if problem:
+            notes.append(f"labels differ: {problem}")
     if classes != len(labels):
         notes.append(f"the model gives {classes} outputs per input for {len(labels)} labels")
     return notes

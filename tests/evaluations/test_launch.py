@@ -124,6 +124,58 @@ def test_a_model_of_another_task_than_the_dataset_is_refused(bob_client, alice_c
     assert error_paths(response) == ["dataset"]
 
 
+def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # type: ignore[no-untyped-def]
+    bob_client, alice_client, agent, hosts
+):
+    """Accuracy compares class indices: other labels, or the same ones in another order, are
+    refused with a 400 naming both sets, unless the request allows it."""
+    from tests.evaluations.factories import claim, error_of, launched_id
+    from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
+
+    birds = dataset_manifest("birds", visibility="public")
+    birds["labels"] = ["sparrow", "robin", "cat"]
+    swapped = dataset_manifest("swapped", visibility="public")
+    swapped["labels"] = ["dog", "cat"]
+    from_file = dataset_manifest("from-file", visibility="public")
+    del from_file["labels"]
+    from_file["labels_path"] = "repo://datasets/from-file/1.0.0/labels.txt"
+    for manifest, files in ((birds, None), (swapped, None), (from_file, {"labels.txt": b"ox\n"})):
+        response = upload(bob_client, to_yaml(manifest), files)
+        assert response.status_code == 201, response.content
+
+    for dataset, shown, why in (
+        ("birds", "3 labels [sparrow, robin, cat]", "1 only the model's (e.g. dog)"),
+        ("swapped", "2 labels [dog, cat]", "the same labels in another order"),
+        ("from-file", "1 label [ox]", "2 only the model's (e.g. cat, dog)"),
+    ):
+        refused = launch(alice_client, dataset=dataset)
+        assert refused.status_code == 400, refused.content
+        assert refused.json()["code"] == "label_mismatch"
+        error = error_of(refused)
+        assert error_paths(refused) == ["dataset"]
+        assert "model m 1.1.0 has 2 labels [cat, dog]" in error["message"]
+        assert f"dataset {dataset} 1.0.0 has {shown}" in error["message"]
+        assert why in error["message"]
+        assert "allow_label_mismatch" in error["message"]
+    assert Evaluation.objects.count() == 0
+
+    # An override that gives the model the dataset's labels makes the launch valid ...
+    fixed = launch(
+        alice_client, dataset="swapped", overrides=['outputs.0.parameters.labels=["dog", "cat"]']
+    )
+    assert fixed.status_code == 201, fixed.content
+    # ... and so does allowing the mismatch, which the job carries to the agent.
+    allowed = launch(alice_client, dataset="birds", allow_label_mismatch=True)
+    job = claim(agent, launched_id(allowed), hosts["cpu-1"]).json()
+    assert job["options"]["allow_label_mismatch"] is True
+    # A model marked untrained has no accuracy to protect.
+    untrained = model_manifest("random", visibility="public")
+    untrained["attributes"] = {"trained": False}
+    assert upload(bob_client, to_yaml(untrained)).status_code == 201
+    assert launch(alice_client, model="random", dataset="birds").status_code == 201
+    assert launch(alice_client, allow_label_mismatch="maybe").status_code == 400
+
+
 def test_anonymous_callers_get_401(client, hosts) -> None:  # type: ignore[no-untyped-def]
     response = client.post(EVALUATIONS_URL, {"model": "m"}, content_type="application/json")
 

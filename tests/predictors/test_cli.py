@@ -109,6 +109,24 @@ def test_table_and_overrides(store: Path, capsys: pytest.CaptureFixture[str]) ->
     assert float(row.split()[3].rstrip("%")) <= baseline - 30
 
 
+def test_a_label_mismatch_is_refused_unless_allowed(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ("digits-cnn", "--framework", "onnxruntime", "--dataset", "shapes-color")
+    common = ("--store", str(store), "--limit", "9")
+    code, err = fails(capsys, *argv, *common)
+    assert code == 1
+    assert "model digits-cnn 1.0.0 has 10 labels [0, 1, 2, 3, …, 8, 9]" in err
+    assert "dataset shapes-color 1.0.0 has 9 labels [red-circle, red-square" in err
+    assert "--allow-label-mismatch" in err
+    status, out, err = evaluate(
+        capsys, *argv, *common, "--allow-label-mismatch", "--format", "json"
+    )
+    assert status == 0, err
+    (result,) = json.loads(out)["results"]
+    assert any(note.startswith("labels differ: model digits-cnn") for note in result["notes"])
+
+
 def test_unknown_model_and_bad_batch_sizes_are_one_line_from_the_command() -> None:
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -421,6 +422,55 @@ def test_unknown_split_and_unknown_framework(
         run_evaluation(split="test")
     with pytest.raises(PredictorError, match="unknown framework 'mxnet'"):
         predictor_class("mxnet")
+
+
+def _dataset_labelled(labels: list[str]) -> Manifest:
+    return manifests.load(DATASET.replace("labels: [dark, mid, bright]", f"labels: {labels}"))
+
+
+@pytest.mark.parametrize(
+    ("labels", "why"),
+    [
+        (["dark", "mid"], "1 only the model's \\(e.g. bright\\)"),
+        (["bright", "mid", "dark"], "the same labels in another order"),
+        (["dark", "mid", "bright", "white"], "1 only the dataset's \\(e.g. white\\)"),
+    ],
+)
+def test_a_model_whose_labels_are_not_the_datasets_is_refused_before_it_loads(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation, labels: list[str], why: str
+) -> None:
+    dataset = _dataset_labelled(labels)
+    with pytest.raises(EvaluationError) as refused:
+        run_evaluation(dataset=dataset)
+    message = str(refused.value)
+    assert "model tiny 1.0.0 has 3 labels [dark, mid, bright]" in message
+    assert f"dataset tiny 1.0.0 has {len(labels)} labels [{', '.join(labels)}]" in message
+    assert re.search(why, message), message
+    assert "allow_label_mismatch" in message
+    assert fake.calls == []  # refused before a single prediction
+
+
+def test_an_allowed_label_mismatch_runs_and_the_result_says_so(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    evaluation = run_evaluation(
+        dataset=_dataset_labelled(["bright", "mid", "dark"]), allow_label_mismatch=True
+    )
+    notes = evaluation.result["notes"]
+    assert any(note.startswith("labels differ: model tiny 1.0.0 has 3 labels") for note in notes)
+    # The matching dataset gives no such note.
+    assert not any("labels differ" in note for note in run_evaluation().result["notes"])
+
+
+def test_an_untrained_model_runs_on_any_labels(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    untrained = manifests.load(MODEL + "attributes: {trained: false}\n")
+    untrained = dataclasses.replace(untrained, framework="fake")
+    evaluation = run_evaluation(untrained, dataset=_dataset_labelled(["dark", "mid"]))
+    notes = evaluation.result["notes"]
+    assert any("is not trained" in note for note in notes)
+    assert any("labels differ" in note for note in notes)
 
 
 def test_compare_reports_agreement_and_the_largest_difference(
