@@ -12,7 +12,8 @@ would relax them: `model`, `version`, `framework`, `dataset`, `dataset_version`,
 `min_memory_gb`, `container` (a host whose agent runs jobs in containers, `--docker`, runs a
 manifest only when it has the image the manifest's `container` field names for the host's
 architecture and the device; a request with container limits runs only on such hosts:
-`container_limits`), `host`.
+`container_limits`), `custom_code` (a manifest with custom processing code runs only on hosts
+whose agent opts in, `--docker --allow-custom-code`), `host`.
 
 The hardware constraints are checked against what each agent registered as its host's
 `hardware` (the shape `predictors.introspection.stack` reads): `arch` the host's
@@ -30,6 +31,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from hub.models import Host, Manifest
+from predictors.custom_code import fields_with_code
 from predictors.protocol import DEVICES, GPU
 from predictors.versioning import InvalidRange, satisfies, validate_range, version_key
 
@@ -141,7 +143,7 @@ def solve(
                 f"does not meet the request (hosts that can: {able})",
             )
         matches = named
-    return Solution(matches, dataset)
+    return Solution(_custom_code(matches), dataset)
 
 
 def _check(request: Request) -> None:
@@ -391,6 +393,33 @@ def _containers(request: Request, matches: list[Match]) -> list[Match]:
             + "); build it there with `make images` (docker/build.py) and restart its agent",
         )
     return kept
+
+
+def _runs_custom_code(host: Host) -> bool:
+    """Whether the host's agent runs manifests' custom code (`--docker --allow-custom-code`)."""
+    docker = (host.software or {}).get("docker")
+    return isinstance(docker, dict) and docker.get("custom_code") is True
+
+
+def _custom_code(matches: list[Match]) -> list[Match]:
+    """A manifest with custom processing code runs only on hosts that opt in; Unsatisfiable
+    (`custom_code`) naming the hosts that could run it otherwise when none does."""
+    kept = [
+        match
+        for match in matches
+        if not fields_with_code(match.manifest.content or {}) or _runs_custom_code(match.host)
+    ]
+    if kept or not matches:
+        return kept
+    manifest = matches[0].manifest
+    fields = " and ".join(fields_with_code(manifest.content or {}))
+    raise Unsatisfiable(
+        "custom_code",
+        f"{manifest.name} {manifest.version} has custom {fields} code, which runs only inside a "
+        "predictor container on a host whose agent opts in (`mlms agent --docker "
+        "--allow-custom-code`); none of the live hosts that could run it does: "
+        + ", ".join(sorted({m.host.name for m in matches})),
+    )
 
 
 def _hardware(request: Request, matches: list[Match]) -> list[Match]:

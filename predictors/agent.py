@@ -2,7 +2,8 @@
 
     mlms agent --hub URL [--token T | --token-file F] [--name NAME] [--frameworks F,...]
                [--queues Q,...] [--pool | --group G] [--concurrency 1] [--broker URL]
-               [--cache DIR] [--docker [--cpus N] [--memory SIZE]]
+               [--cache DIR] [--docker [--cpus N] [--memory SIZE]
+                                        [--allow-custom-code [--custom-code-seconds S]]]
 
 (also `python -m predictors.agent …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
 the `agent` scope). The agent:
@@ -43,6 +44,9 @@ host's architecture and the job's device (`predictors.containers`): the agent of
 frameworks of the images it has (not those installed beside it), registers each image with its
 software environment, and records the image and its digest in the result's stack. `--cpus` and
 `--memory` limit each container. A Docker daemon that does not answer stops the agent at start.
+`--allow-custom-code` runs model manifests' custom preprocess/postprocess code in those
+containers (`predictors.custom_code`); the host registers it, and the hub sends such jobs only to
+hosts that do; without it the agent refuses them.
 
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
 """
@@ -72,6 +76,7 @@ from predictors.containers import (
     docker_client,
     parse_memory,
 )
+from predictors.custom_code import DEFAULT_CALL_SECONDS
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
     USER_ERRORS,
@@ -214,6 +219,7 @@ class Agent:
         if self.runner is not None:
             self._registration["software"]["docker"] = {
                 "limits": self.runner.limits.describe(),
+                "custom_code": self.runner.custom_code,
                 "images": [
                     {
                         key: value
@@ -790,6 +796,20 @@ def _parser() -> argparse.ArgumentParser:
         help="with --docker: memory each container may use, e.g. 4g (default: no limit)",
     )
     parser.add_argument(
+        "--allow-custom-code",
+        action="store_true",
+        help="with --docker: run the custom preprocess/postprocess code of model manifests, "
+        "inside their containers (no network, read-only files, memory and time limits); "
+        "without it this host refuses such jobs",
+    )
+    parser.add_argument(
+        "--custom-code-seconds",
+        type=float,
+        metavar="S",
+        help="with --allow-custom-code: the longest one call of custom code may take "
+        f"(default: {DEFAULT_CALL_SECONDS:g})",
+    )
+    parser.add_argument(
         "--wait", type=float, default=60, metavar="S", help="seconds to wait for the hub (60)"
     )
     return parser
@@ -832,6 +852,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         flag = "--cpus" if args.cpus is not None else "--memory"
         print(f"mlms agent: error: {flag} limits containers: it needs --docker", file=sys.stderr)
         return 2
+    if args.allow_custom_code and not args.docker:
+        print(
+            "mlms agent: error: --allow-custom-code: custom code runs only inside predictor "
+            "containers; it needs --docker",
+            file=sys.stderr,
+        )
+        return 2
+    if args.custom_code_seconds is not None and not args.allow_custom_code:
+        print(
+            "mlms agent: error: --custom-code-seconds limits custom code: it needs "
+            "--allow-custom-code",
+            file=sys.stderr,
+        )
+        return 2
+    if args.custom_code_seconds is not None and not 0 < args.custom_code_seconds <= 86400:
+        print(
+            "mlms agent: error: --custom-code-seconds must be more than 0 and at most 86400; "
+            f"got {args.custom_code_seconds:g}",
+            file=sys.stderr,
+        )
+        return 2
     if args.cpus is not None and not 0 < args.cpus <= (os.cpu_count() or 1):
         print(
             f"mlms agent: error: --cpus must be more than 0 and at most this host's "
@@ -854,6 +895,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 limits=Limits(cpus=args.cpus, memory=memory),
                 architecture=introspection.architecture(),
                 label=f"{args.hub.rstrip('/')}/{args.name}",
+                custom_code=args.allow_custom_code,
+                custom_code_seconds=args.custom_code_seconds or DEFAULT_CALL_SECONDS,
             )
         except DockerUnavailable as exc:
             print(f"mlms agent: error: --docker: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ Python, NumPy and framework, and the image the agent ran.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -33,8 +34,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from predictors import manifests
-from predictors.containers import SOCKET
+from predictors import custom_code, manifests
+from predictors.containers import CUSTOM_CODE_ENV, CUSTOM_CODE_SECONDS_ENV, SOCKET
+from predictors.custom_code import CustomCodeError
 from predictors.evaluation import (
     USER_ERRORS,
     EvaluationCancelled,
@@ -123,7 +125,9 @@ def run(channel: Channel) -> None:
         evaluation = evaluate(
             model,
             dataset,
-            EvaluationOptions.from_job(job.options, device=local_device(job.device)),
+            EvaluationOptions.from_job(
+                job.options, device=local_device(job.device), **_custom_code_options(channel)
+            ),
             _fetch(channel),
             progress=progress.progress,
             cancelled=progress.cancelled.is_set,
@@ -132,6 +136,10 @@ def run(channel: Channel) -> None:
     except EvaluationCancelled:
         progress.finished.set()
         channel.ask({"op": "cancelled"})
+        return
+    except CustomCodeError as exc:  # its traceback keeps its lines
+        progress.finished.set()
+        channel.ask({"op": "failed", "message": str(exc), "user": True})
         return
     except USER_ERRORS as exc:
         progress.finished.set()
@@ -146,6 +154,21 @@ def run(channel: Channel) -> None:
     progress.join()
     channel.ask({"op": "progress", "done": progress.done, "total": progress.total})
     channel.ask({"op": "result", "upload": result_upload(job, evaluation).to_dict()})
+
+
+def _custom_code_options(channel: Channel) -> dict[str, Any]:
+    """Whether this container runs the manifest's custom code, as the agent that started it
+    says (`mlms agent --allow-custom-code`); a call that runs past its limit ends the run with
+    the watchdog's message sent to the agent."""
+    if os.environ.get(CUSTOM_CODE_ENV) != "1":
+        return {}
+    seconds = float(os.environ.get(CUSTOM_CODE_SECONDS_ENV) or custom_code.DEFAULT_CALL_SECONDS)
+
+    def timed_out(message: str) -> None:
+        channel.ask({"op": "failed", "message": message, "user": True})
+
+    custom_code.on_timeout = timed_out
+    return {"custom_code": True, "custom_code_seconds": seconds}
 
 
 class _Discard:

@@ -15,7 +15,11 @@ for this host's architecture and the job's device (`container.amd64.cpu`). The c
   CPU and memory limits of the request (`container_cpus`, `container_memory_mb`) capped by the
   host's settings (`--cpus`, `--memory`); the result records the limits the engine applied;
 - is labelled with the evaluation and the agent, and removed when the job ends (an agent that
-  starts removes what an earlier run of it left).
+  starts removes what an earlier run of it left);
+- runs the model manifest's custom processing code only when the agent opts in
+  (`--allow-custom-code`; `predictors.custom_code`), with each call's time limit
+  (`--custom-code-seconds`) and a memory limit even where the host sets none
+  (CUSTOM_CODE_MEMORY); an agent that has not opted in refuses such a job, saying why.
 
 What can go wrong, and what the evaluation says:
 
@@ -49,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from predictors import manifests
+from predictors.custom_code import DEFAULT_CALL_SECONDS, RUNS_WHERE, fields_with_code
 from predictors.evaluation import EvaluationCancelled, EvaluationError
 from predictors.protocol import GPU, Job, ResultUpload
 from predictors.tracing import Span
@@ -72,6 +78,12 @@ EVALUATION_LABEL = "org.mlmodelscope.evaluation"
 FILES_MOUNT = "/mlms/files"
 RUN_MOUNT = "/mlms/run"
 SOCKET = "agent.sock"
+# How the agent tells a container to run the manifest's custom code (`--allow-custom-code`).
+CUSTOM_CODE_ENV = "MLMS_CUSTOM_CODE"
+CUSTOM_CODE_SECONDS_ENV = "MLMS_CUSTOM_CODE_SECONDS"
+# The memory of a container that runs custom code when neither the host nor the request
+# limits it: custom code never runs without a memory limit.
+CUSTOM_CODE_MEMORY = 4 * 2**30
 # The images' unprivileged user (docker/*/Dockerfile).
 CONTAINER_UID = 10001
 # How long a container may take to stop between two predictions after a cancel.
@@ -277,8 +289,13 @@ class Runner:
         limits: Limits | None = None,
         architecture: str = "amd64",
         label: str | None = None,
+        custom_code: bool = False,
+        custom_code_seconds: float = DEFAULT_CALL_SECONDS,
     ) -> None:
         self.client = client
+        # Whether this host runs manifests' custom processing code (`--allow-custom-code`).
+        self.custom_code = custom_code
+        self.custom_code_seconds = custom_code_seconds
         self.agent = agent
         self.label = label or agent
         self.cache_dir = cache_dir.resolve()
@@ -331,6 +348,19 @@ class Runner:
                 f"{job.device}) is not on host {self.agent}: {build_hint(reference)}"
             )
         limits = self.limits_for(job)
+        code = _code_fields(job)
+        environment = {"MLMS_CONTAINER_IMAGE": reference, "HOME": "/tmp"}  # noqa: S108
+        if code:
+            if not self.custom_code:
+                raise EvaluationError(
+                    f"{job.model.name} {job.model.version} has custom {' and '.join(code)} "
+                    f"code, and host {self.agent} does not run custom code (its agent was "
+                    f"started without --allow-custom-code): {RUNS_WHERE}"
+                )
+            environment[CUSTOM_CODE_ENV] = "1"
+            environment[CUSTOM_CODE_SECONDS_ENV] = f"{self.custom_code_seconds:g}"
+            if limits.memory is None:
+                limits = Limits(cpus=limits.cpus, memory=CUSTOM_CODE_MEMORY)
         work = _RunFolders(self.cache_dir, job)
         container = None
         relay: _Relay | None = None
@@ -354,9 +384,10 @@ class Runner:
                 device_requests=_gpus() if job.device == GPU else None,
                 volumes={
                     str(work.files): {"bind": FILES_MOUNT, "mode": "ro"},
-                    str(work.socket): {"bind": RUN_MOUNT, "mode": "rw"},
+                    # Read-only: connecting to the socket needs no write access to its folder.
+                    str(work.socket): {"bind": RUN_MOUNT, "mode": "ro"},
                 },
-                environment={"MLMS_CONTAINER_IMAGE": reference, "HOME": "/tmp"},  # noqa: S108
+                environment=environment,
                 labels={AGENT_LABEL: self.label, EVALUATION_LABEL: job.id},
                 name=f"mlms-{job.id[:8]}-{job.attempt}-{os.urandom(3).hex()}",
             )
@@ -436,6 +467,15 @@ class Runner:
             f"the container running {reference} exited with status {code} before it reported "
             "a result" + (": " + " | ".join(last) if last else "")
         )
+
+
+def _code_fields(job: Job) -> list[str]:
+    """The fields of the job's model manifest that hold custom code."""
+    try:
+        data = manifests.load(job.model.source, kind="model").data
+    except manifests.ManifestError:
+        return []  # the container reports the manifest's own error
+    return fields_with_code(data)
 
 
 def _gpus() -> list[Any]:

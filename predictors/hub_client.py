@@ -19,7 +19,7 @@ from urllib.parse import quote, urlencode
 
 import requests
 
-from predictors.protocol import FINISHED
+from predictors.protocol import FINISHED, fit_reason
 
 __all__ = ["HubClient", "HubError", "HubUnreachable", "evaluate_remote"]
 
@@ -124,7 +124,7 @@ class HubClient:
         retries: int | None = None,
     ) -> None:
         """Finish an evaluation as `failed` or `cancelled`, saying why."""
-        body = {"claim": claim, "status": status, "reason": reason}
+        body = {"claim": claim, "status": status, "reason": fit_reason(reason)}
         self.request("POST", f"evaluations/{evaluation}/status/", body, retries=retries)
 
     def post_result(

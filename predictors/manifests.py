@@ -42,7 +42,7 @@ import jsonschema
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from predictors import versioning
+from predictors import custom_code, versioning
 
 __all__ = [
     "KINDS",
@@ -831,17 +831,10 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
                 )
                 yield ("framework", "version"), message
     if kind == "model":
-        for field in ("preprocess", "postprocess"):
-            if data.get(field) not in (None, ""):
-                yield (
-                    (field,),
-                    (
-                        f"custom {field}ing code is not run yet: it will run sandboxed, inside the "
-                        "framework's predictor container on hosts that opt in; until then a "
-                        "manifest with it is refused rather than evaluated without it. Remove it "
-                        "and describe the processing with the inputs' and outputs' parameters"
-                    ),
-                )
+        for field in custom_code.FIELDS:
+            problem = custom_code.check_source(field, data.get(field))
+            if problem:
+                yield (field,), problem
         for index, entry in _entries(data.get("inputs")):
             parameters = entry.get("parameters")
             if entry.get("type") == "image" and isinstance(parameters, dict):
@@ -879,6 +872,36 @@ def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _geometry_problems(parameters: dict[str, Any], path: Path_) -> Iterator[tuple[Path_, str]]:
+    """The rules of the optional geometry steps (`resize_side`, `pad`) beyond the schema."""
+    side, pad = parameters.get("resize_side"), parameters.get("pad")
+    if isinstance(side, dict):
+        where = (*path, "resize_side")
+        if parameters.get("resize_size") is not None or parameters.get("keep_aspect_ratio"):
+            yield where, "resizes by one side: resize_size must be null and keep_aspect_ratio false"
+        size, cap, step = side.get("size"), side.get("max_size"), side.get("multiple_of")
+        if side.get("side") == "longer" and cap is not None:
+            yield (*where, "max_size"), "must be null with side longer (that side is size)"
+        if _is_number(size) and _is_number(cap) and cap < size:
+            yield (*where, "max_size"), f"{_show(cap)} is smaller than size {_show(size)}"
+        if (
+            side.get("side") in ("height", "width")
+            and isinstance(size, int)
+            and isinstance(step, int)
+            and step > 0
+            and size % step
+        ):
+            yield (*where, "size"), f"{_show(size)} is not a multiple of multiple_of {step}"
+    if isinstance(pad, dict):
+        where = (*path, "pad")
+        if (pad.get("size") is None) == (pad.get("multiple_of") is None):
+            yield (*where, "size"), "give exactly one of size and multiple_of"
+        channels = _CHANNELS.get(str(parameters.get("color_mode")))
+        value = pad.get("value")
+        if channels is not None and isinstance(value, list) and len(value) not in (1, channels):
+            yield (*where, "value"), f"give one value, or one per channel ({channels})"
+
+
 def _image_problems(parameters: dict[str, Any], path: Path_) -> Iterator[tuple[Path_, str]]:
     get = parameters.get
     crop_method, crop_size, resize_size = get("crop_method"), get("crop_size"), get("resize_size")
@@ -894,9 +917,15 @@ def _image_problems(parameters: dict[str, Any], path: Path_) -> Iterator[tuple[P
     ):
         message = f"{_show(crop_size)} is larger than resize_size {_show(resize_size)}"
         yield (*path, "crop_size"), message
-    if get("keep_aspect_ratio") is True and "resize_size" in parameters and resize_size is None:
+    if (
+        get("keep_aspect_ratio") is True
+        and "resize_size" in parameters
+        and resize_size is None
+        and get("resize_side") is None
+    ):
         message = "must be false when resize_size is null (there is no resize)"
         yield (*path, "keep_aspect_ratio"), message
+    yield from _geometry_problems(parameters, path)
     channels = _CHANNELS.get(str(get("color_mode")))
     if channels is not None:
         for key in ("mean", "std"):

@@ -236,6 +236,19 @@ def _option(default: Any, help: str, **bounds: Any) -> Any:
 
 
 MAX_BATCH_SIZE = 65536
+# The longest reason a status report may give (a failure's message, with custom code's
+# traceback); `fit_reason` cuts a longer one in the middle.
+MAX_REASON = 4000
+
+
+def fit_reason(reason: str) -> str:
+    """`reason`, cut in the middle to MAX_REASON characters when longer: its first lines say
+    what failed, its last ones where."""
+    if len(reason) <= MAX_REASON:
+        return reason
+    marker = "\n[… cut …]\n"
+    keep = (MAX_REASON - len(marker)) // 2
+    return reason[:keep] + marker + reason[-keep:]
 
 
 @dataclass(frozen=True)

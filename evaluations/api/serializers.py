@@ -13,7 +13,13 @@ from rest_framework import serializers
 from evaluations import outputs
 from evaluations.models import Evaluation, Result, StatusChange
 from predictors.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES, LATENCY_KEYS, JobOptions, ProtocolError
+from predictors.protocol import (
+    DEVICES,
+    LATENCY_KEYS,
+    MAX_REASON,
+    JobOptions,
+    ProtocolError,
+)
 from predictors.versioning import InvalidRange, validate_range
 from traces.actions import spans_stored
 
@@ -384,7 +390,7 @@ LOST = "lost"
 class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
     claim = serializers.RegexField(r"^[0-9a-f]{32}$")
     status = serializers.ChoiceField(choices=[Evaluation.FAILED, Evaluation.CANCELLED, LOST])
-    reason = serializers.CharField(max_length=4000, allow_blank=True, default="")
+    reason = serializers.CharField(max_length=MAX_REASON, allow_blank=True, default="")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["status"] in (Evaluation.FAILED, LOST) and not attrs["reason"].strip():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from predictors.custom_code import CustomCodeError
 from predictors.data import AssetError, DatasetError
 from predictors.manifests import ManifestError
 from predictors.predictor import (
@@ -30,4 +31,5 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     AssetError,
     DatasetError,
     ManifestError,
+    CustomCodeError,
 )

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from predictors.custom_code import CustomCode, custom_outputs
 from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.options import EvaluationOptions
@@ -79,8 +80,13 @@ class FixedBatches:
         progress: Progress | None,
         cancelled: Callable[[], bool] | None,
         sink: SpanSink,
+        custom: CustomCode | None = None,
     ) -> None:
         self.model = model
+        # The manifest's custom postprocess, applied to each batch's outputs (first pass).
+        self.custom_postprocess = (
+            custom if custom is not None and "postprocess" in custom.functions else None
+        )
         self.sink = sink
         # Span ids are numbered from 1 in the order they are given (a stage span's id is given
         # before its children's, though it is written after them).
@@ -201,6 +207,11 @@ class FixedBatches:
                 wall_ns += stage_wall
                 if repetition == 0:
                     start = time.perf_counter_ns()
+                    if self.custom_postprocess is not None:
+                        stage_outputs = [
+                            custom_outputs(self.custom_postprocess, outputs, len(labels))
+                            for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
+                        ]
                     for batch_outputs in stage_outputs:
                         predictions.extend(self._postprocess(batch_outputs))
                     end = time.perf_counter_ns()

@@ -39,14 +39,20 @@ class EvaluationOptions:
     # Run a trained model whose labels are not the dataset's (`predictors.labels`); the
     # result's notes show the mismatch.
     allow_label_mismatch: bool = False
+    # Run the manifest's custom processing code (`predictors.custom_code`): set only inside a
+    # predictor container whose agent opts in; elsewhere a manifest with code is refused.
+    custom_code: bool = False
+    # The longest one call of custom code may take (seconds), where a watchdog enforces it.
+    custom_code_seconds: float = 60.0
 
     @classmethod
-    def from_job(cls, options: JobOptions, *, device: str) -> EvaluationOptions:
-        """The loop's options for a hub job: every job option, by name."""
+    def from_job(cls, options: JobOptions, *, device: str, **host: Any) -> EvaluationOptions:
+        """The loop's options for a hub job: every job option, by name, and what the host
+        decides (`custom_code`, `custom_code_seconds`)."""
         values: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v for k, v in options.to_dict().items()
         }
-        return cls(device=device, **values)
+        return cls(device=device, **values, **host)
 
     def __post_init__(self) -> None:
         def positive(name: str, value: Any, minimum: int) -> None:

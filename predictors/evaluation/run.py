@@ -14,6 +14,7 @@ import numpy as np
 
 from predictors import versioning
 from predictors.counters import CounterSampler
+from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
 from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
@@ -89,7 +90,10 @@ def evaluate(
     software = predictor_type.software()
     _check_version(model, software["version"])
     predictor_type.check_device(options.device)
-    preprocessor = preprocessor_for(spec.input)
+    custom = _custom_code(model, options)
+    preprocessor: Any = preprocessor_for(spec.input)
+    if custom is not None and "preprocess" in custom.functions:
+        preprocessor = CustomPreprocessor(preprocessor, custom)
     labels = load_labels(spec.output_parameters, lambda url: fetch(url, None))
     dataset_labels = (
         load_labels(dataset.data, lambda url: fetch(url, None))
@@ -126,7 +130,7 @@ def evaluate(
     loop: FixedBatches | None = None
     try:
         loop = FixedBatches(
-            model, predictor, options, spec, labels, total, progress, cancelled, sink
+            model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
         )
         loop.stage_span("load", load_start, load_end, {})
         if at_least(options.trace_level, "hardware"):
@@ -266,6 +270,21 @@ def _model_spec(model: Manifest) -> _ModelSpec:
         weights_path=files.get("weights_path"),
         weights_sha256=files.get("weights_sha256"),
     )
+
+
+def _custom_code(model: Manifest, options: EvaluationOptions) -> CustomCode | None:
+    """The manifest's custom processing code, compiled in the sandbox; None when it has none.
+    Refused where it would not run (outside a container whose agent opts in)."""
+    fields = fields_with_code(model.data)
+    if not fields:
+        return None
+    if not options.custom_code:
+        raise EvaluationError(
+            f"{model.name} {model.version} has custom {' and '.join(fields)} code, and "
+            f"{RUNS_WHERE}; here it would not run, so the evaluation is refused rather than "
+            "run without it"
+        )
+    return CustomCode(model.data, call_seconds=options.custom_code_seconds)
 
 
 def _check_labels(

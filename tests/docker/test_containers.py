@@ -226,12 +226,10 @@ def test_an_agent_runs_inside_a_framework_image(hub: LiveHub) -> None:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
 
-def test_a_missing_image_fails_the_job_naming_it_and_how_to_build_it(tmp_path: Path) -> None:
-    manifest = (ROOT / "manifests" / "models" / "digits-cnn" / "onnxruntime.yaml").read_text()
-    missing = "mlmodelscope/onnxruntime:0.0-cpu"
-    manifest = manifest.replace(ONNXRUNTIME, missing)
+def _digits_job(manifest: str) -> Job:
+    """A job of digits-cnn on digits as the hub would send it, with `manifest` as the model."""
     dataset = (ROOT / "manifests" / "datasets" / "digits.yaml").read_text()
-    job = Job(
+    return Job(
         id="0" * 32,
         claim="1" * 32,
         attempt=1,
@@ -240,6 +238,12 @@ def test_a_missing_image_fails_the_job_naming_it_and_how_to_build_it(tmp_path: P
         dataset=ManifestRef(2, "digits", "1.0.0", "", "0" * 64, dataset),
         options=JobOptions(),
     )
+
+
+def test_a_missing_image_fails_the_job_naming_it_and_how_to_build_it(tmp_path: Path) -> None:
+    manifest = (ROOT / "manifests" / "models" / "digits-cnn" / "onnxruntime.yaml").read_text()
+    missing = "mlmodelscope/onnxruntime:0.0-cpu"
+    job = _digits_job(manifest.replace(ONNXRUNTIME, missing))
     runner = Runner(docker_client(), "test-host", tmp_path)
     with pytest.raises(EvaluationError) as raised:
         runner.run(job, lambda url, sha: tmp_path, lambda d, t: None, lambda: False, None)
@@ -258,3 +262,136 @@ def test_make_images_with_nothing_changed_builds_nothing() -> None:
     assert done.returncode == 0, done.stderr
     assert f"{ONNXRUNTIME}: up to date" in done.stdout
     assert "0 built, 1 up to date" in done.stdout
+
+
+# -- custom processing code, sandboxed in the container --------------------------------------
+
+# digits-cnn with the normalization left to custom code: the built-in steps hand it the pixels
+# as float32 0..255 (scale 1, mean 0, std 1), and the code does (x / 255 - 0.5) / 0.5.
+NORMALIZE = "def preprocess(example):\n    return (example / 255.0 - 0.5) / 0.5\n"
+
+
+def _upload_coded(hub: LiveHub, name: str, preprocess: str) -> None:
+    """digits-cnn (ONNX) as `name`, owned by the hub's user, with `preprocess` as its code."""
+    import requests
+    import yaml
+
+    data = yaml.safe_load((ROOT / "manifests/models/digits-cnn/onnxruntime.yaml").read_text())
+    data.update(name=name, visibility="private", preprocess=preprocess)
+    parameters = data["inputs"][0]["parameters"]
+    parameters.update(scale=1.0, mean=[0.0], std=[1.0])
+    data["model"]["graph_path"] = f"repo://models/{name}/1.0.0/digits-cnn.onnx"
+    graph = Path(hub.env["ARTIFACT_ROOT"]) / "models/digits-cnn/1.0.0/digits-cnn.onnx"
+    response = requests.post(
+        hub.url + "/api/v1/manifests/",
+        data={"manifest": yaml.safe_dump(data, sort_keys=False)},
+        files={"files": ("digits-cnn.onnx", graph.read_bytes())},
+        headers=hub.auth_headers(),
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+
+
+@pytest.fixture(scope="module")
+def code_host(hub: LiveHub) -> str:
+    """An agent that opts in to custom code, with 3 s per call."""
+    options = ["--docker", "--allow-custom-code", "--custom-code-seconds", "3"]
+    hub.start_agent("docker-code", options=options)
+    hub.wait(lambda: "docker-code" in hub.live_hosts(), "the custom-code agent to register", 60)
+    return "docker-code"
+
+
+def _predictions(hub: LiveHub, evaluation_id: str) -> list[list[str]]:
+    status, body = hub.get(f"evaluations/{evaluation_id}/predictions/?page_size=500")
+    assert status == 200, body
+    return [row["classes"] for row in body["results"]]
+
+
+def test_custom_code_runs_in_the_container_of_a_host_that_opts_in(
+    hub: LiveHub, code_host: str
+) -> None:
+    _upload_coded(hub, "digits-coded", NORMALIZE)
+    # The hub sends it only to a host that opts in: named elsewhere, it is refused.
+    status, refused = hub.request(
+        "POST",
+        "/api/v1/evaluations/",
+        {
+            "model": "digits-coded",
+            "framework": "onnxruntime",
+            "dataset": "digits",
+            "host": "docker-a",
+        },
+    )
+    assert status == 400, refused
+    assert refused["errors"][0]["path"] == "custom_code", refused
+    assert "--allow-custom-code" in refused["detail"]
+
+    coded = _succeeded(hub, hub.launch(model="digits-coded", batch_sizes=[8]))
+    assert coded["host"] == code_host
+    plain = _succeeded(hub, hub.launch(host="docker-a", batch_sizes=[8]))
+    # The code did in the container what the built-in normalization does: the same
+    # predictions, input by input.
+    assert _predictions(hub, coded["id"]) == _predictions(hub, plain["id"])
+    assert coded["result"]["accuracy"] == plain["result"]["accuracy"]
+    assert coded["result"]["stack"]["container"]["image"] == ONNXRUNTIME
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "words"),
+    [
+        (
+            "digits-net",
+            "import urllib.request\ndef preprocess(example):\n"
+            "    urllib.request.urlopen('http://192.0.2.1/', timeout=2)\n",
+            "custom preprocess code tried to use the network",
+        ),
+        (
+            "digits-write",
+            "def preprocess(example):\n    open('/mlms/files/evil', 'w').write('x')\n",
+            "tried to write /mlms/files/evil outside its sandbox",
+        ),
+        (
+            "digits-spin",
+            "def preprocess(example):\n    while True:\n        pass\n",
+            "custom preprocess code ran for more than 3 s in one call and was stopped",
+        ),
+        (
+            "digits-raise",
+            "def preprocess(example):\n    return example[99]\n",
+            'File "<manifest preprocess>", line 2, in preprocess',
+        ),
+    ],
+)
+def test_custom_code_that_fails_or_reaches_outside_ends_the_run_saying_so(
+    hub: LiveHub, code_host: str, name: str, code: str, words: str
+) -> None:
+    _upload_coded(hub, name, code)
+    body = hub.finished(hub.launch(model=name, batch_sizes=[1], limit=4), timeout=120)
+    assert body["status"] == "failed", body["history"]
+    reason = body["history"][-1]["reason"]
+    assert words in reason, reason
+    # Nothing of it reached the host: no file it tried to write, no container left.
+    assert not list(hub.folder.rglob("evil"))
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("mlms-*/evil"))
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=org.mlmodelscope.evaluation=" + body["id"]],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert left == []
+
+
+def test_a_host_that_has_not_opted_in_refuses_a_job_with_custom_code(tmp_path: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "manifests/models/digits-cnn/onnxruntime.yaml").read_text())
+    data["preprocess"] = NORMALIZE
+    job = _digits_job(yaml.safe_dump(data))
+    before = {c.id for c in docker_client().containers.list(all=True)}
+    runner = Runner(docker_client(), "plain-host", tmp_path)
+    with pytest.raises(EvaluationError) as raised:
+        runner.run(job, lambda url, sha: tmp_path, lambda d, t: None, lambda: False, None)
+    message = str(raised.value)
+    assert "host plain-host does not run custom code" in message
+    assert "--allow-custom-code" in message
+    assert {c.id for c in docker_client().containers.list(all=True)} == before

@@ -307,17 +307,45 @@ def test_a_nul_character_in_a_query_parameter_gets_400(client, query) -> None:  
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("field", ["preprocess", "postprocess"])
-def test_a_manifest_with_processing_code_is_refused_saying_where_it_will_run(alice, field) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (
+            "def {field}(x)\n    return x\n",
+            "is not valid Python: expected ':' (line 1 of the code)",
+        ),
+        ("def other(x):\n    return x\n", "must define a function `def {field}(…)`"),
+        ("def {field}():\n    return 1\n", "must take one argument"),
+        ("async def {field}(x):\n    return x\n", "must be a plain function"),
+    ],
+)
+def test_processing_code_that_cannot_run_is_refused_naming_the_field_and_line(  # type: ignore[no-untyped-def]
+    alice, field, code, words
+) -> None:
+    """The hub parses custom code (it never runs it) and refuses what could not run."""
     from hub.models import Manifest
     from tests.hub.factories import model_yaml, upload
 
-    text = model_yaml("coded", "1.0.0", "onnxruntime", ">=1.16.0") + (
-        f"{field}: |\n  def {field}(x):\n      return x\n"
-    )
+    body = "".join(f"  {line}\n" for line in code.format(field=field).splitlines())
+    text = model_yaml("coded", "1.0.0", "onnxruntime", ">=1.16.0") + f"{field}: |\n{body}"
     response = upload(alice, text)
 
     assert response.status_code == 400, response.content
     (error,) = response.json()["errors"]
     assert error["path"] == field and error["line"]
-    assert "not run yet" in error["message"] and "container" in error["message"]
+    assert words.format(field=field) in error["message"], error["message"]
     assert not Manifest.objects.filter(name="coded").exists()
+
+
+@pytest.mark.django_db
+def test_a_manifest_with_processing_code_is_stored_as_written(alice) -> None:  # type: ignore[no-untyped-def]
+    from hub.models import Manifest
+    from tests.hub.factories import model_yaml, upload
+
+    code = "def preprocess(example):\n    open('/etc/passwd', 'w')\n    return example\n"
+    body = "".join(f"  {line}\n" for line in code.splitlines())
+    text = model_yaml("coded", "1.0.0", "onnxruntime", ">=1.16.0") + f"preprocess: |\n{body}"
+    response = upload(alice, text)
+
+    assert response.status_code == 201, response.content
+    assert Manifest.objects.get(name="coded").content["preprocess"] == code

@@ -19,10 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from PIL import Image
 
 from predictors import manifests
 from predictors.chrome_trace import chrome_trace, rows_of_spans
+from predictors.custom_code import CustomCodeError
 from predictors.evaluation import (
     CLOCK_HOST,
     EvaluationCancelled,
@@ -539,3 +541,107 @@ def test_the_spans_go_to_the_sink_as_the_loop_goes_and_are_not_kept(
     for span in written:
         assert not span.parent_id or span.parent_id in seen
         seen.add(span.span_id)
+
+
+# -- custom processing code (runs here as it runs in a container: `custom_code=True`) --------
+
+INVERT = "def preprocess(example):\n    return -example\n"
+REVERSE = "def postprocess(outputs):\n    return outputs[:, ::-1]\n"
+
+
+def _coded(**code: str) -> Manifest:
+    data = manifests.load(MODEL).data
+    data.update(code)
+    return dataclasses.replace(manifests.load(yaml.safe_dump(data)), framework="fake")
+
+
+def test_custom_code_runs_after_the_built_in_steps(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    # Inverted gray levels turn dark into bright and back; mid stays: 3 of 10 right.
+    inverted = run_evaluation(_coded(preprocess=INVERT), custom_code=True)
+    assert inverted.result["accuracy"]["top1"] == pytest.approx(0.3)
+    # Reversing the class scores undoes it: every input right again.
+    both = run_evaluation(_coded(preprocess=INVERT, postprocess=REVERSE), custom_code=True)
+    assert both.result["accuracy"]["top1"] == 1.0
+    assert [p[0][1] for p in both.predictions] == [CLASSES[i] for i in LABELS]
+
+
+def test_custom_code_is_refused_where_it_would_not_run(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    with pytest.raises(EvaluationError, match="has custom preprocess and postprocess code") as e:
+        run_evaluation(_coded(preprocess=INVERT, postprocess=REVERSE))
+    assert "mlms agent --docker --allow-custom-code" in str(e.value)
+    assert "refused rather than run without it" in str(e.value)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (
+            "def preprocess(example):\n    scale = 0\n    return example * (1 // scale)\n",
+            [
+                "custom preprocess code failed on input 0 of a batch of 1: ZeroDivisionError",
+                'File "<manifest preprocess>", line 3, in preprocess',
+                "return example * (1 // scale)",
+            ],
+        ),
+        (
+            "import socket\ndef preprocess(example):\n"
+            "    socket.create_connection(('192.0.2.1', 80), timeout=1)\n",
+            ["custom preprocess code tried to use the network", "the sandbox has none"],
+        ),
+        (
+            "def preprocess(example):\n    open('/etc/mlms-sandbox-test', 'w')\n",
+            ["tried to write /etc/mlms-sandbox-test outside its sandbox", "only under /tmp"],
+        ),
+        (
+            "import os\ndef preprocess(example):\n    os.remove('/etc/hostname')\n",
+            ["tried to change /etc/hostname (os.remove) outside its sandbox"],
+        ),
+        (
+            "import subprocess\ndef preprocess(example):\n    subprocess.run(['true'])\n",
+            ["tried to start or signal a process", "subprocess.Popen"],
+        ),
+        (
+            "def preprocess(example):\n    return 'text'\n",
+            ["returned str for input 0 of a batch of 1, which is not a numeric array"],
+        ),
+        (
+            "raise RuntimeError('at import')\ndef preprocess(x):\n    return x\n",
+            ["loading the code"],
+        ),
+    ],
+)
+def test_custom_code_that_fails_or_breaks_the_sandbox_says_what_it_did(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation, code: str, words: list[str]
+) -> None:
+    with pytest.raises(CustomCodeError) as failed:
+        run_evaluation(_coded(preprocess=code), custom_code=True, batch_sizes=(1,))
+    for word in words:
+        assert word in str(failed.value), str(failed.value)
+    assert not Path("/etc/mlms-sandbox-test").exists()
+    assert Path("/etc/hostname").exists() or not Path("/etc").exists()
+
+
+def test_custom_code_may_write_in_its_sandbox_folder(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    code = (
+        "import tempfile\ndef preprocess(example):\n"
+        "    with tempfile.NamedTemporaryFile(dir='/tmp') as scratch:\n"
+        "        scratch.write(b'x')\n"
+        "    return example\n"
+    )
+    evaluation = run_evaluation(_coded(preprocess=code), custom_code=True)
+    assert evaluation.result["accuracy"]["top1"] == 1.0
+
+
+def test_custom_postprocess_must_return_a_row_per_input(
+    fake: type[FakePredictor], run_evaluation: RunEvaluation
+) -> None:
+    code = "def postprocess(outputs):\n    return outputs[:1]\n"
+    with pytest.raises(CustomCodeError, match=r"one row per input \(4 here\).*\(1, 3\)"):
+        run_evaluation(_coded(postprocess=code), custom_code=True, batch_sizes=(4,))

@@ -276,6 +276,218 @@ BYTE_200 = encode(np.full((2, 2), 200, dtype=np.uint8))
 HALF = {"scale": 255.0, "mean": [0.5], "std": [0.5], "color_mode": "GRAY"}
 
 
+# -- optional geometry: resize by one side, pad ------------------------------------------------
+
+
+def _text_direction_reference(encoded: bytes) -> np.ndarray:
+    """A text-direction classifier's own preprocessing, written out as OCR packages do it:
+    height 48, width ceil(48 * w / h) capped at 192, OpenCV's bilinear resize of the BGR bytes,
+    (x / 255 - 0.5) / 0.5, then zeros to the right up to 192 (CHW)."""
+    import math
+
+    import cv2
+
+    image = cv2.imdecode(np.frombuffer(encoded, np.uint8), cv2.IMREAD_COLOR)
+    height, width = image.shape[:2]
+    ratio = width / float(height)
+    resized_w = 192 if math.ceil(48 * ratio) > 192 else int(math.ceil(48 * ratio))
+    resized = cv2.resize(image, (resized_w, 48)).astype("float32")
+    resized = resized.transpose((2, 0, 1)) / 255
+    resized -= 0.5
+    resized /= 0.5
+    padded = np.zeros((3, 48, 192), dtype=np.float32)
+    padded[:, :, :resized_w] = resized
+    return padded
+
+
+TEXT_DIRECTION = params(
+    decoder="opencv",
+    color_mode="BGR",
+    layout="NCHW",
+    resize_method="bilinear",
+    element_type="float32",
+    scale=255.0,
+    mean=[0.5, 0.5, 0.5],
+    std=[0.5, 0.5, 0.5],
+    resize_side={"side": "height", "size": 48, "max_size": 192, "multiple_of": 1, "rounding": "up"},
+    pad={"size": [48, 192], "multiple_of": None, "position": "top_left", "value": 0.0},
+)
+
+
+@pytest.mark.parametrize("shape", [(20, 100), (30, 40), (48, 48), (7, 500), (64, 33)])
+def test_resize_by_height_and_pad_give_a_text_classifiers_own_input(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    encoded = encode(rng.integers(0, 256, (*shape, 3), dtype=np.uint8))
+    ours = ImagePreprocessor(TEXT_DIRECTION)(encoded)
+    reference = _text_direction_reference(encoded)
+    assert ours.shape == reference.shape == (3, 48, 192)
+    np.testing.assert_allclose(ours, reference, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_resize_by_the_shorter_side_caps_the_longer_and_rounds_to_multiples(decoder: str) -> None:
+    image = encode(np.zeros((300, 500, 3), dtype=np.uint8))
+    side = {"side": "shorter", "size": 200, "max_size": 300, "multiple_of": 32}
+    # 200/300 would make the longer side 333 > 300: scaled by 300/500 instead, to 180x300,
+    # then each side to a multiple of 32 (180/32 = 5.625, 300/32 = 9.375).
+    for rounding, expected in (
+        ("half_up", (192, 288)),
+        ("up", (192, 320)),
+        ("down", (160, 288)),
+        ("half_even", (192, 288)),
+    ):
+        p = params(decoder=decoder, resize_side={**side, "rounding": rounding})
+        assert ImagePreprocessor(p)(image).shape[:2] == expected, rounding
+    longer = params(
+        resize_side={
+            "side": "longer",
+            "size": 50,
+            "max_size": None,
+            "multiple_of": 1,
+            "rounding": "half_even",
+        }
+    )
+    assert ImagePreprocessor(longer)(image).shape[:2] == (30, 50)
+
+
+def test_letterbox_centres_the_image_on_the_pad_value() -> None:
+    image = encode(np.full((20, 40, 3), 200, dtype=np.uint8))
+    letterbox = params(
+        resize_side={
+            "side": "longer",
+            "size": 64,
+            "max_size": None,
+            "multiple_of": 1,
+            "rounding": "half_even",
+        },
+        pad={"size": [64, 64], "multiple_of": None, "position": "center", "value": [114, 115, 116]},
+    )
+    out = ImagePreprocessor(letterbox)(image)
+    assert out.shape == (64, 64, 3)
+    assert (out[16:48] == 200).all()  # the 32x64 image, 16 rows from the top
+    assert out[:16].tolist() == out[48:].tolist() == [[[114, 115, 116]] * 64] * 16
+
+
+def test_pad_to_a_multiple_grows_each_side_to_the_next_one() -> None:
+    image = encode(np.full((50, 70, 3), 9, dtype=np.uint8))
+    p = params(pad={"size": None, "multiple_of": 32, "position": "top_left", "value": 0})
+    out = ImagePreprocessor(p)(image)
+    assert out.shape == (64, 96, 3)
+    assert (out[:50, :70] == 9).all() and (out[50:] == 0).all() and (out[:, 70:] == 0).all()
+    # Two images of different sizes that pad to the same size share a batch.
+    other = encode(np.full((60, 90, 3), 1, dtype=np.uint8))
+    assert ImagePreprocessor(p).batch([image, other]).shape == (2, 64, 96, 3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "parameter"),
+    [
+        (
+            {
+                "resize_size": [8, 8],
+                "resize_side": {
+                    "side": "height",
+                    "size": 8,
+                    "max_size": None,
+                    "multiple_of": 1,
+                    "rounding": "up",
+                },
+            },
+            "resize_side",
+        ),
+        (
+            {
+                "resize_side": {
+                    "side": "diagonal",
+                    "size": 8,
+                    "max_size": None,
+                    "multiple_of": 1,
+                    "rounding": "up",
+                }
+            },
+            "resize_side.side",
+        ),
+        (
+            {
+                "resize_side": {
+                    "side": "height",
+                    "size": 8,
+                    "max_size": None,
+                    "multiple_of": 1,
+                    "rounding": "nearest",
+                }
+            },
+            "resize_side.rounding",
+        ),
+        (
+            {"resize_side": {"side": "height", "size": 8, "max_size": None, "multiple_of": 1}},
+            "resize_side",
+        ),
+        (
+            {
+                "resize_side": {
+                    "side": "longer",
+                    "size": 8,
+                    "max_size": 9,
+                    "multiple_of": 1,
+                    "rounding": "up",
+                }
+            },
+            "resize_side.max_size",
+        ),
+        (
+            {
+                "resize_side": {
+                    "side": "height",
+                    "size": 10,
+                    "max_size": None,
+                    "multiple_of": 4,
+                    "rounding": "up",
+                }
+            },
+            "resize_side.size",
+        ),
+        (
+            {
+                "resize_side": {
+                    "side": "height",
+                    "size": 0,
+                    "max_size": None,
+                    "multiple_of": 1,
+                    "rounding": "up",
+                }
+            },
+            "resize_side.size",
+        ),
+        ({"pad": {"size": [4, 4], "multiple_of": 8, "position": "center", "value": 0}}, "pad.size"),
+        ({"pad": {"size": [4], "multiple_of": None, "position": "center", "value": 0}}, "pad.size"),
+        (
+            {"pad": {"size": None, "multiple_of": 8, "position": "middle", "value": 0}},
+            "pad.position",
+        ),
+        (
+            {"pad": {"size": None, "multiple_of": 8, "position": "center", "value": 0.5}},
+            "pad.value",
+        ),
+        (
+            {"pad": {"size": None, "multiple_of": 8, "position": "center", "value": [1, 2]}},
+            "pad.value",
+        ),
+    ],
+)
+def test_bad_geometry_is_refused_naming_the_parameter(overrides: dict, parameter: str) -> None:
+    with pytest.raises(ProcessingError) as refused:
+        ImagePreprocessor(params(**overrides))
+    assert refused.value.parameter == parameter, str(refused.value)
+    assert f"'{parameter}'" in str(refused.value)
+
+
+def test_an_image_larger_than_the_pad_size_is_an_error_not_a_crop() -> None:
+    p = params(pad={"size": [4, 4], "multiple_of": None, "position": "center", "value": 0})
+    with pytest.raises(ProcessingError, match=r"comes out 6x5, larger than pad size \[4, 4\]"):
+        ImagePreprocessor(p)(encode(np.zeros((6, 5, 3), dtype=np.uint8)))
+
+
 def test_convert_then_normalize_follows_its_formula() -> None:
     pre = ImagePreprocessor(
         params(**HALF, element_type="float32", normalization_order="convert_then_normalize")

@@ -65,7 +65,7 @@
       row.append(el("td", when(change.at).slice(11), "nowrap"));
       var cell = el("td");
       cell.append(el("span", change.status, "status " + change.status));
-      row.append(cell, el("td", change.reason), el("td", change.host || "—"),
+      row.append(cell, el("td", change.reason, "reason"), el("td", change.host || "—"),
         el("td", change.attempt, "num"));
       return row;
     });
