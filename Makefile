@@ -24,9 +24,10 @@ $(BIN)/python:
 	  echo "python venv support is missing; installing python3-venv" >&2; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y python3-venv >&2 && $(PYTHON) -m venv $(VENV); }
 
-$(STAMP): $(BIN)/python requirements.txt $(wildcard requirements/*.txt) constraints.txt pyproject.toml
+$(STAMP): $(BIN)/python requirements.txt $(wildcard requirements/*.txt requirements/pretrained/*.txt) constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps $(addprefix -r ,$(wildcard requirements/pretrained/*.txt))
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

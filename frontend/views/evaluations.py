@@ -48,8 +48,11 @@ def _catalog(request: HttpRequest) -> dict[str, Any]:
         entry = models.setdefault(name, {"versions": set(), "frameworks": set(), "dataset": ""})
         entry["versions"].add(version)
         entry["frameworks"].add(framework)
-        entry["dataset"] = entry["dataset"] or (content.get("attributes") or {}).get(
-            "training_dataset", ""
+        attributes = content.get("attributes") or {}
+        entry["dataset"] = (
+            entry["dataset"]
+            or attributes.get("reference_dataset")
+            or attributes.get("training_dataset", "")
         )
     for entry in models.values():
         entry["versions"] = sorted(entry["versions"], key=version_key, reverse=True)

@@ -9,6 +9,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``models/shapes-color/1.0.0/{shapes-color.pt,shapes-color.onnx,shapes-color.keras,labels.txt}``
 - ``models/<name>/1.0.0/{<name>.pt,<name>.onnx,labels.txt}`` for alexnet, resnet-18, resnet-50
   and mobilenet-v2 (seeded weights, not trained)
+- ``datasets/text-lines/1.0.0/{train,validation}.parquet`` (printed text lines, upright or
+  upside down) and ``models/text-direction/1.0.0/text-direction.onnx``, a pretrained model
+  taken from a PyPI package's wheel (``pretrained.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -47,6 +50,7 @@ class Entry:
     name: str
     files: tuple[str, ...]
     requires: str | None = None  # the key of the dataset a trained model learns from
+    pretrained: bool = False  # copied from a PyPI package (`pretrained.py`)
 
     @property
     def key(self) -> str:
@@ -74,12 +78,20 @@ def _standard(name: str) -> Entry:
     return Entry("model", name, (f"{name}.pt", f"{name}.onnx", "labels.txt"))
 
 
+def _pretrained(name: str) -> Entry:
+    from predictors.zoo.pretrained import PRETRAINED
+
+    return Entry("model", name, (PRETRAINED[name].file,), pretrained=True)
+
+
 ENTRIES: tuple[Entry, ...] = (
     _dataset("digits"),
     _trained("digits-cnn", "digits"),
     _dataset("shapes-color"),
     _trained("shapes-color", "shapes-color"),
     *(_standard(name) for name in STANDARD_MODELS),
+    _dataset("text-lines"),
+    _pretrained("text-direction"),
 )
 
 
@@ -165,6 +177,15 @@ def build(
                 results[entry.key] = {**header, "status": "built", **built}
                 results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 _log(f"{entry.key}: done in {results[entry.key]['seconds']} s")
+                continue
+            if entry.pretrained:
+                from predictors.zoo.pretrained import build_pretrained
+
+                _log(f"{entry.key}: copying from its package")
+                began = time.perf_counter()
+                built = build_pretrained(str(store), entry.name)
+                results[entry.key] = {**header, "status": "built", **built}
+                results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 continue
             _log(f"{entry.key}: queued (built in its own process)")
             future = pool.submit(_build_model, str(store), entry.name, entry.trained)

@@ -166,6 +166,79 @@ def make_shapes_color() -> dict[str, Split]:
     return splits
 
 
+# --- text-lines -----------------------------------------------------------------------------
+
+TEXT_SEED = 20261125
+TEXT_COUNTS = {"train": 200, "validation": 600}
+TEXT_DIRECTIONS = ("0", "180")
+
+
+def _zen_lines() -> list[str]:
+    """The lines of the Zen of Python, read from the standard library's `this` module without
+    running it (it prints when imported)."""
+    import ast
+    import codecs
+    import importlib.util
+
+    spec = importlib.util.find_spec("this")
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    encoded = next(
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+    text = codecs.decode(encoded, "rot13")
+    return [line for line in text.splitlines()[2:] if line.strip()]
+
+
+def _text_line(rng: np.random.Generator, words: list[str]) -> np.ndarray:
+    """One text line as a word processor prints it: dark text on a light, slightly uneven
+    background, in Pillow's own scalable font at a random size, with a margin."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    start = int(rng.integers(0, max(1, len(words) - 1)))
+    count = int(rng.integers(2, 8))
+    text = " ".join(words[start : start + count])
+    font = ImageFont.load_default(size=int(rng.integers(18, 40)))
+    left, top, right, bottom = font.getbbox(text)
+    margin_x, margin_y = int(rng.integers(2, 12)), int(rng.integers(2, 10))
+    size = (int(right - left) + 2 * margin_x, int(bottom - top) + 2 * margin_y)
+    paper = int(rng.integers(205, 256))
+    image = Image.new("RGB", size, (paper, paper, max(0, paper - int(rng.integers(0, 25)))))
+    ink = int(rng.integers(0, 70))
+    origin = (margin_x - int(left), margin_y - int(top))
+    ImageDraw.Draw(image).text(origin, text, font=font, fill=(ink,) * 3)
+    pixels = np.asarray(image, dtype=np.int16)
+    noise = rng.normal(0, rng.uniform(0, 6), pixels.shape)
+    return np.clip(pixels + noise, 0, 255).astype(np.uint8)
+
+
+def make_text_lines() -> dict[str, Split]:
+    """Printed English text lines (phrases of the Zen of Python), upright (label "0") or upside
+    down (label "180", the same line rotated by 180 degrees), balanced, as PNG."""
+    from PIL import Image
+
+    lines = [line.split() for line in _zen_lines()]
+    rng = np.random.default_rng(TEXT_SEED)
+    splits = {}
+    for split in SPLITS:
+        count = TEXT_COUNTS[split]
+        labels = np.asarray([i % 2 for i in range(count)], dtype=np.int64)
+        images = []
+        for label in labels:
+            pixels = _text_line(rng, lines[int(rng.integers(len(lines)))])
+            if label == 1:
+                pixels = np.ascontiguousarray(pixels[::-1, ::-1])
+            buffer = io.BytesIO()
+            Image.fromarray(pixels, mode="RGB").save(buffer, format="PNG")
+            images.append(buffer.getvalue())
+        splits[split] = Split(images, labels)
+    return splits
+
+
 DIGITS = DatasetSpec(
     name="digits",
     encoding="png",
@@ -180,7 +253,15 @@ SHAPES = DatasetSpec(
     image=ImageSpec(color_mode="RGB", size=(32, 32), mean=(0.5,) * 3, std=(0.5,) * 3),
     make=make_shapes_color,
 )
-DATASETS = {spec.name: spec for spec in (DIGITS, SHAPES)}
+TEXT_LINES = DatasetSpec(
+    name="text-lines",
+    encoding="png",
+    labels=TEXT_DIRECTIONS,
+    # The input of the text-direction classifier that is evaluated on it (its manifest).
+    image=ImageSpec(color_mode="BGR", size=(48, 192), mean=(0.5,) * 3, std=(0.5,) * 3),
+    make=make_text_lines,
+)
+DATASETS = {spec.name: spec for spec in (DIGITS, SHAPES, TEXT_LINES)}
 
 
 # --- Parquet --------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ class Command(BaseCommand):
         )
         launched: list[Evaluation] = []
         for manifest in self._manifests(frameworks, options["model"]):
-            dataset = (manifest.content.get("attributes") or {}).get("training_dataset", "")
+            dataset = _reference_dataset(manifest)
             if self._done(manifest, hosts):
                 self.stdout.write(f"  {manifest.name} [{manifest.framework}]: reference exists")
                 continue
@@ -131,7 +131,7 @@ class Command(BaseCommand):
         ).order_by("name", "framework", "-created_at"):
             if only and manifest.name not in only:
                 continue
-            dataset = (manifest.content.get("attributes") or {}).get("training_dataset", "")
+            dataset = _reference_dataset(manifest)
             if manifest.framework in frameworks and dataset in datasets:
                 chosen.append(manifest)
         # The newest version of each model and framework.
@@ -181,3 +181,11 @@ class Command(BaseCommand):
         )
         if waiting or failed:
             raise CommandError(f"{failed} failed and {len(waiting)} unfinished")
+
+
+def _reference_dataset(manifest: Manifest) -> str:
+    """The built-in dataset a zoo model's reference result is measured on: its
+    `reference_dataset` attribute (a pretrained model whose training data is not here), else
+    its `training_dataset`."""
+    attributes = manifest.content.get("attributes") or {}
+    return str(attributes.get("reference_dataset") or attributes.get("training_dataset") or "")
