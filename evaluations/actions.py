@@ -36,6 +36,7 @@ from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
 from predictors.protocol import ResultUpload
 from traces import finishing
@@ -158,6 +159,7 @@ def launch_evaluation(
                 split=request["split"],
                 device=request["device"],
                 task=where.manifest.task,
+                untrained=is_untrained(where.manifest.content or {}),
                 trace_level=request["trace_level"],
                 threads=request.get("threads"),
                 seed=request["seed"],
@@ -211,7 +213,7 @@ def _check_labels(overrides: list[str], manifests: set[Manifest], dataset: Manif
     for manifest in sorted(manifests, key=lambda m: m.pk):
         content = spec.apply_overrides(manifest.content, overrides).data if overrides else {}
         content = content or manifest.content or {}
-        if (content.get("attributes") or {}).get("trained") is False:
+        if is_untrained(content) or is_untrained(manifest.content or {}):
             continue
         outputs = content.get("outputs") or [{}]
         model_labels = _labels_of((outputs[0] or {}).get("parameters") or {})

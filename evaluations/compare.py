@@ -128,6 +128,7 @@ def _summary(evaluation: Evaluation) -> dict[str, Any]:
         "label": label(evaluation),
         "model": evaluation.model_name,
         "model_version": evaluation.model_version,
+        "untrained": evaluation.untrained,
         "framework": evaluation.framework,
         "framework_version": evaluation.framework_version,
         "dataset": evaluation.dataset_name,

@@ -72,6 +72,13 @@ FILTERS: tuple[Filter, ...] = (
         ("true", "false"),
     ),
     Filter("task", "task", "the model's task"),
+    Filter(
+        "untrained",
+        "untrained",
+        "true: only of models marked not trained; false: only of the others",
+        "choice",
+        ("true", "false"),
+    ),
     Filter("group", "group", "the evaluations one request launched", "uuid"),
     Filter(
         "created_after",
@@ -108,7 +115,7 @@ def apply(queryset: QuerySet[Evaluation], params: Mapping[str, Any]) -> QuerySet
                 f"{spec.name} is empty: leave it out to match any {spec.name}", path=spec.name
             )
         value = _value(spec, str(raw))
-        if spec.name == "published":
+        if spec.name in ("published", "untrained"):
             value = value == "true"
         queryset = queryset.filter(**{spec.lookup: value})
     # With `batch_size`, the filter joins one row per evaluation (a result has one row per

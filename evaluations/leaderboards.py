@@ -206,6 +206,7 @@ def _row(item: Evaluation, agreeing: int) -> dict[str, Any]:
         "url": reverse("evaluation", kwargs={"pk": item.pk}),
         "model": item.model_name,
         "model_version": item.model_version,
+        "untrained": item.untrained,
         "framework": item.framework,
         "framework_version": item.framework_version,
         "device": item.device,

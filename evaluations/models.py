@@ -76,6 +76,9 @@ class Evaluation(models.Model):
     device = models.CharField(max_length=8)
     # The model's task (from its manifest): a leaderboard is a task and a dataset.
     task = models.CharField(max_length=64, blank=True, default="")
+    # The model is marked not trained (`attributes.trained: false`, seeded weights): its
+    # accuracy means nothing, and every page and answer that shows the result says so.
+    untrained = models.BooleanField(default=False)
     # The request as validated, with its defaults filled in; the keys people compare and
     # filter on are columns of their own too.
     request = models.JSONField()

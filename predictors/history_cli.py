@@ -134,7 +134,8 @@ def _listing(page: dict[str, Any], batch_size: str | None) -> str:
                 str(item.get("device") or ""),
                 str(item.get("host") or "-"),
                 str(item["status"]),
-                f"{accuracy['top1']:.2%}" if accuracy.get("top1") is not None else "-",
+                (f"{accuracy['top1']:.2%}" if accuracy.get("top1") is not None else "-")
+                + (" (not trained)" if item.get("untrained") else ""),
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -165,6 +166,11 @@ def _detail(evaluation: dict[str, Any]) -> str:
         lines.append(
             f"  accuracy   top-1 {accuracy['top1']:.2%}, top-5 {accuracy['top5']:.2%} on "
             f"{accuracy['count']} inputs"
+            + (
+                " (the model is marked not trained: its accuracy means nothing)"
+                if evaluation.get("untrained")
+                else ""
+            )
         )
         lines.append("  batch size   p50 ms   p90 ms   p99 ms   inputs/s")
         for size in sorted(result["latency"], key=int):

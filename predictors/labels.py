@@ -11,10 +11,17 @@ meaningful accuracy to protect, and runs on any dataset.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # How many labels of each set a message shows (the first and the last ones).
 SHOWN = 6
+
+
+def is_untrained(manifest: Mapping[str, Any]) -> bool:
+    """Whether a model manifest's data marks it not trained (`attributes.trained: false`)."""
+    attributes = manifest.get("attributes")
+    return isinstance(attributes, Mapping) and attributes.get("trained") is False
 
 
 def shown(labels: Sequence[str]) -> str:

@@ -272,6 +272,7 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
             "group",
             "overrides",
             "task",
+            "untrained",
             "published",
             "published_at",
             "accuracy",

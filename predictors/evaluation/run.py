@@ -28,6 +28,7 @@ from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanList, SpanSink
 from predictors.evaluation.summaries import _notes, _trace_notes
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
 from predictors.manifests import Manifest, apply_overrides
 from predictors.predictor import (
@@ -298,7 +299,7 @@ def _check_labels(
     it (`predictors.labels`); the result's notes show an allowed mismatch."""
     if options.allow_label_mismatch or dataset_labels is None:
         return
-    if (model.data.get("attributes") or {}).get("trained") is False:
+    if is_untrained(model.data):
         return
     problem = label_mismatch(
         f"{model.name} {model.version}", labels, f"{dataset.name} {dataset.version}", dataset_labels

@@ -11,6 +11,7 @@ import numpy as np
 from predictors.counters import CounterSampler
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
+from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
 from predictors.manifests import Manifest
 from predictors.predictor import (
@@ -82,7 +83,7 @@ def _notes(
     classes: int,
 ) -> list[str]:
     notes = []
-    if (model.data.get("attributes") or {}).get("trained") is False:
+    if is_untrained(model.data):
         notes.append(
             f"{model.name} is not trained (attributes.trained: false): its accuracy is "
             "meaningless; use it for latency and throughput"

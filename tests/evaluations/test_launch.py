@@ -172,7 +172,17 @@ def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # ty
     untrained = model_manifest("random", visibility="public")
     untrained["attributes"] = {"trained": False}
     assert upload(bob_client, to_yaml(untrained)).status_code == 201
-    assert launch(alice_client, model="random", dataset="birds").status_code == 201
+    seeded = launch(alice_client, model="random", dataset="birds")
+    assert seeded.status_code == 201, seeded.content
+    # ... and every answer that shows its evaluation marks it.
+    (shown,) = seeded.json()["evaluations"]
+    assert shown["untrained"] is True
+    assert allowed.json()["evaluations"][0]["untrained"] is False
+    marked = alice_client.get(EVALUATIONS_URL, {"untrained": "true"}).json()["results"]
+    assert [e["id"] for e in marked] == [shown["id"]]
+    others = alice_client.get(EVALUATIONS_URL, {"untrained": "false"}).json()["count"]
+    assert others == Evaluation.objects.count() - 1
+    assert alice_client.get(EVALUATIONS_URL, {"untrained": "maybe"}).status_code == 400
     assert launch(alice_client, allow_label_mismatch="maybe").status_code == 400
 
 

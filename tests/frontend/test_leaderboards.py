@@ -176,3 +176,28 @@ def test_reproduce_fills_the_launch_form_with_the_rows_request(  # type: ignore[
     expect(page.locator("#id_seed")).to_have_value("7")
     expect(page.locator("#id_batch_sizes")).to_have_value("1, 8")
     expect(page.locator("#id_overrides")).to_have_value("inputs.0.parameters.color_mode=BGR")
+
+
+def test_a_result_of_an_untrained_model_is_marked_wherever_it_is_shown(  # type: ignore[no-untyped-def]
+    page, board, shoot
+) -> None:
+    owner = board["pytorch"].user
+    seeded = published_result(owner, "onnxruntime", 0.11, 0.05, 20000.0, untrained=True)
+
+    page.goto("/leaderboards/image_classification/digits/")
+    marked = page.locator("#board tbody tr:has(.badge.untrained)")
+    expect(marked).to_have_count(1)
+    expect(marked).to_have_attribute("data-evaluation", str(seeded.pk))
+    expect(marked.locator(".badge.untrained")).to_have_text("not trained")
+    shoot(page, "leaderboard-untrained-row")
+
+    page.goto(f"/evaluations/{seeded.pk}/")
+    expect(page.locator("h1 .badge.untrained")).to_have_text("not trained")
+    page.goto(f"/evaluations/{board['pytorch'].pk}/")
+    expect(page.locator(".badge.untrained")).to_have_count(0)
+
+    body = page.request.get(f"/api/v1/evaluations/{seeded.pk}/").json()
+    assert body["untrained"] is True
+    rows = page.request.get("/api/v1/leaderboards/image_classification/digits/").json()["results"]
+    assert {row["evaluation"]: row["untrained"] for row in rows}[str(seeded.pk)] is True
+    assert sum(row["untrained"] for row in rows) == 1

@@ -229,3 +229,30 @@ def test_a_flag_the_hub_cannot_honour_is_refused_before_anything_is_sent(
     status, err = fails(capsys, *argv, "--hub", "http://127.0.0.1:9", "--token", "mlms_x", *extra)
     assert status == 2, err
     assert flag in err
+
+
+def test_the_history_marks_results_of_untrained_models() -> None:
+    from predictors.history_cli import _detail, _listing
+
+    def evaluation(name: str, untrained: bool) -> dict:
+        return {
+            "id": f"{name:0<32}",
+            "model": {"name": name, "version": "1.0.0"},
+            "framework": "onnxruntime",
+            "framework_version": "1.31.1",
+            "dataset": {"name": "digits", "version": "1.0.0", "split": "validation"},
+            "device": "cpu",
+            "host": "h",
+            "status": "succeeded",
+            "user": "alice",
+            "created_at": "2026-11-25T12:00:00Z",
+            "untrained": untrained,
+            "accuracy": {"top1": 0.1, "top5": 0.5, "count": 360},
+        }
+
+    table = _listing({"results": [evaluation("resnet", True), evaluation("digits", False)]}, None)
+    marked = [line for line in table.splitlines() if "(not trained)" in line]
+    assert len(marked) == 1 and "resnet" in marked[0]
+    seeded = evaluation("resnet", True)
+    seeded["result"] = {"accuracy": seeded["accuracy"], "latency": {}, "throughput": {}}
+    assert "marked not trained" in _detail(seeded)

@@ -53,10 +53,13 @@
     $("fact-started").textContent = when(state.started_at);
     $("fact-finished").textContent = when(state.finished_at);
 
-    $("cancel-form").hidden = finished();
-    var cancel = $("cancel-button");
-    cancel.disabled = !!state.cancel_requested;
-    cancel.textContent = state.cancel_requested ? "Cancelling…" : "Cancel";
+    var form = $("cancel-form");  // only its owner may cancel: absent for anyone else
+    if (form) {
+      form.hidden = finished();
+      var cancel = $("cancel-button");
+      cancel.disabled = !!state.cancel_requested;
+      cancel.textContent = state.cancel_requested ? "Cancelling…" : "Cancel";
+    }
   }
 
   function renderHistory() {
