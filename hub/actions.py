@@ -20,6 +20,7 @@ from hub import storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
+from predictors import graph_check
 from predictors import manifests as spec
 from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
@@ -132,6 +133,7 @@ def register_manifest(
             artifact = _store_file(doc, item, owner, written)
             if artifact is not None:
                 artifacts.append(artifact)
+        _check_graph(doc)
         with transaction.atomic():
             manifest = Manifest.objects.create(
                 kind=doc.kind,
@@ -159,6 +161,27 @@ def register_manifest(
         _discard(written)
         raise
     return manifest
+
+
+def _check_graph(doc: spec.Manifest) -> None:
+    """An ONNX model's declared inputs and outputs must be its graph's (names, ranks, element
+    types: `predictors.graph_check`): Invalid naming each field that does not fit. Files the
+    hub does not hold (https://, a built-in model the zoo has not built yet) are checked by the
+    agent that loads them."""
+    if doc.kind != "model" or doc.framework != "onnxruntime":
+        return
+    graph_path = str((doc.data.get("model") or {}).get("graph_path") or "")
+    if not graph_path.startswith("repo://"):
+        return
+    file = storage.resolve(graph_path.removeprefix("repo://"))
+    if not file.is_file():
+        return
+    found = graph_check.onnx_problems(doc.data, file)
+    if found:
+        raise Invalid(
+            [{"path": path, "message": message} for path, message in found],
+            code=HubErrorCode.GRAPH_MISMATCH,
+        )
 
 
 def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> None:

@@ -12,6 +12,7 @@ class HubErrorCode(StrEnum):
     FILE_CONFLICT = "file_conflict"  # a store path holds other content, or another's file
     FILE_MISSING = "file_missing"
     CHECKSUM_MISMATCH = "checksum_mismatch"
+    GRAPH_MISMATCH = "graph_mismatch"  # declared inputs/outputs that are not the graph's
     NOT_STAFF = "not_staff"
     NOT_A_MEMBER = "not_a_member"
     UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the constraints

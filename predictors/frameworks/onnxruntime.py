@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from predictors import graph_check
 from predictors.frameworks import cuda_index
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
@@ -108,14 +109,21 @@ class OnnxRuntimePredictor(Predictor):
                 f"onnxruntime could not start the CUDA provider for {options.device} "
                 f"(the session runs on {', '.join(session.get_providers())})"
             )
+        found = list(graph_check.problems(manifest.data, graph_check.session_signature(session)))
+        if found:
+            raise PredictorError(
+                f"{manifest.name} {manifest.version}: the manifest does not fit its ONNX graph: "
+                + "; ".join(f"{path}: {message}" for path, message in found)
+            )
         self._session = session
-        self._input = session.get_inputs()[0].name
-        self._output = session.get_outputs()[0].name
+        # By the names the manifest declares (checked above to be the graph's).
+        self._input = str(manifest.data["inputs"][0]["name"])
+        self._output = str(manifest.data["outputs"][0]["name"])
         self._threads = options.threads
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
         assert self._session is not None, "load() first"
-        spec = self._session.get_inputs()[0]
+        spec = next(i for i in self._session.get_inputs() if i.name == self._input)
         shape = tuple(d if isinstance(d, int) and d > 0 else None for d in spec.shape)
         return shape, _ELEMENT_TYPES.get(spec.type, spec.type)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.evaluations.factories import claim, launch, launched_id, post_result, result_body
-from tests.hub.factories import model_yaml, upload
+from tests.hub.factories import model_yaml, onnx_graph, upload
+
+WEIGHTS = onnx_graph("private weights")
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +19,7 @@ def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job
     bob_client, agent, make_client, django_user_model, hosts
 ) -> None:
     text = model_yaml("private-net", graph_file="net.onnx")
-    assert upload(bob_client, text, {"net.onnx": b"weights"}).status_code == 201
+    assert upload(bob_client, text, {"net.onnx": WEIGHTS}).status_code == 201
     evaluation_id = launched_id(launch(bob_client, model="private-net"))
     other_agent = make_client(django_user_model.objects.create_user("other"), scopes=["agent"])
 
@@ -26,7 +28,7 @@ def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job
 
     response = agent.get(FILE_URL)
     assert response.status_code == 200
-    assert b"".join(response.streaming_content) == b"weights"
+    assert b"".join(response.streaming_content) == WEIGHTS
     assert other_agent.get(FILE_URL).status_code == 404
 
     post_result(agent, evaluation_id, result_body(job["claim"]))

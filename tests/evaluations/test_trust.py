@@ -26,7 +26,7 @@ from tests.evaluations.factories import (
     result_body,
     url,
 )
-from tests.hub.factories import model_yaml, register_host, upload
+from tests.hub.factories import model_yaml, onnx_graph, register_host, upload
 from tests.traces.factories import PROTOBUF, export
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +63,7 @@ def bobs_box(bobs_agent, hosts) -> Host:  # type: ignore[no-untyped-def]
 def alice_private(make_client, alice) -> APIClient:  # type: ignore[no-untyped-def]
     client = make_client(alice, scopes=["read", "write", "evaluate"])
     text = model_yaml("alice-net", graph_file="net.onnx")
-    assert upload(client, text, {"net.onnx": b"alice's weights"}).status_code == 201
+    assert upload(client, text, {"net.onnx": onnx_graph("alice's weights")}).status_code == 201
     return client  # type: ignore[no-any-return]
 
 

@@ -10,11 +10,11 @@ from playwright.sync_api import expect
 from hub import actions
 from hub.models import Artifact, Manifest
 from predictors import manifests as spec
-from tests.hub.factories import model_yaml
+from tests.hub.factories import model_yaml, onnx_graph
 
 pytestmark = pytest.mark.browser
 
-GRAPH = b"\x08\x07fake onnx graph bytes for the upload test"
+GRAPH = onnx_graph("the upload test")
 
 
 @pytest.fixture

@@ -44,6 +44,34 @@ IMAGE_PARAMETERS: dict[str, Any] = {
 }
 
 
+def onnx_graph(
+    note: str = "", *, input_name: str = "image", output_name: str = "probabilities"
+) -> bytes:
+    """A real, tiny ONNX model that fits `model_manifest`'s declared input and output: a batch
+    of RGB images (float32, rank 4) averaged per channel, then two scores. `note` goes into
+    the file's doc string, so that two notes give two files of different content."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [3, 2], [1.0, -1.0] * 3)
+    graph = helper.make_graph(
+        [
+            helper.make_node("GlobalAveragePool", [input_name], ["pooled"]),
+            helper.make_node("Flatten", ["pooled"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], [output_name]),
+        ],
+        "test",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["N", 2])],
+        [weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model.doc_string = note
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
 def model_manifest(
     name: str = "m",
     version: str = "1.0.0",

@@ -67,6 +67,7 @@ from tests.hub.factories import (
     framework_entries,
     model_manifest,
     model_yaml,
+    onnx_graph,
     upload,
 )
 
@@ -139,7 +140,7 @@ def seeded(make_client, django_user_model) -> Seeded:  # type: ignore[no-untyped
     agent: APIClient = make_client(operator, scopes=["agent"])
     catalog_manifests(user)
     with_file = model_yaml("withfile", graph_file="model.onnx", visibility="public")
-    assert upload(user, with_file, {"model.onnx": b"onnx bytes"}).status_code == 201
+    assert upload(user, with_file, {"model.onnx": onnx_graph()}).status_code == 201
     hosts = register_hosts(agent)
     spare, _ = ApiToken.issue(alice, name="spare", scopes=["read"])
 

@@ -11,7 +11,7 @@ import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from hub.models import Artifact, Manifest
-from tests.hub.factories import model_manifest, model_yaml
+from tests.hub.factories import model_manifest, model_yaml, onnx_graph, to_yaml, upload
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "manifests"
 INVALID = sorted((CORPUS / "invalid").glob("*.yaml"))
@@ -90,7 +90,7 @@ def test_a_yaml_upload_is_stored_private_and_owned_by_the_uploader(alice) -> Non
 def test_a_multipart_upload_stores_the_model_file_and_records_its_sha256(
     alice, artifact_root
 ) -> None:  # type: ignore[no-untyped-def]
-    payload = b"\x08\x01graph-bytes" * 100
+    payload = onnx_graph("graph bytes")
     text = model_yaml(name="withfile", graph_file="withfile.onnx")
     response = alice.post(
         "/api/v1/manifests/",
@@ -229,7 +229,7 @@ def test_the_owner_deletes_a_manifest_and_its_unshared_files(  # type: ignore[no
     text = model_yaml(name="gone", graph_file="gone.onnx")
     created = alice.post(
         "/api/v1/manifests/",
-        data={"manifest": text, "files": [SimpleUploadedFile("gone.onnx", b"bytes")]},
+        data={"manifest": text, "files": [SimpleUploadedFile("gone.onnx", onnx_graph("gone"))]},
         format="multipart",
     ).json()
     with django_capture_on_commit_callbacks(execute=True):
@@ -349,3 +349,81 @@ def test_a_manifest_with_processing_code_is_stored_as_written(alice) -> None:  #
 
     assert response.status_code == 201, response.content
     assert Manifest.objects.get(name="coded").content["preprocess"] == code
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("change", "graph", "paths", "words"),
+    [
+        (
+            {},
+            {"input_name": "x"},
+            ["inputs.0.name"],
+            "'image' is not an input of the graph (its inputs: x (float32, rank 4))",
+        ),
+        (
+            {},
+            {"output_name": "scores"},
+            ["outputs.0.name"],
+            "'probabilities' is not an output of the graph (its outputs: scores (float32, rank 2))",
+        ),
+        (
+            {"element_type": "float16"},
+            {},
+            ["inputs.0.parameters.element_type"],
+            "is float16, but the graph's input 'image' takes float32",
+        ),
+        (
+            {"type": "tensor", "shape": [3, 8]},
+            {},
+            ["inputs.0"],
+            "has rank 4, but the batch axis + shape has rank 3",
+        ),
+    ],
+)
+def test_an_onnx_graph_that_does_not_fit_its_manifest_is_refused_naming_the_field(  # type: ignore[no-untyped-def]
+    alice, artifact_root, change, graph, paths, words
+) -> None:
+    document = model_manifest(name="misfit", graph_file="misfit.onnx")
+    entry = document["inputs"][0]
+    if change.get("type") == "tensor":
+        entry.update(
+            type="tensor", parameters={"element_type": "float32", "shape": change["shape"]}
+        )
+    elif change:
+        entry["parameters"].update(change)
+    response = upload(alice, to_yaml(document), {"misfit.onnx": onnx_graph(**graph)})
+
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "graph_mismatch"
+    assert [error["path"] for error in body["errors"]] == paths
+    assert words in body["errors"][0]["message"], body
+    # Nothing of it is kept: no manifest, no file, no artifact row.
+    assert not Manifest.objects.filter(name="misfit").exists()
+    assert not list((artifact_root / "models").rglob("misfit.onnx"))
+    assert not Artifact.objects.filter(path__startswith="models/misfit/").exists()
+
+
+@pytest.mark.django_db
+def test_a_file_that_is_no_onnx_graph_is_refused_and_an_undeclared_input_named(  # type: ignore[no-untyped-def]
+    alice,
+) -> None:
+    text = model_yaml(name="garbage", graph_file="garbage.onnx")
+    response = upload(alice, text, {"garbage.onnx": b"\x08\x07not a graph"})
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["path"] == "model.graph_path"
+    assert "not a readable ONNX model" in error["message"]
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    two = onnx.load_from_string(onnx_graph())
+    two.graph.input.append(helper.make_tensor_value_info("mask", TensorProto.INT64, ["N"]))
+    text = model_yaml(name="two-inputs", graph_file="two.onnx")
+    response = upload(alice, text, {"two.onnx": two.SerializeToString()})
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["path"] == "inputs"
+    assert "does not declare, which could not be fed: mask (int64, rank 1)" in error["message"]

@@ -27,11 +27,12 @@ from tests.hub.factories import (
     dataset_yaml,
     error_paths,
     model_yaml,
+    onnx_graph,
     register_host,
     upload,
 )
 
-GRAPH = b"\x08\x07secret graph bytes"
+GRAPH = onnx_graph("secret graph")
 SPLIT = b"PAR1 secret split bytes"
 MODEL_FILE = "models/secret-model/1.0.0/secret.onnx"
 SPLIT_FILE = "datasets/secret-data/1.0.0/validation.parquet"
@@ -82,7 +83,7 @@ def private_dataset(alice_client, carol) -> Manifest:  # type: ignore[no-untyped
 @pytest.fixture
 def public_model(alice_client) -> Manifest:  # type: ignore[no-untyped-def]
     text = model_yaml("open-model", graph_file="open.onnx", visibility="public")
-    response = upload(alice_client, text, files={"open.onnx": b"open graph"})
+    response = upload(alice_client, text, files={"open.onnx": onnx_graph("open graph")})
     assert response.status_code == 201, response.content
     return Manifest.objects.get(pk=response.json()["id"])
 
@@ -326,7 +327,7 @@ def test_anyone_reads_a_public_model_without_a_token(anonymous, public_model, on
     assert anonymous.get(f"{RESOLVE_URL}?model=open-model").status_code == 200
     download = anonymous.get(ARTIFACTS_URL + "models/open-model/1.0.0/open.onnx")
     assert download.status_code == 200
-    assert b"".join(download.streaming_content) == b"open graph"
+    assert b"".join(download.streaming_content) == onnx_graph("open graph")
 
 
 # -- scopes ----------------------------------------------------------------------------------

@@ -89,6 +89,25 @@ def test_a_layout_the_model_does_not_take_is_an_error_not_a_silent_one(
         run_evaluation("shapes-color", framework, "shapes-color", overrides=(override,), limit=4)
 
 
+def test_an_onnx_manifest_that_does_not_fit_its_graph_is_refused_when_loaded(
+    run_evaluation: RunEvaluation,
+) -> None:
+    """A file the hub never read (https://, a local store) is checked when ONNX Runtime loads
+    it: the names the manifest declares are the ones the predictor feeds and reads."""
+    for override, words in (
+        (
+            "inputs.0.name=image",
+            "inputs.0.name: 'image' is not an input of the graph (its "
+            "inputs: input (float32, rank 4))",
+        ),
+        ("outputs.0.name=probs", "outputs.0.name: 'probs' is not an output of the graph"),
+    ):
+        with pytest.raises(PredictorError) as refused:
+            run_evaluation("digits-cnn", "onnxruntime", "digits", overrides=(override,), limit=4)
+        assert "digits-cnn 1.0.0: the manifest does not fit its ONNX graph" in str(refused.value)
+        assert words in str(refused.value), str(refused.value)
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_predict_returns_host_arrays_batch_first(store: Path, framework: str) -> None:
     manifest = CATALOG.find_model("digits-cnn", "*", framework)

@@ -1,0 +1,177 @@
+"""A model manifest's declared inputs and outputs, checked against the model's own graph.
+
+The hub runs `onnx_problems` on an uploaded ONNX file before it stores the manifest (every
+problem is a 400 naming the manifest field), and the ONNX Runtime predictor runs the same check
+on the session it loads (a file given by https://, which the hub never reads). What is checked:
+
+- every declared input and output name is one of the graph's (ONNX Runtime feeds and reads by
+  name; a misspelt name would otherwise be ignored);
+- the graph has no input that the manifest leaves undeclared (it could not be fed);
+- the rank: an image input is a batch of images, rank 4 (NCHW or NHWC); a tensor input with a
+  `shape` has rank 1 + len(shape) (the batch axis first);
+- the element type: the input's `element_type` is the graph input's type.
+
+TorchScript and Keras files carry no such names and types without loading them in their
+framework; they are checked when an agent loads them (the first batch's shape and type,
+`FixedBatches._check_input`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# ONNX TensorProto data types as the manifests' element types.
+ONNX_TYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
+}
+# ONNX Runtime's type strings ("tensor(float)") as the manifests' element types.
+ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(uint8)": "uint8",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+}
+
+
+@dataclass(frozen=True)
+class Port:
+    """One graph input or output: its name, element type (None when unknown) and rank (None
+    when the graph does not say)."""
+
+    name: str
+    element_type: str | None
+    rank: int | None
+
+    def show(self) -> str:
+        rank = "rank ?" if self.rank is None else f"rank {self.rank}"
+        return f"{self.name} ({self.element_type or '?'}, {rank})"
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+
+
+class GraphError(ValueError):
+    """The file is not a readable ONNX model."""
+
+
+def onnx_signature(path: Path) -> Signature:
+    """The inputs (initializers excluded) and outputs of an ONNX file, read with the `onnx`
+    package without loading external data or running anything."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # a protobuf that does not parse
+        raise GraphError(f"not a readable ONNX model: {exc}") from None
+    graph = model.graph
+    initializers = {tensor.name for tensor in graph.initializer}
+
+    def port(value: Any) -> Port:
+        tensor = value.type.tensor_type
+        rank = len(tensor.shape.dim) if tensor.HasField("shape") else None
+        return Port(value.name, ONNX_TYPES.get(tensor.elem_type), rank)
+
+    return Signature(
+        tuple(port(v) for v in graph.input if v.name not in initializers),
+        tuple(port(v) for v in graph.output),
+    )
+
+
+def session_signature(session: Any) -> Signature:
+    """The same from a loaded ONNX Runtime session."""
+
+    def port(node: Any) -> Port:
+        shape = node.shape
+        return Port(node.name, ORT_TYPES.get(node.type), len(shape) if shape is not None else None)
+
+    return Signature(
+        tuple(port(node) for node in session.get_inputs()),
+        tuple(port(node) for node in session.get_outputs()),
+    )
+
+
+def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[str, str]]:
+    """(field path, message) for every way the manifest's inputs and outputs do not fit."""
+    by_name = {port.name: port for port in signature.inputs}
+    declared = set()
+    misnamed = False
+    shown = ", ".join(port.show() for port in signature.inputs) or "none"
+    for index, entry in enumerate(data.get("inputs") or []):
+        if not isinstance(entry, Mapping):
+            continue
+        name = str(entry.get("name"))
+        declared.add(name)
+        port = by_name.get(name)
+        if port is None:
+            misnamed = True
+            yield (
+                f"inputs.{index}.name",
+                f"'{name}' is not an input of the graph (its inputs: {shown})",
+            )
+            continue
+        parameters = entry.get("parameters") if isinstance(entry.get("parameters"), Mapping) else {}
+        assert isinstance(parameters, Mapping)
+        element_type = parameters.get("element_type")
+        if port.element_type and element_type and element_type != port.element_type:
+            yield (
+                f"inputs.{index}.parameters.element_type",
+                f"is {element_type}, but the graph's input '{name}' takes {port.element_type}",
+            )
+        expected = None
+        if entry.get("type") == "image":
+            expected = 4
+        elif isinstance(parameters.get("shape"), list):
+            expected = 1 + len(parameters["shape"])
+        if expected is not None and port.rank is not None and port.rank != expected:
+            what = "a batch of images" if entry.get("type") == "image" else "the batch axis + shape"
+            yield (
+                f"inputs.{index}",
+                f"the graph's input '{name}' has rank {port.rank}, but {what} has rank {expected}",
+            )
+    undeclared = [port for port in signature.inputs if port.name not in declared]
+    if undeclared and not misnamed:  # a misspelt name says it already
+        yield (
+            "inputs",
+            "the graph takes inputs the manifest does not declare, which could not be fed: "
+            + ", ".join(port.show() for port in undeclared),
+        )
+    outputs = {port.name for port in signature.outputs}
+    shown_outputs = ", ".join(port.show() for port in signature.outputs) or "none"
+    for index, entry in enumerate(data.get("outputs") or []):
+        if isinstance(entry, Mapping) and str(entry.get("name")) not in outputs:
+            yield (
+                f"outputs.{index}.name",
+                f"'{entry.get('name')}' is not an output of the graph (its outputs: "
+                f"{shown_outputs})",
+            )
+
+
+def onnx_problems(data: Mapping[str, Any], path: Path) -> list[tuple[str, str]]:
+    """`problems` of an ONNX file; an unreadable file is one problem of `model.graph_path`."""
+    try:
+        signature = onnx_signature(path)
+    except GraphError as error:
+        return [("model.graph_path", str(error))]
+    return list(problems(data, signature))
