@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from hub.api import artifacts, groups, hosts, manifests, resolve, schema, tokens
+from hub.api import artifacts, folders, groups, hosts, manifests, resolve, schema, tokens
 
 urlpatterns = [
     path("manifests/", manifests.ManifestList.as_view(), name="api-manifest-list"),
@@ -26,6 +26,11 @@ urlpatterns = [
         name="api-group-member",
     ),
     path("datasets/", manifests.DatasetList.as_view(), name="api-dataset-list"),
+    path(
+        "datasets/from-folder/",
+        folders.DatasetFromFolder.as_view(),
+        name="api-dataset-from-folder",
+    ),
     path("datasets/<int:pk>/", manifests.DatasetDetail.as_view(), name="api-dataset-detail"),
     path("hosts/", hosts.HostList.as_view(), name="api-host-list"),
     path("hosts/<int:pk>/", hosts.HostDetail.as_view(), name="api-host-detail"),

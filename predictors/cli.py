@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import history_cli, introspection
+from predictors import datasets_cli, history_cli, introspection
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
@@ -36,7 +36,7 @@ from predictors.evaluation import (
     split_entry,
 )
 from predictors.hub_client import HubError, HubUnreachable
-from predictors.manifests import Manifest, ManifestError, apply_overrides
+from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
 from predictors.predictor import predictor_class, registered
 from predictors.protocol import TRACE_LEVELS, JobOptions, ProtocolError, device_kind
 from predictors.zoo.build import default_store
@@ -89,7 +89,8 @@ def _parser() -> _Parser:
         "--dataset",
         required=True,
         metavar="NAME[:SPLIT]",
-        help="dataset name and split (default split: validation)",
+        help="dataset name and split (default split: validation); locally also a dataset "
+        "manifest file, FILE.yaml[:SPLIT] (what `mlms datasets from-folder` writes)",
     )
     run.add_argument(
         "--dataset-version", default="*", metavar="RANGE", help="dataset version range"
@@ -191,6 +192,7 @@ def _parser() -> _Parser:
         help="with --hub: run on one matching host, or on every one (default: one)",
     )
     history_cli.add_commands(commands)
+    datasets_cli.add_commands(commands)
     commands.add_parser(
         "agent",
         help="serve evaluations for a hub on this host (see `mlms agent --help`)",
@@ -247,6 +249,16 @@ def _dataset(text: str) -> tuple[str, str]:
     return name, split or "validation"
 
 
+def _dataset_manifest(catalog: Catalog, name: str, version_range: str) -> Manifest:
+    """The catalog's dataset `name`, or the dataset manifest file `name` names (.yaml)."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        if not path.is_file():
+            raise CommandError(f"--dataset: no manifest file {name}")
+        return load_file(path, kind="dataset")
+    return catalog.find_dataset(name, version_range)
+
+
 def _override(model: Manifest, overrides: list[str]) -> Manifest:
     if not overrides:
         return model
@@ -290,7 +302,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         _override(catalog.find_model(args.model, args.version, name), args.overrides)
         for name in frameworks
     ]
-    dataset = catalog.find_dataset(dataset_name, args.dataset_version)
+    dataset = _dataset_manifest(catalog, dataset_name, args.dataset_version)
     split_entry(dataset, split)
     options = EvaluationOptions(
         batch_sizes=batch_sizes,
@@ -588,10 +600,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "evaluations":
             print(history_cli.run(args))
             return 0
+        if args.command == "datasets":
+            print(datasets_cli.run(args))
+            return 0
         report = run_remote(args) if args.hub else run_evaluate(args)
     except (UsageError, history_cli.HistoryUsageError) as exc:
         return _fail(str(exc), 2)
-    except (CommandError, CatalogError) as exc:
+    except (CommandError, CatalogError, datasets_cli.DatasetsCommandError) as exc:
         return _fail(str(exc), 1)
     except USER_ERRORS as exc:
         return _fail(str(exc), 1)

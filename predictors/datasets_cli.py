@@ -1,0 +1,159 @@
+"""`mlms datasets from-folder`: a dataset from a folder of images, one sub-folder per class.
+
+mlms datasets from-folder DIR --name NAME --version VERSION [--split validation]
+                          [--description TEXT] [--license SPDX]
+    locally: the Parquet splits go into the artifact store (--store), the manifest into
+    a YAML file (--out, default NAME-VERSION.yaml) that `mlms evaluate --dataset FILE`
+    reads;
+... --hub URL --token T [--visibility private|public]
+    on a hub: the folder is sent as a zip to POST /api/v1/datasets/from-folder/, which
+    checks and converts it the same way (`predictors.folder_dataset`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from predictors import folder_dataset
+from predictors.manifests import ManifestError, load
+
+
+class DatasetsCommandError(Exception):
+    """A one-line error of the command; exit status 1."""
+
+
+def add_commands(commands: Any) -> None:
+    datasets = commands.add_parser("datasets", help="make datasets from your own data")
+    actions = datasets.add_subparsers(dest="datasets_action", required=True)
+    folder = actions.add_parser(
+        "from-folder",
+        help="a dataset from a folder of images, one sub-folder per class (or per split, then "
+        "per class)",
+    )
+    folder.add_argument("folder", type=Path, metavar="DIR")
+    folder.add_argument("--name", required=True, help="the dataset's name (a slug)")
+    folder.add_argument("--version", default="1.0.0", help="its version (default: 1.0.0)")
+    folder.add_argument(
+        "--split",
+        default="validation",
+        help="the split of a folder of class folders (default: validation)",
+    )
+    folder.add_argument("--description", default="Images from a folder of class folders.")
+    folder.add_argument("--license", default="unknown", help="e.g. CC-BY-4.0")
+    folder.add_argument(
+        "--store",
+        type=Path,
+        help="locally: the artifact store to write into (default: $ARTIFACT_ROOT or var/)",
+    )
+    folder.add_argument(
+        "--out",
+        type=Path,
+        help="locally: the manifest file to write (default: NAME-VERSION.yaml here)",
+    )
+    folder.add_argument("--hub", metavar="URL", help="upload to this hub instead")
+    folder.add_argument("--token", help="with --hub: a token with the write scope ($MLMS_TOKEN)")
+    folder.add_argument(
+        "--visibility", choices=("private", "public"), help="with --hub (default: private)"
+    )
+
+
+def run(args: argparse.Namespace) -> str:
+    """The command's output; DatasetsCommandError for what the user must fix."""
+    if not args.folder.is_dir():
+        raise DatasetsCommandError(f"{args.folder} is not a folder")
+    if args.hub:
+        if args.store or args.out:
+            raise DatasetsCommandError("--store and --out are for a local dataset, not --hub")
+        return _upload(args)
+    if args.visibility or args.token:
+        raise DatasetsCommandError("--visibility and --token go with --hub")
+    return _local(args)
+
+
+def _local(args: argparse.Namespace) -> str:
+    from predictors.zoo.build import default_store
+
+    store = (args.store or default_store()).resolve()
+    out = args.out or Path(f"{args.name}-{args.version}.yaml")
+    probe = folder_dataset.Converted(["x"], "png", {args.split: 0}, {})
+    _check(folder_dataset.manifest(args.name, args.version, probe, description="", license="x"))
+    target = store / "datasets" / args.name / args.version
+    try:
+        converted = folder_dataset.convert(args.folder, target, args.name, split=args.split)
+    except folder_dataset.FolderError as error:
+        raise DatasetsCommandError(f"{args.folder}/{error}") from None
+    document = folder_dataset.manifest(
+        args.name, args.version, converted, description=args.description, license=args.license
+    )
+    _check(document)
+    out.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    counts = ", ".join(f"{split} {count}" for split, count in converted.splits.items())
+    return (
+        f"dataset {args.name} {args.version}: {len(converted.labels)} classes, {counts} images "
+        f"({converted.encoding}) in {target}; manifest {out}\n"
+        f"evaluate it: mlms evaluate MODEL --framework F --dataset {out} --store {store}"
+    )
+
+
+def _check(document: dict[str, Any]) -> None:
+    try:
+        load(yaml.safe_dump(document, sort_keys=False), kind="dataset")
+    except ManifestError as error:
+        first = error.errors[0]
+        raise DatasetsCommandError(f"--{first['path'] or 'name'}: {first['message']}") from None
+
+
+def _upload(args: argparse.Namespace) -> str:
+    token = args.token or os.environ.get("MLMS_TOKEN")
+    if not token:
+        raise DatasetsCommandError("--hub needs --token (or $MLMS_TOKEN) with the write scope")
+    with tempfile.TemporaryDirectory(prefix="mlms-folder-") as work:
+        packed = Path(work) / f"{args.name}.zip"
+        with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
+            for path in sorted(args.folder.rglob("*")):
+                if path.is_file() and not any(p.startswith(".") for p in path.parts[-3:]):
+                    archive.write(path, path.relative_to(args.folder).as_posix())
+        fields = {
+            "name": args.name,
+            "version": args.version,
+            "split": args.split,
+            "description": args.description,
+            "license": args.license,
+            **({"visibility": args.visibility} if args.visibility else {}),
+        }
+        with packed.open("rb") as handle:
+            try:
+                response = requests.post(
+                    args.hub.rstrip("/") + "/api/v1/datasets/from-folder/",
+                    data=fields,
+                    files={"archive": (packed.name, handle, "application/zip")},
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=600,
+                )
+            except requests.RequestException as exc:
+                raise DatasetsCommandError(
+                    f"the hub at {args.hub} does not answer: {exc}"
+                ) from None
+    if response.status_code != 201:
+        try:
+            body = response.json()
+            errors = body.get("errors") or [{"path": "", "message": body.get("detail")}]
+            shown = "; ".join(f"{e['path'] or 'request'}: {e['message']}" for e in errors)
+        except ValueError:
+            shown = response.text[:200]
+        raise DatasetsCommandError(f"the hub refused it ({response.status_code}): {shown}")
+    body = response.json()
+    splits = body["manifest"]["splits"]
+    counts = ", ".join(f"{split} {entry['count']}" for split, entry in splits.items())
+    return (
+        f"dataset {body['name']} {body['version']} on {args.hub} ({body['visibility']}): "
+        f"{len(body['manifest']['labels'])} classes, {counts} images"
+    )
