@@ -22,6 +22,7 @@ from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
 from predictors import graph_check
 from predictors import manifests as spec
+from predictors.data import split_problems
 from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
 
@@ -134,6 +135,7 @@ def register_manifest(
             if artifact is not None:
                 artifacts.append(artifact)
         _check_graph(doc)
+        _check_splits(doc)
         with transaction.atomic():
             manifest = Manifest.objects.create(
                 kind=doc.kind,
@@ -182,6 +184,46 @@ def _check_graph(doc: spec.Manifest) -> None:
             [{"path": path, "message": message} for path, message in found],
             code=HubErrorCode.GRAPH_MISMATCH,
         )
+
+
+def _check_splits(doc: spec.Manifest) -> None:
+    """A dataset's split files must be what its manifest says (`predictors.data.
+    split_problems`: columns, labels within the label set, the encoding, the count): Invalid
+    naming each split's path. Files the hub does not hold are checked by the agent reading
+    them."""
+    if doc.kind != "dataset" or doc.data.get("format") != "parquet":
+        return
+    labels = _label_count(doc.data)
+    errors = []
+    for name, entry in (doc.data.get("splits") or {}).items():
+        path = str(entry.get("path") or "")
+        if not path.startswith("repo://"):
+            continue
+        file = storage.resolve(path.removeprefix("repo://"))
+        if not file.is_file():
+            continue
+        for problem in split_problems(
+            file, labels=labels, encoding=doc.data.get("encoding"), count=entry.get("count")
+        ):
+            errors.append({"path": f"splits.{name}.path", "message": f"{path}: {problem}"})
+    if errors:
+        raise Invalid(errors, code=HubErrorCode.DATASET_INVALID)
+
+
+def _label_count(data: Mapping[str, Any]) -> int | None:
+    """How many labels a dataset manifest names (inline, or in its repo:// labels file)."""
+    if isinstance(data.get("labels"), list):
+        return len(data["labels"])
+    path = str(data.get("labels_path") or "")
+    if not path.startswith("repo://"):
+        return None
+    file = storage.resolve(path.removeprefix("repo://"))
+    if not file.is_file():
+        return None
+    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return len(lines)
 
 
 def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> None:

@@ -13,6 +13,7 @@ class HubErrorCode(StrEnum):
     FILE_MISSING = "file_missing"
     CHECKSUM_MISMATCH = "checksum_mismatch"
     GRAPH_MISMATCH = "graph_mismatch"  # declared inputs/outputs that are not the graph's
+    DATASET_INVALID = "dataset_invalid"  # a split file that is not what its manifest says
     NOT_STAFF = "not_staff"
     NOT_A_MEMBER = "not_a_member"
     UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the constraints

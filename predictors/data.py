@@ -471,3 +471,57 @@ class DatasetReader:
                     break
         if images:
             yield images, labels
+
+
+# Magic bytes of the encodings a dataset manifest may state.
+_MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "jpeg": (b"\xff\xd8\xff",)}
+# The most problems `split_problems` reports (a broken file would otherwise list every row).
+_MAX_PROBLEMS = 5
+
+
+def split_problems(
+    path: Path, *, labels: int | None, encoding: str | None, count: int | None
+) -> list[str]:
+    """What is wrong with a split file as its dataset manifest describes it, in words: the
+    columns `image` (binary) and `label` (integer) without nulls, every label a class index
+    below `labels`, every image starting as `encoding` says (PNG or JPEG magic bytes), and
+    `count` rows when the manifest states a count. Read a row group at a time; at most
+    _MAX_PROBLEMS problems, each naming the row."""
+    try:
+        reader = DatasetReader(path, batch_size=1024)
+    except DatasetError as error:
+        return [str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")]
+    problems: list[str] = []
+    if count is not None and reader.rows != count:
+        problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
+    magic = _MAGIC.get(encoding or "")
+    row = 0
+    with pq.ParquetFile(path) as parquet:
+        for batch in parquet.iter_batches(batch_size=1024, columns=["image", "label"]):
+            images, classes = batch.column("image"), batch.column("label")
+            if images.null_count or classes.null_count:
+                problems.append(
+                    f"rows {row} to {row + batch.num_rows - 1} include a null image or label"
+                )
+            values = classes.to_numpy(zero_copy_only=False)
+            wrong = values < 0
+            if labels is not None:
+                wrong |= values >= labels
+            bad = np.flatnonzero(wrong)
+            for index in bad[:_MAX_PROBLEMS]:
+                problems.append(
+                    f"row {row + int(index)} has label {int(values[index])}, but the dataset has "
+                    f"{labels} labels (a label is a class index from 0 to {(labels or 1) - 1})"
+                )
+            if magic is not None:
+                for index, image in enumerate(images.to_pylist()):
+                    if image is not None and not image.startswith(magic):
+                        problems.append(
+                            f"row {row + index}'s image is not {str(encoding).upper()} (the "
+                            "manifest's encoding)"
+                        )
+                        break
+            row += batch.num_rows
+            if len(problems) >= _MAX_PROBLEMS:
+                break
+    return problems[:_MAX_PROBLEMS]

@@ -72,6 +72,29 @@ def onnx_graph(
     return bytes(model.SerializeToString())
 
 
+def parquet_split(note: str = "", labels: Sequence[int] = (0, 1)) -> bytes:
+    """A real split file that fits `dataset_manifest` (two labels, PNG, `count` 2): one gray
+    PNG image per label. `note` goes into the file's metadata, so that two notes give two files
+    of different content."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    images = []
+    for label in labels:
+        buffer = io.BytesIO()
+        Image.new("L", (4, 4), 60 * (label + 1)).save(buffer, format="PNG")
+        images.append(buffer.getvalue())
+    table = pa.table(
+        {"image": pa.array(images, pa.binary()), "label": pa.array(list(labels), pa.int64())}
+    ).replace_schema_metadata({"note": note})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
 def model_manifest(
     name: str = "m",
     version: str = "1.0.0",

@@ -427,3 +427,59 @@ def test_a_file_that_is_no_onnx_graph_is_refused_and_an_undeclared_input_named( 
     (error,) = response.json()["errors"]
     assert error["path"] == "inputs"
     assert "does not declare, which could not be fed: mask (int64, rank 1)" in error["message"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("split", "change", "words"),
+    [
+        (b"PAR1 not really", {}, "is not a readable Parquet file"),
+        ("labels", {}, "row 1 has label 5, but the dataset has 2 labels"),
+        ("count", {"count": 3}, "the file holds 2 rows, but the manifest's count is 3"),
+        ("encoding", {"encoding": "jpeg"}, "row 0's image is not JPEG (the manifest's encoding)"),
+        ("columns", {}, "needs the columns 'image' and 'label'"),
+    ],
+)
+def test_a_split_file_that_is_not_what_its_manifest_says_is_refused(  # type: ignore[no-untyped-def]
+    alice, artifact_root, split, change, words
+) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.hub.factories import dataset_manifest, parquet_split
+
+    if split == "labels":
+        content = parquet_split(labels=(0, 5))
+    elif split == "columns":
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"picture": [b"x"], "label": [0]}), sink)
+        content = sink.getvalue()
+    elif isinstance(split, bytes):
+        content = split
+    else:
+        content = parquet_split()
+    document = dataset_manifest("checked", split_file="validation.parquet")
+    encoding = change.pop("encoding", None)
+    if encoding:
+        document["encoding"] = encoding
+    document["splits"]["validation"].update(change)
+    response = upload(alice, to_yaml(document), {"validation.parquet": content})
+
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "dataset_invalid"
+    assert body["errors"][0]["path"] == "splits.validation.path"
+    assert words in body["errors"][0]["message"], body
+    assert not Manifest.objects.filter(name="checked").exists()
+    assert not list(artifact_root.rglob("*.parquet"))
+
+
+@pytest.mark.django_db
+def test_a_split_file_that_fits_its_manifest_is_stored(alice) -> None:  # type: ignore[no-untyped-def]
+    from tests.hub.factories import dataset_yaml, parquet_split
+
+    text = dataset_yaml("fits", split_file="validation.parquet")
+    response = upload(alice, text, {"validation.parquet": parquet_split()})
+    assert response.status_code == 201, response.content

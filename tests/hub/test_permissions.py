@@ -28,12 +28,13 @@ from tests.hub.factories import (
     error_paths,
     model_yaml,
     onnx_graph,
+    parquet_split,
     register_host,
     upload,
 )
 
 GRAPH = onnx_graph("secret graph")
-SPLIT = b"PAR1 secret split bytes"
+SPLIT = parquet_split("secret split")
 MODEL_FILE = "models/secret-model/1.0.0/secret.onnx"
 SPLIT_FILE = "datasets/secret-data/1.0.0/validation.parquet"
 
