@@ -38,7 +38,7 @@ from predictors import manifests as spec
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
-from predictors.protocol import ResultUpload
+from predictors.protocol import ResultUpload, unsupported
 from traces import finishing
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
@@ -135,6 +135,7 @@ def launch_evaluation(
     assert dataset is not None
     placements = placement.place(solution, request, user.pk)
     _check_overrides(request.get("overrides") or [], {where.manifest for where in placements})
+    _check_supported(request.get("overrides") or [], {where.manifest for where in placements})
     if not request.get("allow_label_mismatch"):
         _check_labels(request.get("overrides") or [], {w.manifest for w in placements}, dataset)
 
@@ -197,6 +198,17 @@ def _check_overrides(overrides: list[str], manifests: set[Manifest]) -> None:
                 ],
                 code=EvaluationErrorCode.INVALID_OVERRIDE,
             ) from None
+
+
+def _check_supported(overrides: list[str], manifests: set[Manifest]) -> None:
+    """A model the evaluation loop cannot run as its manifest says (another task, several
+    inputs or outputs) is refused at launch, rather than dispatched to fail: Invalid naming
+    `model`."""
+    for manifest in sorted(manifests, key=lambda m: m.pk):
+        content = spec.apply_overrides(manifest.content, overrides).data if overrides else None
+        problem = unsupported(content or manifest.content or {})
+        if problem:
+            raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
 
 
 # A labels file larger than this is left to the agent to check (it reads it anyway).

@@ -16,6 +16,7 @@ class EvaluationErrorCode(StrEnum):
     CLAIM_SUPERSEDED = Code.CLAIM_SUPERSEDED
     UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the request
     DATASET_MISMATCH = "dataset_mismatch"  # the dataset is for another task, or lacks the split
+    UNSUPPORTED = "unsupported"  # a model the evaluation loop cannot run as its manifest says
     LABEL_MISMATCH = "label_mismatch"  # a trained model's labels are not the dataset's
     TRACE_TAKEN = "trace_taken"  # the traceparent's trace is another user's
     RESULT_MISMATCH = "result_mismatch"  # a result that does not answer the request

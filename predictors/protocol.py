@@ -507,3 +507,34 @@ def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: boo
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ProtocolError(where, f"must be a {kind.__name__}; got {value!r}")
     return value
+
+
+# -- what the evaluation loop runs ------------------------------------------------------------
+
+
+def unsupported(data: Mapping[str, Any]) -> str | None:
+    """Why the evaluation loop cannot run a model manifest (its data) as it says, or None. The
+    hub asks this at launch (a 400 rather than a run that fails), and the loop again before
+    it runs."""
+    name, kind, task = data.get("name"), data.get("kind"), data.get("task")
+    if kind != "model":
+        return f"{name} is a {kind} manifest, not a model"
+    if task != "image_classification":
+        return (
+            f"{name} is a {task} model; the evaluation loop scores "
+            "image_classification models only (detection and segmentation scoring are not "
+            "built yet)"
+        )
+    inputs, outputs = data.get("inputs") or [], data.get("outputs") or []
+    if len(inputs) != 1:
+        return (
+            f"{name} declares {len(inputs)} inputs; the evaluation loop feeds one (several "
+            "named inputs, constant and state inputs are not built yet)"
+        )
+    if len(outputs) != 1:
+        names = ", ".join(str(o.get("name")) for o in outputs[1:])
+        return (
+            f"{name} declares {len(outputs)} outputs; the evaluation loop reads one, so "
+            f"{names} would be ignored: declare only the output it scores"
+        )
+    return None

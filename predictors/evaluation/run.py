@@ -40,7 +40,7 @@ from predictors.processing import (
     load_labels,
     preprocessor_for,
 )
-from predictors.protocol import at_least
+from predictors.protocol import at_least, unsupported
 from predictors.tracing import Span
 
 Fetch = Callable[[str, str | None], Path]
@@ -251,16 +251,10 @@ def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
 
 
 def _model_spec(model: Manifest) -> _ModelSpec:
-    if model.kind != "model":
-        raise EvaluationError(f"{model.name} is a {model.kind} manifest, not a model")
-    if model.task != "image_classification":
-        raise EvaluationError(
-            f"{model.name} is a {model.task} model; the evaluation loop scores "
-            "image_classification models only"
-        )
+    problem = unsupported(model.data)
+    if problem:
+        raise EvaluationError(problem)
     inputs, outputs = model.data["inputs"], model.data["outputs"]
-    if len(inputs) != 1:
-        raise EvaluationError(f"{model.name} has {len(inputs)} inputs; the loop feeds one")
     files = model.data["model"]
     return _ModelSpec(
         input=inputs[0],

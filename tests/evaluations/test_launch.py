@@ -186,6 +186,48 @@ def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # ty
     assert launch(alice_client, allow_label_mismatch="maybe").status_code == 400
 
 
+def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: ignore[no-untyped-def]
+    bob_client, alice_client, hosts
+):
+    """Not dispatched to fail on a host: another task, or outputs the loop would not read."""
+    from tests.evaluations.factories import error_of
+    from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
+
+    boxes = dataset_manifest("boxes", visibility="public")
+    boxes["task"] = "object_detection"
+    detector = model_manifest("detector", visibility="public")
+    detector["task"] = "object_detection"
+    two = model_manifest("two-heads", visibility="public")
+    two["outputs"].append(
+        {
+            "name": "embedding",
+            "type": "logits",
+            "parameters": {"top_k": 1, "labels": ["cat", "dog"]},
+        }
+    )
+    for manifest in (boxes, detector, two):
+        assert upload(bob_client, to_yaml(manifest)).status_code == 201
+
+    for model, dataset, words in (
+        (
+            "detector",
+            "boxes",
+            "detector is a object_detection model; the evaluation loop scores image_classification models only",
+        ),
+        (
+            "two-heads",
+            "d",
+            "two-heads declares 2 outputs; the evaluation loop reads one, so embedding would be ignored",
+        ),
+    ):
+        response = launch(alice_client, model=model, dataset=dataset)
+        assert response.status_code == 400, response.content
+        assert response.json()["code"] == "unsupported"
+        error = error_of(response)
+        assert error["path"] == "model" and words in error["message"], error
+    assert Evaluation.objects.count() == 0
+
+
 def test_anonymous_callers_get_401(client, hosts) -> None:  # type: ignore[no-untyped-def]
     response = client.post(EVALUATIONS_URL, {"model": "m"}, content_type="application/json")
 
