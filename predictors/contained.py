@@ -187,4 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not SystemExit: a thread the manifest's custom code started must not keep the container
+    # alive once the outcome is sent.
+    os._exit(status)

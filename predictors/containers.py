@@ -48,6 +48,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,11 @@ SOCKET = "agent.sock"
 # How the agent tells a container to run the manifest's custom code (`--allow-custom-code`).
 CUSTOM_CODE_ENV = "MLMS_CUSTOM_CODE"
 CUSTOM_CODE_SECONDS_ENV = "MLMS_CUSTOM_CODE_SECONDS"
+# A container that runs custom code and says nothing for its call limit plus this long is
+# stopped (the code holds the interpreter, so its own watchdog cannot run); one that has sent
+# its outcome and is still running this long after is stopped too.
+SILENCE_MARGIN_SECONDS = 15.0
+OUTCOME_GRACE_SECONDS = 10.0
 # The memory of a container that runs custom code when neither the host nor the request
 # limits it: custom code never runs without a memory limit.
 CUSTOM_CODE_MEMORY = 4 * 2**30
@@ -392,9 +398,16 @@ class Runner:
                 name=f"mlms-{job.id[:8]}-{job.attempt}-{os.urandom(3).hex()}",
             )
             relay.container = container
+            if code:
+                relay.silence_limit = self.custom_code_seconds + SILENCE_MARGIN_SECONDS
             try:
                 container.start()
-                status = container.wait()
+                deadline = _Deadline(relay, container)
+                deadline.start()
+                try:
+                    status = container.wait()
+                finally:
+                    deadline.finished.set()
                 container.reload()
             except Exception as exc:  # the daemon went away or restarted mid-run
                 raise ContainerLost(
@@ -445,6 +458,8 @@ class Runner:
             if said.get("user"):
                 raise EvaluationError(str(said["message"]))
             raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
+        if relay.timed_out:
+            raise EvaluationError(relay.timed_out)
         if state.get("OOMKilled"):
             limit = show_bytes(applied.memory) if applied.memory else "the host's memory"
             raise EvaluationError(
@@ -536,6 +551,11 @@ class _Relay(threading.Thread):
         self.work = work
         self.allowed = _job_files(job)
         self.outcome: dict[str, Any] | None = None
+        # When the container last said something, and how long it may be silent (None: no
+        # limit; set for custom code). `timed_out` says why it was stopped for its silence.
+        self.last_seen = time.monotonic()
+        self.silence_limit: float | None = None
+        self.timed_out = ""
         self.cancel_sent = False
         # Why the agent stopped listening to the container (it broke the protocol), if it did.
         self.refused = ""
@@ -569,6 +589,7 @@ class _Relay(threading.Thread):
         with connection, connection.makefile("r", encoding="utf-8") as reader:
             while True:
                 line = reader.readline(MAX_LINE)
+                self.last_seen = time.monotonic()
                 if not line:
                     return
                 if not line.endswith("\n"):
@@ -645,6 +666,46 @@ class _Relay(threading.Thread):
             self.outcome = message
             return {}
         raise ValueError(f"unknown request {op!r}")
+
+
+class _Deadline(threading.Thread):
+    """Stops a container that runs custom code and has been silent past its relay's limit,
+    and one that has sent its outcome but does not exit."""
+
+    def __init__(self, relay: _Relay, container: Any) -> None:
+        super().__init__(name=f"deadline-{relay.job.id[:8]}", daemon=True)
+        self.relay = relay
+        self.container = container
+        self.finished = threading.Event()
+
+    def run(self) -> None:
+        outcome_at: float | None = None
+        while not self.finished.wait(1.0):
+            now = time.monotonic()
+            relay = self.relay
+            if relay.outcome is not None:
+                outcome_at = outcome_at or now
+                if now - outcome_at > OUTCOME_GRACE_SECONDS:
+                    self._kill("sent its outcome but did not exit")
+                    return
+                continue
+            limit = relay.silence_limit
+            if limit is not None and now - relay.last_seen > limit:
+                relay.timed_out = (
+                    f"custom code ran for more than {limit - SILENCE_MARGIN_SECONDS:g} s in one "
+                    f"call without letting the run report (nothing heard for {limit:g} s), and "
+                    "its container was stopped; make it faster, or run it on a host that allows "
+                    "longer calls (`mlms agent --custom-code-seconds`)"
+                )
+                self._kill("was silent past its limit")
+                return
+
+    def _kill(self, why: str) -> None:
+        logger.warning("evaluation %s: the container %s; stopping it", self.relay.job.id, why)
+        try:
+            self.container.kill()
+        except Exception as exc:  # it exited meanwhile
+            logger.warning("could not kill container: %s", exc)
 
 
 def _job_files(job: Job) -> set[str]:

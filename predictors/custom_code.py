@@ -252,19 +252,20 @@ _PROCESSES = {
     "ctypes.dlopen",
     "ctypes.dlsym",
 }
-_WRITES = {
-    "os.remove": 0,
-    "os.rmdir": 0,
-    "os.rename": 0,
-    "os.replace": 0,
-    "os.mkdir": 0,
-    "os.chmod": 0,
-    "os.chown": 0,
-    "os.link": 1,
-    "os.symlink": 1,
-    "os.truncate": 0,
-    "os.utime": 0,
-    "shutil.rmtree": 0,
+# The audit event's arguments that name a path it changes.
+_WRITES: dict[str, tuple[int, ...]] = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.rename": (0, 1),
+    "os.replace": (0, 1),
+    "os.mkdir": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.link": (1,),
+    "os.symlink": (1,),
+    "os.truncate": (0,),
+    "os.utime": (0,),
+    "shutil.rmtree": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -306,12 +307,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
                 "run, gone when it ends)"
             )
         return
-    index = _WRITES.get(event)
-    if index is not None and args and not _inside_sandbox(args[index]):
-        raise SandboxViolation(
-            f"{who} tried to change {os.fsdecode(args[index])} ({event}) outside its sandbox; "
-            f"it may change files only under {SANDBOX_DIR}"
-        )
+    for index in _WRITES.get(event, ()):
+        if index < len(args) and not _inside_sandbox(args[index]):
+            raise SandboxViolation(
+                f"{who} tried to change {os.fsdecode(args[index])} ({event}) outside its "
+                f"sandbox; it may change files only under {SANDBOX_DIR}"
+            )
 
 
 def _install_hook() -> None:
@@ -327,14 +328,17 @@ def sandbox(field: str, seconds: float) -> Iterator[None]:
     """While the block runs, on this thread: refusals (`SandboxViolation`) of network,
     processes and writes outside SANDBOX_DIR; and, where `on_timeout` is set (in a
     container), a watchdog that ends the process when the block takes more than `seconds` (a
-    loop the code never leaves cannot be interrupted otherwise)."""
+    loop the code never leaves cannot be interrupted otherwise). The code runs in this
+    process, so none of this is a boundary: the container is (and the agent stops a container
+    whose custom code holds the interpreter past its limit, `containers._Deadline`); these give
+    the clear messages."""
     _install_hook()
+    _start_watchdog()  # before the refusals apply: they refuse new threads
     previous = getattr(_state, "field", None)
     _state.field = field
     key = threading.get_ident()
     with _deadlines_lock:
         _deadlines[key] = (field, seconds, time.monotonic() + seconds)
-    _start_watchdog()
     try:
         yield
     finally:

@@ -495,6 +495,17 @@ def split_problems(
     if count is not None and reader.rows != count:
         problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
     magic = _MAGIC.get(encoding or "")
+    try:
+        problems += _row_problems(path, labels, encoding, magic)
+    except (OSError, pa.ArrowException) as exc:  # a page that does not decode
+        problems.append(f"the file cannot be read through: {exc}")
+    return problems[:_MAX_PROBLEMS]
+
+
+def _row_problems(
+    path: Path, labels: int | None, encoding: str | None, magic: tuple[bytes, ...] | None
+) -> list[str]:
+    problems: list[str] = []
     row = 0
     with pq.ParquetFile(path) as parquet:
         for batch in parquet.iter_batches(batch_size=1024, columns=["image", "label"]):
@@ -524,4 +535,4 @@ def split_problems(
             row += batch.num_rows
             if len(problems) >= _MAX_PROBLEMS:
                 break
-    return problems[:_MAX_PROBLEMS]
+    return problems

@@ -43,8 +43,8 @@ def add_commands(commands: Any) -> None:
     folder.add_argument("--version", default="1.0.0", help="its version (default: 1.0.0)")
     folder.add_argument(
         "--split",
-        default="validation",
-        help="the split of a folder of class folders (default: validation)",
+        help="the split of a folder of class folders (default: validation); a folder of split "
+        "folders names its own",
     )
     folder.add_argument("--description", default="Images from a folder of class folders.")
     folder.add_argument("--license", default="unknown", help="e.g. CC-BY-4.0")
@@ -83,9 +83,17 @@ def _local(args: argparse.Namespace) -> str:
 
     store = (args.store or default_store()).resolve()
     out = args.out or Path(f"{args.name}-{args.version}.yaml")
-    probe = folder_dataset.Converted(["x"], "png", {args.split: 0}, {})
-    _check(folder_dataset.manifest(args.name, args.version, probe, description="", license="x"))
+    probe = folder_dataset.Converted(["x"], "png", {args.split or "validation": 0}, {})
+    _check(
+        folder_dataset.manifest(
+            args.name, args.version, probe, description=args.description, license=args.license
+        )
+    )
     target = store / "datasets" / args.name / args.version
+    if target.exists():
+        raise DatasetsCommandError(
+            f"{target} exists already: choose another --version (or name), or remove it"
+        )
     try:
         converted = folder_dataset.convert(args.folder, target, args.name, split=args.split)
     except folder_dataset.FolderError as error:
@@ -117,14 +125,17 @@ def _upload(args: argparse.Namespace) -> str:
         raise DatasetsCommandError("--hub needs --token (or $MLMS_TOKEN) with the write scope")
     with tempfile.TemporaryDirectory(prefix="mlms-folder-") as work:
         packed = Path(work) / f"{args.name}.zip"
+        # Under one wrapping folder, which the hub takes away: the archive's layout is then
+        # the folder's own, as a local conversion reads it.
         with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:
             for path in sorted(args.folder.rglob("*")):
-                if path.is_file() and not any(p.startswith(".") for p in path.parts[-3:]):
-                    archive.write(path, path.relative_to(args.folder).as_posix())
+                relative = path.relative_to(args.folder)
+                if path.is_file() and not any(p.startswith(".") for p in relative.parts):
+                    archive.write(path, f"{args.name}/{relative.as_posix()}")
         fields = {
             "name": args.name,
             "version": args.version,
-            "split": args.split,
+            **({"split": args.split} if args.split else {}),
             "description": args.description,
             "license": args.license,
             **({"visibility": args.visibility} if args.visibility else {}),

@@ -22,11 +22,13 @@ folder that the hub unpacks with `unpack_archive`'s limits and converts the same
 from __future__ import annotations
 
 import io
+import lzma
 import os
 import re
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -74,8 +76,10 @@ def _check_entry(path: Path, root: Path) -> None:
         raise FolderError("is neither a file nor a folder", _relative(path, root))
 
 
-def layout(root: Path, split: str) -> dict[str, dict[str, list[Path]]]:
-    """{split: {class: [image files]}} of the folder, checked (see the module docstring)."""
+def layout(root: Path, split: str | None) -> dict[str, dict[str, list[Path]]]:
+    """{split: {class: [image files]}} of the folder, checked (see the module docstring).
+    `split` names the one split of a folder of class folders (default: validation); a
+    folder of split folders names its own, and a `split` given for it is refused."""
     if not root.is_dir():
         raise FolderError(f"{root} is not a folder")
     top = _visible(root)
@@ -108,7 +112,13 @@ def layout(root: Path, split: str) -> dict[str, dict[str, list[Path]]]:
             "folders): give every split its class folders, or use one level of class folders",
             _relative(flat, root),
         )
-    splits = {entry.name: entry for entry in top} if nested else {split: root}
+    if nested and split is not None:
+        raise FolderError(
+            f"split {split!r} is given, but the folder holds split folders ("
+            + ", ".join(entry.name for entry in top)
+            + ") that name their splits: leave split out"
+        )
+    splits = {entry.name: entry for entry in top} if nested else {split or "validation": root}
     found: dict[str, dict[str, list[Path]]] = {}
     for name, folder in splits.items():
         if not _SPLIT.match(name):
@@ -197,7 +207,7 @@ def _rows(
             yield data, index
 
 
-def convert(root: Path, out: Path, name: str, *, split: str = "validation") -> Converted:
+def convert(root: Path, out: Path, name: str, *, split: str | None = None) -> Converted:
     """Write the folder's splits as `<out>/<split>.parquet`; what was written. The files are
     written under temporary names and renamed when complete."""
     import pyarrow as pa
@@ -290,12 +300,28 @@ def unpack_archive(archive: Path, target: Path, *, max_bytes: int, max_entries: 
     `max_bytes` bytes unpacked (counted as written, not as the archive claims). The folder
     to convert: `target`, or its one top-level folder when the archive holds only that."""
     target.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        _unzip(archive, target, max_bytes, max_entries)
-    elif tarfile.is_tarfile(archive):
-        _untar(archive, target, max_bytes, max_entries)
-    else:
-        raise FolderError("the archive is neither a zip nor a tar file", "archive")
+    try:
+        if zipfile.is_zipfile(archive):
+            _unzip(archive, target, max_bytes, max_entries)
+        elif tarfile.is_tarfile(archive):
+            _untar(archive, target, max_bytes, max_entries)
+        else:
+            raise FolderError("the archive is neither a zip nor a tar file", "archive")
+    except FolderError:
+        raise
+    except (
+        zipfile.BadZipFile,
+        tarfile.TarError,
+        EOFError,
+        OSError,
+        RuntimeError,  # an encrypted zip
+        NotImplementedError,  # a zip compression method Python does not read
+        zlib.error,
+        lzma.LZMAError,
+    ) as exc:
+        raise FolderError(
+            f"the archive cannot be unpacked: {type(exc).__name__}: {exc}", "archive"
+        ) from None
     entries = _visible(target)
     if len(entries) == 1 and entries[0].is_dir():
         inner = _visible(entries[0])
@@ -306,12 +332,12 @@ def unpack_archive(archive: Path, target: Path, *, max_bytes: int, max_entries: 
 
 
 def _member_path(name: str, target: Path) -> Path | None:
-    """Where an archive member goes, or None for a folder entry; FolderError when it would
-    leave `target`."""
+    """Where an archive member goes, or None for one to skip (a folder entry, macOS Finder's
+    `__MACOSX` resource forks); FolderError when it would leave `target`."""
     posix = PurePosixPath(name.replace("\\", "/"))
     if posix.is_absolute() or ".." in posix.parts or (posix.parts and ":" in posix.parts[0]):
         raise FolderError("is a path outside the archive's folder", name)
-    if not posix.parts:
+    if not posix.parts or posix.parts[0] == "__MACOSX":
         return None
     return target.joinpath(*posix.parts)
 
@@ -344,9 +370,10 @@ def _unzip(archive: Path, target: Path, max_bytes: int, max_entries: int) -> Non
             mode = info.external_attr >> 16
             if stat.S_ISLNK(mode):
                 raise FolderError("is a symbolic link; archive the file itself", info.filename)
-            if info.is_dir() or destination is None:
-                if destination is not None:
-                    destination.mkdir(parents=True, exist_ok=True)
+            if destination is None:
+                continue
+            if info.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
                 continue
             with zipped.open(info) as source:
                 budget.copy(source, destination, info.filename)
@@ -360,9 +387,10 @@ def _untar(archive: Path, target: Path, max_bytes: int, max_entries: int) -> Non
             destination = _member_path(member.name, target)
             if member.issym() or member.islnk():
                 raise FolderError("is a link; archive the file itself", member.name)
-            if member.isdir() or destination is None:
-                if destination is not None:
-                    destination.mkdir(parents=True, exist_ok=True)
+            if destination is None:
+                continue
+            if member.isdir():
+                destination.mkdir(parents=True, exist_ok=True)
                 continue
             if not member.isfile():
                 raise FolderError("is neither a file nor a folder", member.name)

@@ -882,6 +882,8 @@ def _geometry_problems(parameters: dict[str, Any], path: Path_) -> Iterator[tupl
         size, cap, step = side.get("size"), side.get("max_size"), side.get("multiple_of")
         if side.get("side") == "longer" and cap is not None:
             yield (*where, "max_size"), "must be null with side longer (that side is size)"
+        if isinstance(cap, int) and isinstance(step, int) and step > 0 and cap % step:
+            yield (*where, "max_size"), f"{_show(cap)} is not a multiple of multiple_of {step}"
         if _is_number(size) and _is_number(cap) and cap < size:
             yield (*where, "max_size"), f"{_show(cap)} is smaller than size {_show(size)}"
         if (
@@ -1061,6 +1063,19 @@ def _manifest(data: dict[str, Any], source: str) -> Manifest:
     )
 
 
+# Fields an override may not change: what decides where and how a job runs, which the hub
+# reads from the stored manifest (custom code goes only to hosts that opt in), and what the
+# result is marked with.
+_NOT_OVERRIDDEN = {
+    field: f"{field} cannot be overridden: custom code runs only where its manifest is "
+    "routed (hosts that opt in); publish a version of the manifest with the code instead"
+    for field in ("preprocess", "postprocess")
+} | {
+    name: f"{name} cannot be overridden: publish a version of the manifest instead"
+    for name in ("kind", "name", "version", "task", "framework", "container", "model", "attributes")
+}
+
+
 def _assign(data: dict[str, Any], assignment: str) -> dict[str, Any] | None:
     """Apply one PATH=VALUE to `data` in place; return an error, or None."""
     target, equals, text = assignment.partition("=")
@@ -1071,6 +1086,8 @@ def _assign(data: dict[str, Any], assignment: str) -> dict[str, Any] | None:
     for raw in target.split("."):
         parts.append(int(raw) if raw.isdigit() else raw)
     path = tuple(parts)
+    if parts[0] in _NOT_OVERRIDDEN:
+        return _error(path, None, _NOT_OVERRIDDEN[str(parts[0])])
     try:
         value = _parse_value(text)
     except ManifestError as exc:

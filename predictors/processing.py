@@ -437,7 +437,9 @@ class ResizeSide:
         self.multiple_of, self.rounding = multiple_of, rounding
 
     def size_for(self, height: int, width: int) -> tuple[int, int]:
-        """(height, width) after the resize of a `height` x `width` image."""
+        """(height, width) after the resize of a `height` x `width` image. Each computed side
+        is rounded to a multiple of `multiple_of`, then capped at `max_size` (itself a
+        multiple), so that the cap holds after the rounding; no side may pass _MAX_SIDE."""
         step, rounding = self.multiple_of, self.rounding
         if self.side in ("height", "width"):
             # That side becomes `size`; the other follows the aspect ratio (in this order of
@@ -446,12 +448,25 @@ class ResizeSide:
             computed = _rounded(self.size * (other / fixed), step, rounding)
             if self.max_size is not None:
                 computed = min(computed, self.max_size)
-            return (self.size, computed) if self.side == "height" else (computed, self.size)
-        short, long = min(height, width), max(height, width)
-        factor = self.size / (short if self.side == "shorter" else long)
-        if self.max_size is not None and long * factor > self.max_size:
-            factor = self.max_size / long
-        return (_rounded(height * factor, step, rounding), _rounded(width * factor, step, rounding))
+            size = (self.size, computed) if self.side == "height" else (computed, self.size)
+        else:
+            short, long = min(height, width), max(height, width)
+            factor = self.size / (short if self.side == "shorter" else long)
+            if self.max_size is not None and long * factor > self.max_size:
+                factor = self.max_size / long
+            size = (
+                _rounded(height * factor, step, rounding),
+                _rounded(width * factor, step, rounding),
+            )
+            if self.max_size is not None:
+                size = (min(size[0], self.max_size), min(size[1], self.max_size))
+        if max(size) > _MAX_SIDE:
+            raise ProcessingError(
+                f"resize_side would make a {height}x{width} image {size[0]}x{size[1]}, more "
+                f"than {_MAX_SIDE} pixels on a side: set resize_side.max_size",
+                parameter="resize_side.max_size",
+            )
+        return size
 
 
 def _step_keys(value: Any, name: str, keys: Sequence[str]) -> None:
@@ -493,6 +508,12 @@ def _resize_side(value: Any) -> ResizeSide | None:
         raise ProcessingError(
             f"input parameter '{name}.max_size' caps the other side; with side longer the "
             "longer side is size already: it must be null",
+            parameter=f"{name}.max_size",
+        )
+    if max_size is not None and max_size % multiple_of:
+        raise ProcessingError(
+            f"input parameter '{name}.max_size' ({max_size}) must be a multiple of multiple_of "
+            f"({multiple_of}), so that the cap holds after the rounding",
             parameter=f"{name}.max_size",
         )
     if max_size is not None and max_size < size:

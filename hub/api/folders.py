@@ -52,7 +52,8 @@ _BODY = {
         "license": {"type": "string"},
         "split": {
             "type": "string",
-            "description": "The split of a folder of class folders (default: validation).",
+            "description": "The split of a folder of class folders (default: validation); "
+            "refused for a folder of split folders, which name their own.",
         },
         "visibility": {"type": "string", "enum": [Manifest.PUBLIC, Manifest.PRIVATE]},
     },
@@ -89,6 +90,18 @@ class DatasetFromFolder(APIView):
         },
     )
     def post(self, request: Request) -> Response:
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.UPLOAD_MAX_BYTES:
+            raise ApiError(
+                [
+                    {
+                        "path": "archive",
+                        "message": f"the upload is larger than {settings.UPLOAD_MAX_BYTES} bytes",
+                    }
+                ],
+                status_code=413,
+                code="too_large",
+            )
         try:
             data = request.data
         except RequestDataTooBig:
@@ -108,8 +121,7 @@ class DatasetFromFolder(APIView):
                 [{"path": field, "message": f"{field} is required"} for field in missing]
             )
         assert name is not None and version is not None
-        split = _field(data, "split", "validation")
-        assert split is not None
+        split = _field(data, "split")
         visibility = _field(data, "visibility")
         description = _field(data, "description", "Images uploaded as a folder of class folders.")
         license_ = _field(data, "license", "unknown")
@@ -117,7 +129,7 @@ class DatasetFromFolder(APIView):
         probe = folder_dataset.manifest(
             name,
             version,
-            folder_dataset.Converted(["x"], "png", {split: 0}, {}),
+            folder_dataset.Converted(["x"], "png", {split or "validation": 0}, {}),
             description=str(description),
             license=str(license_),
             visibility=visibility,
@@ -126,10 +138,13 @@ class DatasetFromFolder(APIView):
 
         work = Path(tempfile.mkdtemp(prefix="folder-", dir=settings.FILE_UPLOAD_TEMP_DIR))
         try:
-            packed = work / "archive"
-            with packed.open("wb") as out:
-                for chunk in archive.chunks():
-                    out.write(chunk)
+            if hasattr(archive, "temporary_file_path"):  # on disk already: not copied again
+                packed = Path(archive.temporary_file_path())
+            else:
+                packed = work / "archive"
+                with packed.open("wb") as out:
+                    for chunk in archive.chunks():
+                        out.write(chunk)
             try:
                 root = folder_dataset.unpack_archive(
                     packed,

@@ -356,6 +356,13 @@ def test_custom_code_runs_in_the_container_of_a_host_that_opts_in(
             "custom preprocess code ran for more than 3 s in one call and was stopped",
         ),
         (
+            # Holds the interpreter (catastrophic backtracking in C): its own watchdog cannot
+            # run, so the agent stops the container once it has been silent for 3 + 15 s.
+            "digits-regex",
+            "import re\ndef preprocess(example):\n    re.match(r'(a+)+b', 'a' * 40)\n",
+            "custom code ran for more than 3 s in one call without letting the run report",
+        ),
+        (
             "digits-raise",
             "def preprocess(example):\n    return example[99]\n",
             'File "<manifest preprocess>", line 2, in preprocess',

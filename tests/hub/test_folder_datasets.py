@@ -181,9 +181,13 @@ def test_links_floods_and_non_archives_are_refused(alice_client, tmp_path, setti
         "cat/a.png: is a link; archive the file itself"
     )
 
+    # A small archive that unpacks to far more than the limit (a zip bomb, in miniature).
     settings.UPLOAD_MAX_BYTES = 2048
-    big = {f"cat/{i}.png": png(i, size=(64, 64)) for i in range(40)}
-    assert "unpacks to more than its limit" in error_of(post(alice_client, zipped(big)))[1]
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("cat/a.png", b"\0" * 1_000_000)
+    assert len(bomb.getvalue()) < 2048
+    assert "unpacks to more than its limit" in error_of(post(alice_client, bomb.getvalue()))[1]
 
     assert error_of(post(alice_client, b"plain text"))[1] == (
         "archive: the archive is neither a zip nor a tar file"
@@ -291,6 +295,9 @@ def test_the_command_makes_a_local_dataset_that_mlms_evaluate_reads(  # type: ig
     theirs = json.loads(capsys.readouterr().out)["results"][0]["accuracy"]
     assert ours == theirs
 
+    # The same name and version again: refused, nothing overwritten.
+    assert main([*argv, "--out", str(tmp_path / "again.yaml")]) == 1
+    assert "exists already: choose another --version" in capsys.readouterr().err
     (folder / "3" / "bad.png").write_bytes(b"not an image")
     assert main([*argv, "--name", "broken"]) == 1
     assert "3/bad.png: is neither a PNG nor a JPEG image" in capsys.readouterr().err
@@ -316,3 +323,50 @@ def test_the_command_uploads_a_folder_to_a_hub(tmp_path, capsys) -> None:  # typ
         assert "the hub refused it (409)" in capsys.readouterr().err
         assert main([*argv, "--token", "wrong"]) == 1
         assert "(401)" in capsys.readouterr().err
+
+
+def test_archives_that_do_not_unpack_are_refused_not_a_server_error(alice_client) -> None:  # type: ignore[no-untyped-def]
+    good = zipped({"cat/a.png": png(1), "cat/b.png": png(2)})
+    corrupt = bytearray(good)
+    corrupt[good.index(png(1)) + 20] ^= 0xFF  # a flipped byte inside a member: a bad CRC
+    clash = zipped({"cat": b"a file", "cat/a.png": png(1)})  # a file where a folder goes
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        info = tarfile.TarInfo("cat/a.png")
+        data = png(1) * 50
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    truncated = buffer.getvalue()[:-40]
+    for archive_bytes in (bytes(corrupt), clash, truncated):
+        path, message = error_of(post(alice_client, archive_bytes))
+        assert path == "archive"
+        assert "the archive cannot be unpacked" in message, message
+    assert not Manifest.objects.exists()
+
+
+def test_finder_resource_forks_are_skipped_and_split_folders_name_their_splits(  # type: ignore[no-untyped-def]
+    alice_client,
+) -> None:
+    files = {
+        "pets/cat/a.png": png(1),
+        "pets/dog/b.png": png(2),
+        "__MACOSX/pets/cat/._a.png": b"\x00\x05\x16\x07 resource fork",
+    }
+    response = post(alice_client, zipped(files))
+    assert response.status_code == 201, response.content
+    assert response.json()["manifest"]["labels"] == ["cat", "dog"]
+
+    split_folders = zipped({"train/cat/a.png": png(1), "validation/cat/b.png": png(2)})
+    path, message = error_of(post(alice_client, split_folders, name="other", split="test"))
+    assert "split 'test' is given, but the folder holds split folders (train, validation)" in (
+        message
+    )
+
+
+def test_an_archive_over_the_upload_limit_is_413(alice_client, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.UPLOAD_MAX_BYTES = 4096
+    big = zipped({f"cat/{i}.png": png(i, size=(40, 40)) for i in range(40)})
+    assert len(big) > 4096
+    response = post(alice_client, big)
+    assert response.status_code == 413, response.content
+    assert response.json()["errors"][0]["path"] == "archive"

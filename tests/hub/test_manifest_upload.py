@@ -483,3 +483,20 @@ def test_a_split_file_that_fits_its_manifest_is_stored(alice) -> None:  # type: 
     text = dataset_yaml("fits", split_file="validation.parquet")
     response = upload(alice, text, {"validation.parquet": parquet_split()})
     assert response.status_code == 201, response.content
+
+
+@pytest.mark.django_db
+def test_a_split_file_whose_pages_do_not_decode_is_refused(alice) -> None:  # type: ignore[no-untyped-def]
+    from tests.hub.factories import dataset_yaml, parquet_split
+
+    content = bytearray(parquet_split("x" * 64))
+    start = content.index(b"\x89PNG")  # inside the first data page
+    content[start : start + 40] = b"\xff" * 40
+    response = upload(
+        alice,
+        dataset_yaml("torn", split_file="validation.parquet"),
+        {"validation.parquet": bytes(content)},
+    )
+    assert response.status_code == 400, response.content
+    message = response.json()["errors"][0]["message"]
+    assert "validation.parquet" in message

@@ -606,6 +606,10 @@ def test_custom_code_is_refused_where_it_would_not_run(
             ["tried to start or signal a process", "subprocess.Popen"],
         ),
         (
+            "import os\ndef preprocess(example):\n    os.replace('/tmp/x', '/etc/x')\n",
+            ["tried to change /etc/x (os.rename) outside its sandbox"],
+        ),
+        (
             "def preprocess(example):\n    return 'text'\n",
             ["returned str for input 0 of a batch of 1, which is not a numeric array"],
         ),

@@ -679,11 +679,29 @@ def test_apply_overrides_names_an_unknown_path() -> None:
 def test_apply_overrides_validates_the_result() -> None:
     data = manifests.load(minimal_model()).data
     with pytest.raises(ManifestError) as caught:
-        manifests.apply_overrides(data, ["inputs.0.parameters.layout=XYZ", "version=2"])
+        manifests.apply_overrides(data, ["inputs.0.parameters.layout=XYZ", "license=2"])
     assert {(e["path"], e["message"]) for e in caught.value.errors} == {
         ("inputs.0.parameters.layout", "'XYZ' is not one of NCHW, NHWC"),
-        ("version", "must be a string, not the number 2"),
+        ("license", "must be a string, not the number 2"),
     }
+
+
+@pytest.mark.parametrize(
+    ("assignment", "words"),
+    [
+        ('preprocess="def preprocess(x):\n  return x"', "custom code runs only where"),
+        ("postprocess=null", "custom code runs only where"),
+        ("version=2.0.0", "version cannot be overridden"),
+        ("attributes.trained=false", "attributes cannot be overridden"),
+        ("container.amd64.cpu=evil:latest", "container cannot be overridden"),
+        ("model.graph_path=repo://models/other/1.0.0/x.onnx", "model cannot be overridden"),
+    ],
+)
+def test_what_routes_or_marks_a_job_cannot_be_overridden(assignment: str, words: str) -> None:
+    data = manifests.load(minimal_model()).data
+    with pytest.raises(ManifestError) as caught:
+        manifests.apply_overrides(data, [assignment])
+    assert words in caught.value.errors[0]["message"]
 
 
 def test_apply_overrides_refuses_a_malformed_assignment() -> None:

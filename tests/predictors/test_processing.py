@@ -327,14 +327,14 @@ def test_resize_by_height_and_pad_give_a_text_classifiers_own_input(shape: tuple
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_resize_by_the_shorter_side_caps_the_longer_and_rounds_to_multiples(decoder: str) -> None:
     image = encode(np.zeros((300, 500, 3), dtype=np.uint8))
-    side = {"side": "shorter", "size": 200, "max_size": 300, "multiple_of": 32}
-    # 200/300 would make the longer side 333 > 300: scaled by 300/500 instead, to 180x300,
-    # then each side to a multiple of 32 (180/32 = 5.625, 300/32 = 9.375).
+    side = {"side": "shorter", "size": 200, "max_size": 288, "multiple_of": 32}
+    # 200/300 would make the longer side 333 > 288: scaled by 288/500 instead, to 172.8x288,
+    # then each side to a multiple of 32 (172.8/32 = 5.4), capped at 288 (a multiple).
     for rounding, expected in (
-        ("half_up", (192, 288)),
-        ("up", (192, 320)),
+        ("half_up", (160, 288)),
+        ("up", (192, 288)),
         ("down", (160, 288)),
-        ("half_even", (192, 288)),
+        ("half_even", (160, 288)),
     ):
         p = params(decoder=decoder, resize_side={**side, "rounding": rounding})
         assert ImagePreprocessor(p)(image).shape[:2] == expected, rounding
@@ -348,6 +348,18 @@ def test_resize_by_the_shorter_side_caps_the_longer_and_rounds_to_multiples(deco
         }
     )
     assert ImagePreprocessor(longer)(image).shape[:2] == (30, 50)
+
+
+def test_a_computed_side_never_passes_the_cap_or_the_largest_side() -> None:
+    tall = encode(np.zeros((10, 300, 3), dtype=np.uint8))
+    # height 48: width 1440 rounded up to a multiple of 16, capped at 192 (a multiple of 16).
+    capped = {"side": "height", "size": 48, "max_size": 192, "multiple_of": 16, "rounding": "up"}
+    assert ImagePreprocessor(params(resize_side=capped))(tall).shape[:2] == (48, 192)
+    endless = {**capped, "max_size": None, "size": 64, "multiple_of": 1}
+    line = encode(np.zeros((1, 200, 3), dtype=np.uint8))
+    with pytest.raises(ProcessingError, match="would make a 1x200 image 64x12800") as refused:
+        ImagePreprocessor(params(resize_side=endless))(line)
+    assert refused.value.parameter == "resize_side.max_size"
 
 
 def test_letterbox_centres_the_image_on_the_pad_value() -> None:
@@ -707,3 +719,11 @@ def test_a_tensor_inputs_shape_is_held_to_dynamic_dimensions_included() -> None:
     with pytest.raises(ProcessingError) as bad:
         TensorPreprocessor({"element_type": "float32", "shape": [0, "x"]})
     assert bad.value.parameter == "shape"
+
+
+def test_a_cap_that_is_no_multiple_is_refused() -> None:
+    side = {"side": "height", "size": 48, "max_size": 190, "multiple_of": 32, "rounding": "up"}
+    with pytest.raises(ProcessingError) as refused:
+        ImagePreprocessor(params(resize_side=side))
+    assert refused.value.parameter == "resize_side.max_size"
+    assert "must be a multiple of multiple_of (32)" in str(refused.value)
