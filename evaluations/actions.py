@@ -31,7 +31,7 @@ from evaluations import events, leaderboards, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
-from hub import solver, storage
+from hub import solver
 from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
@@ -134,10 +134,12 @@ def launch_evaluation(
     dataset = solution.dataset
     assert dataset is not None
     placements = placement.place(solution, request, user.pk)
-    _check_overrides(request.get("overrides") or [], {where.manifest for where in placements})
-    _check_supported(request.get("overrides") or [], {where.manifest for where in placements})
+    contents = _apply_overrides(
+        request.get("overrides") or [], {where.manifest for where in placements}
+    )
+    _check_supported(contents)
     if not request.get("allow_label_mismatch"):
-        _check_labels(request.get("overrides") or [], {w.manifest for w in placements}, dataset)
+        _check_labels(contents, dataset)
 
     group = uuid.uuid4()
     launched = []
@@ -178,57 +180,56 @@ def launch_evaluation(
     return launched
 
 
-def _check_overrides(overrides: list[str], manifests: set[Manifest]) -> None:
-    """The overrides must apply to every manifest the launch runs, and leave it valid (as
-    `mlms evaluate --set` does locally): Invalid naming `overrides` and the manifest's field."""
-    if not overrides:
-        return
+def _apply_overrides(
+    overrides: list[str], manifests: set[Manifest]
+) -> list[tuple[Manifest, dict[str, Any]]]:
+    """Each manifest the launch runs with its content as it will run: the overrides applied
+    (as `mlms evaluate --set` does locally), each result valid, else Invalid naming
+    `overrides` and the manifest's field."""
+    contents = []
     for manifest in sorted(manifests, key=lambda m: m.pk):
-        try:
-            spec.apply_overrides(manifest.content, overrides)
-        except spec.ManifestError as error:
-            raise Invalid(
-                [
-                    {
-                        "path": "overrides",
-                        "message": f"on {manifest.name} {manifest.version} "
-                        f"({manifest.framework}): {e['path'] or '<root>'}: {e['message']}",
-                    }
-                    for e in error.errors
-                ],
-                code=EvaluationErrorCode.INVALID_OVERRIDE,
-            ) from None
+        content = manifest.content or {}
+        if overrides:
+            try:
+                content = spec.apply_overrides(content, overrides).data
+            except spec.ManifestError as error:
+                raise Invalid(
+                    [
+                        {
+                            "path": "overrides",
+                            "message": f"on {manifest.name} {manifest.version} "
+                            f"({manifest.framework}): {e['path'] or '<root>'}: {e['message']}",
+                        }
+                        for e in error.errors
+                    ],
+                    code=EvaluationErrorCode.INVALID_OVERRIDE,
+                ) from None
+        contents.append((manifest, content))
+    return contents
 
 
-def _check_supported(overrides: list[str], manifests: set[Manifest]) -> None:
+def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]]) -> None:
     """A model the evaluation loop cannot run as its manifest says (another task, several
     inputs or outputs) is refused at launch, rather than dispatched to fail: Invalid naming
     `model`."""
-    for manifest in sorted(manifests, key=lambda m: m.pk):
-        content = spec.apply_overrides(manifest.content, overrides).data if overrides else None
-        problem = unsupported(content or manifest.content or {})
+    for _manifest, content in contents:
+        problem = unsupported(content)
         if problem:
             raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
 
 
-# A labels file larger than this is left to the agent to check (it reads it anyway).
-_LABELS_FILE_LIMIT = 16 * 1024 * 1024
-
-
-def _check_labels(overrides: list[str], manifests: set[Manifest], dataset: Manifest) -> None:
+def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:
     """A trained model whose labels are not the dataset's would score unrelated class
     indices: Invalid naming both label sets (`predictors.labels`), unless the request allows
     it. Labels the hub cannot read here (an https:// file) are left to the agent's check."""
-    dataset_labels = _labels_of(dataset.content or {})
+    dataset_labels = hub_actions.stored_labels(dataset.content or {})
     if dataset_labels is None:
         return
-    for manifest in sorted(manifests, key=lambda m: m.pk):
-        content = spec.apply_overrides(manifest.content, overrides).data if overrides else {}
-        content = content or manifest.content or {}
-        if is_untrained(content) or is_untrained(manifest.content or {}):
+    for manifest, content in contents:
+        if is_untrained(content):
             continue
         outputs = content.get("outputs") or [{}]
-        model_labels = _labels_of((outputs[0] or {}).get("parameters") or {})
+        model_labels = hub_actions.stored_labels((outputs[0] or {}).get("parameters") or {})
         if model_labels is None:
             continue
         problem = label_mismatch(
@@ -239,31 +240,8 @@ def _check_labels(overrides: list[str], manifests: set[Manifest], dataset: Manif
         )
         if problem:
             raise Invalid(
-                f"{problem}. {LABEL_HINT.capitalize()}",
-                path="dataset",
-                code=EvaluationErrorCode.LABEL_MISMATCH,
+                f"{problem}. {LABEL_HINT}", path="dataset", code=EvaluationErrorCode.LABEL_MISMATCH
             )
-
-
-def _labels_of(parameters: Mapping[str, Any]) -> list[str] | None:
-    """The labels of a model's output or of a dataset: inline, or their repo:// labels file;
-    None when there are none or they cannot be read here."""
-    inline = parameters.get("labels")
-    if isinstance(inline, list):
-        return [str(label) for label in inline]
-    path = parameters.get("labels_path")
-    if not isinstance(path, str) or not path.startswith("repo://"):
-        return None
-    try:
-        file = storage.resolve(path.removeprefix("repo://"))
-        if not file.is_file() or file.stat().st_size > _LABELS_FILE_LIMIT:
-            return None
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (storage.StorePathError, OSError, UnicodeDecodeError):
-        return None
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
 
 
 def _check_trace_parent(user: AbstractBaseUser, parent: TraceParent) -> None:

@@ -23,6 +23,7 @@ from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_
 from predictors import graph_check
 from predictors import manifests as spec
 from predictors.data import split_problems
+from predictors.labels import labels_from_text
 from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
 
@@ -193,7 +194,8 @@ def _check_splits(doc: spec.Manifest) -> None:
     them."""
     if doc.kind != "dataset" or doc.data.get("format") != "parquet":
         return
-    labels = _label_count(doc.data)
+    stored = stored_labels(doc.data)
+    labels = len(stored) if stored is not None else None
     errors = []
     for name, entry in (doc.data.get("splits") or {}).items():
         path = str(entry.get("path") or "")
@@ -210,20 +212,27 @@ def _check_splits(doc: spec.Manifest) -> None:
         raise Invalid(errors, code=HubErrorCode.DATASET_INVALID)
 
 
-def _label_count(data: Mapping[str, Any]) -> int | None:
-    """How many labels a dataset manifest names (inline, or in its repo:// labels file)."""
-    if isinstance(data.get("labels"), list):
-        return len(data["labels"])
-    path = str(data.get("labels_path") or "")
-    if not path.startswith("repo://"):
+# A labels file larger than this is not read here (the agent reads it anyway).
+_LABELS_FILE_LIMIT = 16 * 1024 * 1024
+
+
+def stored_labels(where: Mapping[str, Any]) -> list[str] | None:
+    """The labels of a dataset manifest or of a model output's parameters: inline, or their
+    repo:// labels file in the store; None when there are none or they cannot be read here
+    (an https:// file, one not stored yet, one over _LABELS_FILE_LIMIT)."""
+    inline = where.get("labels")
+    if isinstance(inline, list):
+        return [str(label) for label in inline]
+    path = where.get("labels_path")
+    if not isinstance(path, str) or not path.startswith("repo://"):
         return None
-    file = storage.resolve(path.removeprefix("repo://"))
-    if not file.is_file():
+    try:
+        file = storage.resolve(path.removeprefix("repo://"))
+        if not file.is_file() or file.stat().st_size > _LABELS_FILE_LIMIT:
+            return None
+        return labels_from_text(file.read_text(encoding="utf-8"))
+    except (storage.StorePathError, OSError, UnicodeDecodeError):
         return None
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return len(lines)
 
 
 def _check_name_owner(doc: spec.Manifest, owner: AbstractBaseUser | None) -> None:

@@ -60,7 +60,15 @@ def mismatch(
 
 
 REFUSAL_HINT = (
-    "evaluate it on a dataset with the model's labels, or set allow_label_mismatch "
+    "Evaluate it on a dataset with the model's labels, or set allow_label_mismatch "
     "(mlms evaluate --allow-label-mismatch, the launch form's checkbox) to run it anyway; the "
     "result then shows the mismatch"
 )
+
+
+def labels_from_text(text: str) -> list[str]:
+    """The labels of a labels file: one per line (UTF-8), trailing empty lines ignored."""
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines

@@ -31,6 +31,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from predictors.labels import labels_from_text
+
 __all__ = [
     "ELEMENT_TYPES",
     "IMAGE_PARAMETERS",
@@ -801,7 +803,4 @@ def load_labels(output_parameters: Mapping[str, Any], fetch: Callable[[str], Pat
         return list(inline)
     if not isinstance(path, str):
         raise ProcessingError("'labels_path' must be a URL", parameter="labels_path")
-    lines = fetch(path).read_text(encoding="utf-8").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    return lines
+    return labels_from_text(fetch(path).read_text(encoding="utf-8"))

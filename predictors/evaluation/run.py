@@ -299,7 +299,7 @@ def _check_labels(
         f"{model.name} {model.version}", labels, f"{dataset.name} {dataset.version}", dataset_labels
     )
     if problem:
-        raise EvaluationError(f"{problem}. {LABEL_HINT.capitalize()}")
+        raise EvaluationError(f"{problem}. {LABEL_HINT}")
 
 
 def _check_version(model: Manifest, version: str) -> None:

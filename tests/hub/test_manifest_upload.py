@@ -498,5 +498,6 @@ def test_a_split_file_whose_pages_do_not_decode_is_refused(alice) -> None:  # ty
         {"validation.parquet": bytes(content)},
     )
     assert response.status_code == 400, response.content
-    message = response.json()["errors"][0]["message"]
-    assert "validation.parquet" in message
+    (error,) = response.json()["errors"]
+    assert error["path"] == "splits.validation.path"
+    assert "validation.parquet: the file cannot be read through" in error["message"], error
