@@ -432,7 +432,7 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
         try:
             result = _store_result(evaluation, upload, predictions_path)
             evaluation.progress_done = evaluation.progress_total
-            reason = f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
+            reason = _accuracy_words(result)
             if evaluation.cancel_requested:
                 # The cancel raced the end of the run and lost: say so rather than drop it.
                 reason += "; a cancel was requested, but the run finished before the agent saw it"
@@ -441,6 +441,18 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
             outputs.remove(evaluation.pk)
             raise
     return result
+
+
+def _accuracy_words(result: Result) -> str:
+    """The result's accuracy in a sentence (the evaluation's last status reason)."""
+    details = result.details if isinstance(result.details, dict) else {}
+    if (details.get("model") or {}).get("task") == "sequence_labelling":
+        words = f"accuracy {result.top1:.2%}"
+        reset = details.get("accuracy_state_reset")
+        if isinstance(reset, dict) and isinstance(reset.get("top1"), int | float):
+            words += f" with the state carried, {reset['top1']:.2%} with it reset at every call"
+        return f"{words} on {result.count} inputs"
+    return f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
 
 
 def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path: str) -> Result:

@@ -6,6 +6,7 @@ here, once, next to the manifest key it explains.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,10 @@ IMAGE_PARAMETERS: list[tuple[str, str, str]] = [
 TENSOR_PARAMETERS: list[tuple[str, str, str]] = [
     ("element_type", "Element type", "type of the tensor's elements"),
     ("shape", "Shape", "dimensions of one example (? = dynamic)"),
+    ("value", "Value", "the same in every call, not batched"),
+    ("batch_axis", "Batch axis", "where the streams' rows are stacked (0 first)"),
+    ("initial", "Initial value", "every element's value at the start of a stream"),
+    ("from_output", "From output", "the output whose value the next call of the stream takes"),
 ]
 
 _WORDS = {
@@ -55,6 +60,7 @@ _CHANNELS = {"RGB": ["R", "G", "B"], "BGR": ["B", "G", "R"], "GRAY": ["Y"]}
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime"}
 TASK_NAMES = {
     "image_classification": "Image classification",
+    "sequence_labelling": "Sequence labelling",
     "object_detection": "Object detection",
     "semantic_segmentation": "Semantic segmentation",
     "instance_segmentation": "Instance segmentation",
@@ -89,6 +95,8 @@ def _value(key: str, value: Any, parameters: dict[str, Any]) -> str:
         return "no resize" if value is None else _size(value)
     if key in ("crop_size", "shape"):
         return _size(value)
+    if key == "value":
+        return json.dumps(value)
     if key in ("mean", "std"):
         return _per_channel(value, parameters.get("color_mode"))
     if isinstance(value, bool):

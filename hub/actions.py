@@ -205,7 +205,11 @@ def _check_splits(doc: spec.Manifest) -> None:
         if not file.is_file():
             continue
         for problem in split_problems(
-            file, labels=labels, encoding=doc.data.get("encoding"), count=entry.get("count")
+            file,
+            labels=labels,
+            encoding=doc.data.get("encoding"),
+            count=entry.get("count"),
+            streams=doc.task == "sequence_labelling",
         ):
             errors.append({"path": f"splits.{name}.path", "message": f"{path}: {problem}"})
     if errors:

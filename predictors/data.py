@@ -33,6 +33,7 @@ every `https://` asset, so a URL without one is trusted to keep its content.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
@@ -44,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -427,16 +429,20 @@ class DatasetReader:
         except (OSError, pa.ArrowException) as exc:
             raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
         names = set(schema.names)
-        if "image" not in names or "label" not in names:
+        # The input column: `image` (encoded images, or .npy tensors), or `input`.
+        self.column = "image" if "image" in names or "input" not in names else "input"
+        if self.column not in names or "label" not in names:
             raise DatasetError(
-                f"{self.path} needs the columns 'image' and 'label'; it has {sorted(names)}"
+                f"{self.path} needs the columns 'image' (or 'input') and 'label'; it has "
+                f"{sorted(names)}"
             )
-        image_type = schema.field("image").type
+        image_type = schema.field(self.column).type
         if not (pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type)):
-            raise DatasetError(f"{self.path}: column 'image' is {image_type}, not binary")
+            raise DatasetError(f"{self.path}: column '{self.column}' is {image_type}, not binary")
         label_type = schema.field("label").type
         if not pa.types.is_integer(label_type):
             raise DatasetError(f"{self.path}: column 'label' is {label_type}, not an integer")
+        self.names = names
 
     @property
     def count(self) -> int:
@@ -454,11 +460,11 @@ class DatasetReader:
         labels = np.empty(0, dtype=np.int64)
         with pq.ParquetFile(self.path) as parquet:
             for record_batch in parquet.iter_batches(
-                batch_size=self.batch_size, columns=["image", "label"]
+                batch_size=self.batch_size, columns=[self.column, "label"]
             ):
                 record_batch = record_batch.slice(0, remaining)
                 remaining -= record_batch.num_rows
-                image_column = record_batch.column("image")
+                image_column = record_batch.column(self.column)
                 label_column = record_batch.column("label")
                 if image_column.null_count or label_column.null_count:
                     raise DatasetError(f"{self.path} has rows without an image or a label")
@@ -473,14 +479,123 @@ class DatasetReader:
             yield images, labels
 
 
+class StreamReader:
+    """The ordered streams of a sequence-labelling split (`stream`, `position`, the input
+    column and `label`), a stream at a time, never the whole file.
+
+    A stream's rows are together and in order, with positions 0, 1, 2, …; anything else is a
+    `DatasetError` naming the row, found when the reader is made (it reads the `stream` and
+    `position` columns through once, and keeps every stream's length). `limit` keeps the first
+    rows only (the last stream kept may end early). Iterating yields `(inputs, labels)`, one
+    stream's input values and labels; it can be iterated more than once.
+    """
+
+    def __init__(self, path: Path, *, limit: int | None = None) -> None:
+        rows = DatasetReader(path, 1, limit=limit)  # the columns, the limit's checks
+        self.path, self.column, self.limit = rows.path, rows.column, limit
+        self.count = rows.count
+        missing = [name for name in ("stream", "position") if name not in rows.names]
+        if missing:
+            raise DatasetError(
+                f"{self.path} is a sequence_labelling split without the column(s) "
+                f"{', '.join(missing)}: every row names its stream and its position in it"
+            )
+        self.lengths: list[int] = []
+        seen: set[Any] = set()
+        current: Any = None
+        row = 0
+        with pq.ParquetFile(self.path) as parquet:
+            for batch in parquet.iter_batches(batch_size=65536, columns=["stream", "position"]):
+                if row >= self.count:
+                    break
+                batch = batch.slice(0, self.count - row)
+                if batch.column("stream").null_count or batch.column("position").null_count:
+                    raise DatasetError(
+                        f"{self.path}: rows from {row} include a null stream or position"
+                    )
+                streams = batch.column("stream").to_pylist()
+                positions = batch.column("position").to_pylist()
+                for stream, position in zip(streams, positions, strict=True):
+                    if stream != current or not self.lengths:
+                        if stream in seen:
+                            raise DatasetError(
+                                f"{self.path}: row {row} is of stream {stream!r}, whose rows "
+                                "came earlier and stopped: a stream's rows must be together"
+                            )
+                        seen.add(stream)
+                        current = stream
+                        self.lengths.append(0)
+                    if position != self.lengths[-1]:
+                        raise DatasetError(
+                            f"{self.path}: row {row} is at position {position!r} of stream "
+                            f"{stream!r}, but {self.lengths[-1]} comes next: positions run "
+                            "0, 1, 2, … in row order"
+                        )
+                    self.lengths[-1] += 1
+                    row += 1
+
+    # The evaluation loop's width: how many streams run side by side (`with_batch_size`).
+    batch_size = 1
+
+    @property
+    def streams(self) -> int:
+        return len(self.lengths)
+
+    def with_batch_size(self, batch_size: int) -> StreamReader:
+        """The same reader (the checks are not made again), for `batch_size` streams side by
+        side."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        twin = copy.copy(self)
+        twin.batch_size = batch_size
+        return twin
+
+    def __iter__(self) -> Iterator[tuple[list[bytes], np.ndarray]]:
+        lengths = iter(self.lengths)
+        inputs: list[bytes] = []
+        labels: list[np.ndarray] = []
+        held = 0
+        want = next(lengths, None)
+        for values, classes in DatasetReader(self.path, 4096, limit=self.limit):
+            inputs.extend(values)
+            labels.append(classes)
+            held += len(classes)
+            while want is not None and held >= want:
+                joined = np.concatenate(labels)
+                yield inputs[:want], joined[:want]
+                inputs, labels, held = inputs[want:], [joined[want:]], held - want
+                want = next(lengths, None)
+
+
+def lockstep_calls(lengths: list[int], width: int) -> int:
+    """How many calls run `lengths` streams side by side, `width` at a time, each slot taking
+    the next stream as soon as its stream ends (`predictors.evaluation.streams`)."""
+    import heapq
+
+    slots = [0] * min(width, len(lengths))
+    heapq.heapify(slots)
+    for length in lengths:
+        heapq.heappush(slots, heapq.heappop(slots) + length)
+    return max(slots, default=0)
+
+
 # Magic bytes of the encodings a dataset manifest may state.
-_MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "jpeg": (b"\xff\xd8\xff",)}
+_MAGIC = {
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "jpeg": (b"\xff\xd8\xff",),
+    "npy": (b"\x93NUMPY",),
+}
 # The most problems `split_problems` reports (a broken file would otherwise list every row).
 _MAX_PROBLEMS = 5
 
 
 def split_problems(
-    path: Path, *, labels: int | None, encoding: str | None, count: int | None
+    path: Path,
+    *,
+    labels: int | None,
+    encoding: str | None,
+    count: int | None,
+    streams: bool = False,
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
     columns `image` (binary) and `label` (integer) without nulls, every label a class index
@@ -495,21 +610,30 @@ def split_problems(
     if count is not None and reader.rows != count:
         problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
     magic = _MAGIC.get(encoding or "")
+    if streams:
+        try:
+            StreamReader(path)
+        except DatasetError as error:
+            problems.append(str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file "))
     try:
-        problems += _row_problems(path, labels, encoding, magic)
+        problems += _row_problems(path, reader.column, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
         problems.append(f"the file cannot be read through: {exc}")
     return problems[:_MAX_PROBLEMS]
 
 
 def _row_problems(
-    path: Path, labels: int | None, encoding: str | None, magic: tuple[bytes, ...] | None
+    path: Path,
+    column: str,
+    labels: int | None,
+    encoding: str | None,
+    magic: tuple[bytes, ...] | None,
 ) -> list[str]:
     problems: list[str] = []
     row = 0
     with pq.ParquetFile(path) as parquet:
-        for batch in parquet.iter_batches(batch_size=1024, columns=["image", "label"]):
-            images, classes = batch.column("image"), batch.column("label")
+        for batch in parquet.iter_batches(batch_size=1024, columns=[column, "label"]):
+            images, classes = batch.column(column), batch.column("label")
             if images.null_count or classes.null_count:
                 problems.append(
                     f"rows {row} to {row + batch.num_rows - 1} include a null image or label"
@@ -528,8 +652,8 @@ def _row_problems(
                 for index, image in enumerate(images.to_pylist()):
                     if image is not None and not image.startswith(magic):
                         problems.append(
-                            f"row {row + index}'s image is not {str(encoding).upper()} (the "
-                            "manifest's encoding)"
+                            f"row {row + index}'s {column} is not {str(encoding).upper()} "
+                            "(the manifest's encoding)"
                         )
                         break
             row += batch.num_rows

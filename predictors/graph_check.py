@@ -7,8 +7,9 @@ on the session it loads (a file given by https://, which the hub never reads). W
 - every declared input and output name is one of the graph's (ONNX Runtime feeds and reads by
   name; a misspelt name would otherwise be ignored);
 - the graph has no input that the manifest leaves undeclared (it could not be fed);
-- the rank: an image input is a batch of images, rank 4 (NCHW or NHWC); a tensor input with a
-  `shape` has rank 1 + len(shape) (the batch axis first);
+- the rank: an image input is a batch of images, rank 4 (NCHW or NHWC); a tensor or state
+  input with a `shape` has rank 1 + len(shape) (with its batch axis); a constant input has
+  its value's rank (it is not batched);
 - the element type: the input's `element_type` is the graph input's type.
 
 TorchScript and Keras files carry no such names and types without loading them in their
@@ -140,12 +141,15 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 f"is {element_type}, but the graph's input '{name}' takes {port.element_type}",
             )
         expected = None
+        what = "the batch axis + shape"
         if entry.get("type") == "image":
-            expected = 4
+            expected, what = 4, "a batch of images"
+        elif entry.get("type") == "constant" and "value" in parameters:
+            expected = _rank(parameters["value"])
+            what = "the constant's value (not batched)"
         elif isinstance(parameters.get("shape"), list):
             expected = 1 + len(parameters["shape"])
         if expected is not None and port.rank is not None and port.rank != expected:
-            what = "a batch of images" if entry.get("type") == "image" else "the batch axis + shape"
             yield (
                 f"inputs.{index}",
                 f"the graph's input '{name}' has rank {port.rank}, but {what} has rank {expected}",
@@ -166,6 +170,14 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 f"'{entry.get('name')}' is not an output of the graph (its outputs: "
                 f"{shown_outputs})",
             )
+
+
+def _rank(value: Any) -> int:
+    """The rank of a constant's value (a number: 0; a nested list: its depth)."""
+    rank = 0
+    while isinstance(value, list) and value:
+        rank, value = rank + 1, value[0]
+    return rank + (1 if isinstance(value, list) else 0)
 
 
 def onnx_problems(data: Mapping[str, Any], path: Path) -> list[tuple[str, str]]:

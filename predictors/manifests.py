@@ -39,6 +39,7 @@ from typing import Any, TypeGuard, cast
 from urllib.parse import urlsplit
 
 import jsonschema
+import numpy as np
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -841,8 +842,21 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
                 yield from _image_problems(parameters, ("inputs", index, "parameters"))
         for index, entry in _entries(data.get("outputs")):
             parameters = entry.get("parameters")
-            if isinstance(parameters, dict):
+            if isinstance(parameters, dict) and entry.get("type") != "state":
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
+                labels = parameters.get("labels")
+                if (
+                    str(entry.get("type")).startswith("binary_")
+                    and isinstance(labels, list)
+                    and len(labels) != 2
+                ):
+                    message = (
+                        f"has {_items(len(labels)).replace('item', 'label')}; a "
+                        f"{entry.get('type')} output reads two classes (the second is the "
+                        "positive one)"
+                    )
+                    yield ("outputs", index, "parameters", "labels"), message
+        yield from _port_problems(data)
     else:
         yield from _labels_problems(data, ())
     namespace = None
@@ -850,6 +864,89 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
         namespace = _namespace(kind, name, str(version))
     for path, uri, sha_path, sha in _file_refs(data, kind):
         yield from _file_problems(path, uri, sha_path, sha, namespace)
+
+
+# The most elements a constant input's value may hold.
+MAX_CONSTANT_ELEMENTS = 4096
+_INTEGER_TYPES = ("uint8", "int8", "int32", "int64")
+
+
+def _port_problems(data: dict[str, Any]) -> Iterator[tuple[Path_, str]]:
+    """The rules across inputs and outputs: every state input takes a state output and every state output goes to one state input; a constant's value is a
+    rectangular array of numbers of its element type; a state's batch axis fits its shape."""
+    outputs = list(_entries(data.get("outputs")))
+    state_outputs = {
+        str(entry.get("name")): index for index, entry in outputs if entry.get("type") == "state"
+    }
+    carried: dict[str, int] = {}
+    for index, entry in _entries(data.get("inputs")):
+        parameters = entry.get("parameters")
+        if not isinstance(parameters, dict):
+            continue
+        where: Path_ = ("inputs", index, "parameters")
+        if entry.get("type") == "state":
+            source = parameters.get("from_output")
+            if isinstance(source, str):
+                if source not in state_outputs:
+                    names = ", ".join(state_outputs) or "none"
+                    yield (
+                        (*where, "from_output"),
+                        (
+                            f"{_show(source)} is not a state output of this model (its state "
+                            f"outputs: {names})"
+                        ),
+                    )
+                elif source in carried:
+                    yield (
+                        (*where, "from_output"),
+                        (
+                            f"{_show(source)} is already carried to input {carried[source]}; a state "
+                            "output goes to one state input"
+                        ),
+                    )
+                else:
+                    carried[source] = index
+            shape, axis = parameters.get("shape"), parameters.get("batch_axis")
+            if isinstance(shape, list) and isinstance(axis, int) and axis > len(shape):
+                yield (
+                    (*where, "batch_axis"),
+                    (
+                        f"{axis} is past the tensor's last axis: the state has shape {_show(shape)} "
+                        f"without the batch axis, so the batch axis is 0 to {len(shape)}"
+                    ),
+                )
+        elif entry.get("type") == "constant" and "value" in parameters:
+            problem = _constant_problem(parameters.get("value"), parameters.get("element_type"))
+            if problem:
+                yield (*where, "value"), problem
+    for name, index in state_outputs.items():
+        if name not in carried:
+            yield (
+                ("outputs", index),
+                (
+                    f"state output {_show(name)} is carried to no input: name it in a state input's "
+                    "from_output"
+                ),
+            )
+
+
+def _constant_problem(value: Any, element_type: Any) -> str | None:
+    def numbers(item: Any) -> bool:
+        if isinstance(item, list):
+            return all(numbers(v) for v in item)
+        return _is_number(item)
+
+    if not numbers(value):
+        return "must be a number or a nested list of numbers"
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except ValueError:
+        return "the lists of one level must all have the same length"
+    if array.size > MAX_CONSTANT_ELEMENTS:
+        return f"holds {array.size} numbers; a constant holds at most {MAX_CONSTANT_ELEMENTS}"
+    if element_type in _INTEGER_TYPES and not np.all(array == np.round(array)):
+        return f"must hold whole numbers for element type {element_type}"
+    return None
 
 
 def _entries(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +107,16 @@ class Predictor(ABC):
     @abstractmethod
     def predict(self, batch: np.ndarray) -> np.ndarray:
         """Run the model on one batch; the first output, on the host, batch axis first."""
+
+    def run(self, feeds: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        """Run the model on every input (`feeds`, by the manifest's input names, each batch
+        on its own batch axis); the outputs `names` (manifest output names), on the host. The
+        evaluation loop calls it for models with constant or state inputs; `predict` stays the
+        path of single-input models."""
+        raise PredictorError(
+            f"the {self.framework} predictor feeds one input; models with constant or state "
+            "inputs run in ONNX Runtime or PyTorch"
+        )
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
         """The loaded model's input (shape with None for free dimensions, element type), where

@@ -512,6 +512,11 @@ def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: boo
 # -- what the evaluation loop runs ------------------------------------------------------------
 
 
+# The tasks the evaluation loop scores, and the data inputs (fed from the dataset) it knows.
+SCORED_TASKS = ("image_classification", "sequence_labelling")
+DATA_INPUTS = ("image", "tensor")
+
+
 def unsupported(data: Mapping[str, Any]) -> str | None:
     """Why the evaluation loop cannot run a model manifest (its data) as it says, or None. The
     hub asks this at launch (a 400 rather than a run that fails), and the loop again before
@@ -519,22 +524,58 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
     name, kind, task = data.get("name"), data.get("kind"), data.get("task")
     if kind != "model":
         return f"{name} is a {kind} manifest, not a model"
-    if task != "image_classification":
+    if task not in SCORED_TASKS:
         return (
             f"{name} is a {task} model; the evaluation loop scores "
-            "image_classification models only (detection and segmentation scoring are not "
+            f"{' and '.join(SCORED_TASKS)} models (detection and segmentation scoring are not "
             "built yet)"
         )
-    inputs, outputs = data.get("inputs") or [], data.get("outputs") or []
-    if len(inputs) != 1:
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
+    fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
+    if len(fed) != 1:
         return (
-            f"{name} declares {len(inputs)} inputs; the evaluation loop feeds one (several "
-            "named inputs, constant and state inputs are not built yet)"
+            f"{name} declares {len(fed)} inputs fed from the dataset (type image or tensor: "
+            f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
+            "constant and state inputs"
         )
-    if len(outputs) != 1:
-        names = ", ".join(str(o.get("name")) for o in outputs[1:])
+    scored = [o for o in outputs if o.get("type") != "state"]
+    if len(scored) != 1:
+        names = ", ".join(str(o.get("name")) for o in scored)
         return (
-            f"{name} declares {len(outputs)} outputs; the evaluation loop reads one, so "
-            f"{names} would be ignored: declare only the output it scores"
+            f"{name} declares {len(scored)} scored outputs ({names}); the evaluation loop reads "
+            "one: declare the others as state outputs, or leave them out"
+        )
+    stateful = [str(i.get("name")) for i in inputs if i.get("type") in ("state", "constant")]
+    if task != "sequence_labelling":
+        if stateful or len(outputs) != 1:
+            return (
+                f"{name} is an {task} model with constant or state inputs or state outputs "
+                f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "
+                "sequence_labelling models, which run on ordered streams"
+            )
+        if str(scored[0].get("type")).startswith("binary_"):
+            return (
+                f"{name}'s output is {scored[0].get('type')}; image_classification models are "
+                "read as logits or probabilities"
+            )
+    elif (data.get("framework") or {}).get("name") == "tensorflow" and len(inputs) > 1:
+        return (
+            f"{name} is a tensorflow model of several inputs; the TensorFlow predictor feeds one "
+            "input (export it to ONNX or TorchScript to run it with its state)"
         )
     return None
+
+
+def data_input_name(data: Mapping[str, Any]) -> str:
+    """The name of the input fed from the dataset (the first of type image or tensor)."""
+    inputs = data.get("inputs") or []
+    fed = [i for i in inputs if isinstance(i, Mapping) and i.get("type") in DATA_INPUTS]
+    return str((fed or inputs)[0]["name"])
+
+
+def scored_output_name(data: Mapping[str, Any]) -> str:
+    """The name of the output that is scored (the first that is not a state)."""
+    outputs = data.get("outputs") or []
+    scored = [o for o in outputs if isinstance(o, Mapping) and o.get("type") != "state"]
+    return str((scored or outputs)[0]["name"])

@@ -78,8 +78,11 @@ class EvaluationInput(generics.GenericAPIView[Any]):
                 for group in range(parquet.metadata.num_row_groups):
                     size = parquet.metadata.row_group(group).num_rows
                     if start <= index < start + size:
-                        table = parquet.read_row_group(group, columns=["image"])
-                        data = table.column("image")[index - start].as_py()
+                        # `image`, or `input` (.npy tensors: served as bytes).
+                        names = parquet.schema_arrow.names
+                        column = "image" if "image" in names else "input"
+                        table = parquet.read_row_group(group, columns=[column])
+                        data = table.column(column)[index - start].as_py()
                         break
                     start += size
                 else:

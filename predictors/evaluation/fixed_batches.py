@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,24 +261,7 @@ class FixedBatches:
         """Preprocessed batches, `stage_bytes` at a time."""
         stage = _Staged([], [])
         size = 0
-        iterator = iter(reader)
-        perf = time.perf_counter_ns
-        while True:
-            start = perf()
-            item = next(iterator, None)
-            read = perf()
-            if item is None:
-                break
-            images, labels = item
-            batch = preprocessor.batch(images)
-            done = perf()
-            if timings is not None:
-                timings[0].append(read - start)
-                timings[1].append(done - read)
-                if self.stages:
-                    attributes = {"batch_size": self.batch_size, "inputs": len(labels)}
-                    self.stage_span("read", start, read, attributes)
-                    self.stage_span("preprocess", read, done, attributes)
+        for batch, labels in self._preprocessed(reader, preprocessor, timings):
             stage.batches.append(batch)
             stage.labels.append(labels)
             size += batch.nbytes
@@ -287,6 +270,34 @@ class FixedBatches:
                 stage, size = _Staged([], []), 0
         if stage.batches:
             yield stage
+
+    def _preprocessed(
+        self,
+        reader: Iterable[tuple[Any, np.ndarray]],
+        preprocessor: Any,
+        timings: tuple[list[int], list[int]] | None,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Each `(values, labels)` of `reader` with its values preprocessed; the reading and
+        the preprocessing timed apart into `timings` (and traced as stages) when it is given."""
+        iterator = iter(reader)
+        perf = time.perf_counter_ns
+        while True:
+            start = perf()
+            item = next(iterator, None)
+            read = perf()
+            if item is None:
+                return
+            values, labels = item
+            batch = preprocessor.batch(values)
+            done = perf()
+            if timings is not None:
+                timings[0].append(read - start)
+                timings[1].append(done - read)
+                if self.stages:
+                    attributes = {"batch_size": self.batch_size, "inputs": len(labels)}
+                    self.stage_span("read", start, read, attributes)
+                    self.stage_span("preprocess", read, done, attributes)
+            yield batch, labels
 
     def _check_input(self, batch: np.ndarray) -> None:
         """Compare the first batch with the model's input, where the framework records it."""

@@ -15,7 +15,8 @@ import numpy as np
 from predictors import versioning
 from predictors.counters import CounterSampler
 from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
-from predictors.data import DatasetReader
+from predictors.data import DatasetReader, StreamReader, lockstep_calls
+from predictors.evaluation import streams
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
     CLOCK_CUDA,
@@ -102,10 +103,25 @@ def evaluate(
         else None
     )
     _check_labels(model, dataset, labels, dataset_labels, options)
-    readers = [DatasetReader(split_file, size, limit=options.limit) for size in options.batch_sizes]
+    streaming = model.task == "sequence_labelling"
+    readers: list[Any]
+    if streaming:
+        streams.check_trace_level(options.trace_level)
+        ports = streams.ports(model)
+        stream_reader = StreamReader(split_file, limit=options.limit)
+        readers = [stream_reader.with_batch_size(size) for size in options.batch_sizes]
+        calls = [lockstep_calls(stream_reader.lengths, size) for size in options.batch_sizes]
+        # The state-reset pass, at the first batch size.
+        total = sum(options.warmup + options.repeat * n for n in calls) + (
+            calls[0] if ports.states else 0
+        )
+    else:
+        readers = [
+            DatasetReader(split_file, size, limit=options.limit) for size in options.batch_sizes
+        ]
+        total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
     if readers[0].count == 0:
         raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
-    total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
 
     random.seed(options.seed)
     np.random.seed(options.seed)
@@ -130,9 +146,11 @@ def evaluate(
     sampler = None
     loop: FixedBatches | None = None
     try:
-        loop = FixedBatches(
+        loop = (streams.Streams if streaming else FixedBatches)(
             model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
         )
+        if isinstance(loop, streams.Streams):
+            loop.configure(ports)
         loop.stage_span("load", load_start, load_end, {})
         if at_least(options.trace_level, "hardware"):
             sampler = CounterSampler(
@@ -204,6 +222,11 @@ def evaluate(
         },
         "load_ms": load_ns / 1e6,
         "accuracy": per_batch_size[0]["accuracy"],
+        **(
+            {"accuracy_state_reset": per_batch_size[0]["accuracy_state_reset"]}
+            if "accuracy_state_reset" in per_batch_size[0]
+            else {}
+        ),
         "batch_sizes": per_batch_size,
         "trace": {
             "level": options.trace_level,

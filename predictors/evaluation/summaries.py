@@ -75,6 +75,47 @@ def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]
     }
 
 
+def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """Frame-level metrics of a sequence labelling (`probabilities`: (N, classes), rows sum to
+    1; `labels`: (N,) class indices), computed by scikit-learn: accuracy, precision, recall and
+    F1 (of the second class when there are two, the positive one; macro-averaged over the
+    classes otherwise), and ROC AUC (one-vs-rest, macro, over the classes present; None when
+    a class is missing from the labels, where it is not defined). `top1` is the accuracy and
+    `top5` the share of labels among the five most probable classes (as for classification)."""
+    from sklearn import metrics
+
+    classes = probabilities.shape[1]
+    predicted = np.argmax(probabilities, axis=1)
+    binary = classes == 2
+    average = "binary" if binary else "macro"
+    every = list(range(classes))
+    precision, recall, f1, _ = metrics.precision_recall_fscore_support(
+        labels,
+        predicted,
+        average=average,
+        labels=None if binary else every,
+        pos_label=1,
+        zero_division=0,
+    )
+    present = np.unique(labels)
+    roc_auc: float | None = None
+    if len(present) == classes and classes >= 2:
+        roc_auc = float(
+            metrics.roc_auc_score(labels, probabilities[:, 1])
+            if binary
+            else metrics.roc_auc_score(labels, probabilities, multi_class="ovr", labels=every)
+        )
+    return {
+        **_accuracy(probabilities, labels),
+        "accuracy": float(metrics.accuracy_score(labels, predicted)),
+        "precision": float(precision),
+        "recall": float(recall),
+        "f1": float(f1),
+        "roc_auc": roc_auc,
+        "average": average,
+    }
+
+
 def _notes(
     model: Manifest,
     dataset: Manifest,

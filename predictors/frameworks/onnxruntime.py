@@ -6,6 +6,7 @@ import bisect
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from predictors import graph_check
 from predictors.frameworks import cuda_index
 from predictors.manifests import Manifest
 from predictors.predictor import Predictor, PredictorError, PredictorOptions
-from predictors.protocol import Attr, at_least
+from predictors.protocol import Attr, at_least, data_input_name, scored_output_name
 from predictors.tracing import CLOCK_ORT_PROFILER, Layer
 
 _OPTIMIZATION_LEVELS = {
@@ -117,8 +118,8 @@ class OnnxRuntimePredictor(Predictor):
             )
         self._session = session
         # By the names the manifest declares (checked above to be the graph's).
-        self._input = str(manifest.data["inputs"][0]["name"])
-        self._output = str(manifest.data["outputs"][0]["name"])
+        self._input = data_input_name(manifest.data)
+        self._output = scored_output_name(manifest.data)
         self._threads = options.threads
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
@@ -130,6 +131,11 @@ class OnnxRuntimePredictor(Predictor):
     def predict(self, batch: np.ndarray) -> np.ndarray:
         assert self._session is not None, "load() first"
         return self._session.run([self._output], {self._input: batch})[0]
+
+    def run(self, feeds: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        assert self._session is not None, "load() first"
+        outputs: list[np.ndarray] = self._session.run(list(names), feeds)
+        return outputs
 
     def take_layers(self) -> list[list[Layer]] | None:
         """The profiler's node events of every run, by run. Profiling ends here: runs after

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -48,6 +48,8 @@ class PyTorchPredictor(Predictor):
 
     def __init__(self) -> None:
         self._model: torch.jit.ScriptModule | None = None
+        self._input_names: list[str] = []
+        self._output_names: list[str] = []
         self._run: Callable[[torch.Tensor], Any] | None = None
         self._device = torch.device("cpu")
         self._on_host = True
@@ -121,6 +123,10 @@ class PyTorchPredictor(Predictor):
             parameter.requires_grad_(False)
         self._model = model.eval()
         self._run = self._model
+        # `run` calls the module with the inputs in the manifest's order and reads its outputs
+        # (a tensor, or a tuple or list of them) in the manifest's order.
+        self._input_names = [str(entry["name"]) for entry in manifest.data["inputs"]]
+        self._output_names = [str(entry["name"]) for entry in manifest.data["outputs"]]
         if at_least(options.trace_level, "ml_library"):
             self._profile(options)
         elif at_least(options.trace_level, "framework"):
@@ -181,6 +187,28 @@ class PyTorchPredictor(Predictor):
         if not isinstance(outputs, torch.Tensor):
             outputs = _first(outputs)
         return outputs.numpy() if self._on_host else outputs.cpu().numpy()
+
+    def run(self, feeds: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        model = self._model
+        assert model is not None, "load() first"
+        device = self._device
+        outputs = model(*(torch.from_numpy(feeds[name]).to(device) for name in self._input_names))
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
+        if not isinstance(outputs, tuple | list) or not all(
+            isinstance(output, torch.Tensor) for output in outputs
+        ):
+            raise PredictorError(
+                f"the TorchScript module returned {type(outputs).__name__}; the loop reads a "
+                "tensor or a tuple of tensors, in the order of the manifest's outputs"
+            )
+        if len(outputs) != len(self._output_names):
+            raise PredictorError(
+                f"the TorchScript module returned {len(outputs)} outputs; the manifest declares "
+                f"{len(self._output_names)} ({', '.join(self._output_names)})"
+            )
+        by_name = dict(zip(self._output_names, outputs, strict=True))
+        return [by_name[name].detach().cpu().numpy() for name in names]
 
     def _run_layers(self, inputs: torch.Tensor) -> torch.Tensor:
         """The model run layer by layer, each layer timed (trace level framework).

@@ -12,6 +12,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/text-lines/1.0.0/{train,validation}.parquet`` (printed text lines, upright or
   upside down) and ``models/text-direction/1.0.0/text-direction.onnx``, a pretrained model
   taken from a PyPI package's wheel (``pretrained.py``)
+- ``datasets/toggle-clicks/1.0.0/{train,validation}.parquet`` (streams of chunks) and
+  ``models/toggle-gru/1.0.0/{toggle-gru.pt,toggle-gru.onnx,labels.txt}``, a stateful streaming
+  model (``streams.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -51,6 +54,7 @@ class Entry:
     files: tuple[str, ...]
     requires: str | None = None  # the key of the dataset a trained model learns from
     pretrained: bool = False  # copied from a PyPI package (`pretrained.py`)
+    streams: bool = False  # the stateful streaming model and its dataset (`streams.py`)
 
     @property
     def key(self) -> str:
@@ -92,6 +96,14 @@ ENTRIES: tuple[Entry, ...] = (
     *(_standard(name) for name in STANDARD_MODELS),
     _dataset("text-lines"),
     _pretrained("text-direction"),
+    Entry("dataset", "toggle-clicks", ("train.parquet", "validation.parquet"), streams=True),
+    Entry(
+        "model",
+        "toggle-gru",
+        ("toggle-gru.pt", "toggle-gru.onnx", "labels.txt"),
+        requires="datasets/toggle-clicks",
+        streams=True,
+    ),
 )
 
 
@@ -132,11 +144,16 @@ def _existing(store: Path, entry: Entry) -> dict:
     return {"files": files}
 
 
-def _build_model(store: str, name: str, trained: bool) -> dict:
+def _build_model(store: str, name: str, trained: bool, streams: bool = False) -> dict:
     """Runs in a fresh process: only there are torch and TensorFlow imported."""
+    began = time.perf_counter()
+    if streams:
+        from predictors.zoo import streams as streaming
+
+        built = streaming.build_model(store)
+        return {**built, "seconds": round(time.perf_counter() - began, 2)}
     from predictors.zoo import models
 
-    began = time.perf_counter()
     built = (models.build_trained_model if trained else models.build_standard_model)(store, name)
     return {**built, "seconds": round(time.perf_counter() - began, 2)}
 
@@ -173,7 +190,12 @@ def build(
             if entry.kind == "dataset":
                 _log(f"{entry.key}: building")
                 began = time.perf_counter()
-                built = build_dataset(store, DATASETS[entry.name])
+                if entry.streams:
+                    from predictors.zoo.streams import build_dataset as build_streams
+
+                    built = build_streams(str(store))
+                else:
+                    built = build_dataset(store, DATASETS[entry.name])
                 results[entry.key] = {**header, "status": "built", **built}
                 results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 _log(f"{entry.key}: done in {results[entry.key]['seconds']} s")
@@ -188,7 +210,7 @@ def build(
                 results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 continue
             _log(f"{entry.key}: queued (built in its own process)")
-            future = pool.submit(_build_model, str(store), entry.name, entry.trained)
+            future = pool.submit(_build_model, str(store), entry.name, entry.trained, entry.streams)
             pending[entry.key] = future
             results[entry.key] = header
         for key, future in pending.items():

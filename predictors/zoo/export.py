@@ -46,7 +46,12 @@ def torchscript_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
         traced = torch.jit.trace(model.eval(), example, check_trace=False)  # checked by callers
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer)
-    reader = torch._C.PyTorchFileReader(io.BytesIO(buffer.getvalue()))
+    return strip_debug_records(buffer.getvalue())
+
+
+def strip_debug_records(archive: bytes) -> bytes:
+    """A TorchScript archive without its ``*.debug_pkl`` records (`torchscript_bytes`)."""
+    reader = torch._C.PyTorchFileReader(io.BytesIO(archive))
     stripped = io.BytesIO()
     writer = torch._C.PyTorchFileWriter(stripped)
     for name in reader.get_all_records():

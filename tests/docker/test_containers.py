@@ -50,7 +50,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
 
     folder = tmp_path_factory.mktemp("docker")
     settings = {
-        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn"))),
+        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn", "toggle-gru"))),
         "HOST_LIVE_SECONDS": "5",
         "EVALUATION_SWEEP_SECONDS": "1",
         "EVALUATION_MAX_ATTEMPTS": "3",
@@ -95,6 +95,29 @@ def test_an_evaluation_runs_in_the_image_its_manifest_names(hub: LiveHub) -> Non
     assert image["environment"]["python_packages"]["numpy"] == "2.4.6"
     assert "python3.11" in image["environment"]["debian_packages"]
     assert "django" not in image["environment"]["python_packages"]  # the predictor side only
+
+
+def test_a_stateful_streaming_model_runs_in_both_framework_images(hub: LiveHub) -> None:
+    """toggle-gru's state is carried in the containers as in process: the ONNX Runtime and
+    PyTorch images give the same accuracies (scored with the images' scikit-learn)."""
+    bodies = {
+        framework: _succeeded(
+            hub,
+            hub.launch(
+                model="toggle-gru", framework=framework, dataset="toggle-clicks", host="docker-a"
+            ),
+        )
+        for framework in ("onnxruntime", "pytorch")
+    }
+    for framework, body in bodies.items():
+        result = body["result"]
+        assert result["stack"]["container"]["image"] == (
+            ONNXRUNTIME if framework == "onnxruntime" else PYTORCH
+        )
+        assert result["details"]["accuracy"]["top1"] >= 0.97
+        assert result["details"]["accuracy_state_reset"]["top1"] <= 0.7
+    carried = {fw: body["result"]["details"]["accuracy"] for fw, body in bodies.items()}
+    assert carried["onnxruntime"]["top1"] == carried["pytorch"]["top1"]
 
 
 @pytest.mark.browser

@@ -78,6 +78,34 @@ def test_digits_cnn_runs_on_an_agent_to_succeeded_and_streams_live(hub: LiveHub)
     assert seen == ["queued", "dispatched", "running", "succeeded"]
 
 
+def test_a_stateful_streaming_model_runs_in_both_formats_and_they_agree(hub: LiveHub) -> None:
+    """toggle-gru on toggle-clicks, in ONNX Runtime and TorchScript: the accuracy with the
+    state carried and with it reset at every call, both reported; compared input by input.
+    The pool runs ONNX Runtime: a PyTorch agent joins it for this test."""
+    hub.start_agent("e2e-torch", frameworks="pytorch")
+    hub.wait(lambda: "e2e-torch" in hub.live_hosts(), "agent e2e-torch to register", 60)
+    ids = [
+        hub.launch(model="toggle-gru", framework=framework, dataset="toggle-clicks")
+        for framework in ("onnxruntime", "pytorch")
+    ]
+    bodies = [hub.finished(evaluation_id, timeout=180) for evaluation_id in ids]
+    for body in bodies:
+        assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+        details = body["result"]["details"]
+        assert details["accuracy"]["top1"] >= 0.97
+        assert details["accuracy_state_reset"]["top1"] <= 0.7
+        assert details["accuracy"]["f1"] >= 0.97 and details["accuracy"]["roc_auc"] >= 0.97
+        reason = body["history"][-1]["reason"]
+        assert "with the state carried" in reason and "reset at every call" in reason, reason
+    status, compared = hub.get(f"compare/?evaluations={ids[0]},{ids[1]}")
+    assert status == 200, compared
+    other = compared["accuracy"]["rows"][1]
+    assert other["agreement"] == 1.0 and other["disagreeing_inputs"] == 0, compared
+    assert other["max_abs_difference"] < 1e-4
+    assert compared["accuracy"]["distributions"] == "exact"
+    hub.stop("e2e-torch")
+
+
 def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None:
     ids = [hub.launch(batch_sizes=[1], repeat=3) for _ in range(10)]
 

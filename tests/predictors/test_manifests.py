@@ -170,7 +170,12 @@ ZOO = {
     # Pretrained, from a PyPI package's wheel (docs/models.md).
     ("model", "text-direction", "onnxruntime"),
     ("dataset", "text-lines", ""),
+    # Stateful streaming (predictors/zoo/streams.py).
+    ("model", "toggle-gru", "onnxruntime"),
+    ("model", "toggle-gru", "pytorch"),
+    ("dataset", "toggle-clicks", ""),
 }
+SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
@@ -190,7 +195,9 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
     for manifest in loaded:
         assert manifest.version == "1.0.0"
         assert manifest.visibility == "public"
-        assert manifest.task == "image_classification"
+        assert manifest.task == (
+            "sequence_labelling" if manifest.name in SEQUENCE_LABELLING else "image_classification"
+        )
 
 
 def test_builtin_model_files_follow_the_store_layout() -> None:
@@ -209,8 +216,9 @@ def test_builtin_model_files_follow_the_store_layout() -> None:
 
 def test_builtin_processing_parameters() -> None:
     for manifest in builtin():
-        if manifest.kind != "model" or manifest.name == "text-direction":
-            continue  # text-direction: its package's own processing (test_pretrained.py)
+        if manifest.kind != "model" or manifest.name in ("text-direction", "toggle-gru"):
+            continue  # text-direction: its package's own processing (test_pretrained.py);
+            # toggle-gru: tensor, constant and state inputs (test_streams.py)
         (image,) = manifest.data["inputs"]
         parameters = image["parameters"]
         assert image["type"] == "image"

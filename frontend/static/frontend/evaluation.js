@@ -87,8 +87,21 @@
     if (!result) return;
     var accuracy = $("accuracy");
     accuracy.replaceChildren();
-    [["Top-1", percent(result.accuracy.top1)], ["Top-5", percent(result.accuracy.top5)],
-      ["Inputs", result.accuracy.count]].forEach(function (metric) {
+    var details = result.details || {};
+    var metrics = [["Top-1", percent(result.accuracy.top1)], ["Top-5", percent(result.accuracy.top5)],
+      ["Inputs", result.accuracy.count]];
+    if ((details.model || {}).task === "sequence_labelling" && details.accuracy) {
+      // Frame-level metrics (scikit-learn's), and for a stateful model the accuracy it has
+      // when its state is reset at every call.
+      var frames = details.accuracy, reset = details.accuracy_state_reset;
+      var number = function (v) { return typeof v === "number" ? v.toFixed(4) : "—"; };
+      metrics = [["Accuracy" + (reset ? " (state carried)" : ""), percent(frames.top1)]];
+      if (reset) metrics.push(["Accuracy (state reset)", percent(reset.top1)]);
+      metrics.push(["Precision", number(frames.precision)], ["Recall", number(frames.recall)],
+        ["F1", number(frames.f1)], ["ROC AUC", number(frames.roc_auc)],
+        ["Inputs", result.accuracy.count]);
+    }
+    metrics.forEach(function (metric) {
       var box = el("div", null, "metric-box");
       box.append(el("span", metric[0], "label"), el("strong", metric[1], "value"));
       accuracy.append(box);
