@@ -9,7 +9,7 @@ PORT ?= 8000
 PG_URL ?= postgres://postgres@127.0.0.1:5432/mlmodelscope
 REDIS_URL ?= redis://127.0.0.1:6379
 
-.PHONY: run test test-sqlite test-postgres lint venv chromium zoo migrate clean help \
+.PHONY: run test test-sqlite test-postgres lint venv chromium espeak zoo migrate clean help \
 	engine images compose-up compose-down constraints
 
 help:
@@ -47,10 +47,19 @@ chromium:
 	  { $$SUDO apt-get update -q >&2 && $$SUDO apt-get install -y -q chromium chromium-driver >&2; } || \
 	  echo "could not install chromium: browser tests will be skipped" >&2; }
 
+# The zoo's speech clips are spoken by eSpeak NG (Debian's espeak-ng; predictors/zoo/speech.py).
+espeak:
+	@command -v espeak-ng >/dev/null || { \
+	  echo "installing Debian's espeak-ng for the zoo's speech clips" >&2; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q espeak-ng >&2 || \
+	  { $$SUDO apt-get update -q >&2 && $$SUDO apt-get install -y -q espeak-ng >&2; } || \
+	  echo "could not install espeak-ng: the zoo cannot make datasets/speech-clips" >&2; }
+
 migrate: venv
 	$(BIN)/python manage.py migrate --noinput
 
-zoo: venv
+zoo: venv espeak
 	$(BIN)/python -m predictors.zoo build
 
 # --- Run ------------------------------------------------------------------------------------
@@ -117,7 +126,7 @@ test-images: venv
 	elif [ "$$CI" = "true" ]; then echo "CI: a Docker engine is required" >&2; exit 1; \
 	else echo "=== no Docker engine: the docker tests will be skipped ==="; fi
 
-test: chromium lint test-images test-sqlite test-postgres
+test: chromium espeak lint test-images test-sqlite test-postgres
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache

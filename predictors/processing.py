@@ -634,7 +634,9 @@ class TensorPreprocessor:
     of a `.npy` file.
     """
 
-    _KNOWN = ("element_type", "shape", "mean", "std")
+    # `context` is the streaming loop's (`predictors.evaluation.streams`): it needs the input
+    # before in the stream.
+    _KNOWN = ("element_type", "shape", "mean", "std", "context")
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         if not isinstance(parameters, Mapping):

@@ -547,6 +547,16 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
             "one: declare the others as state outputs, or leave them out"
         )
     stateful = [str(i.get("name")) for i in inputs if i.get("type") in ("state", "constant")]
+    contexts = [
+        str(i.get("name"))
+        for i in inputs
+        if isinstance(i.get("parameters"), Mapping) and "context" in i["parameters"]
+    ]
+    if contexts and task != "sequence_labelling":
+        return (
+            f"{name}'s input {contexts[0]} has a context window, which takes the input before "
+            "it in a stream: only sequence_labelling models run on streams"
+        )
     if task != "sequence_labelling":
         if stateful or len(outputs) != 1:
             return (

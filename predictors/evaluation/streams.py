@@ -74,6 +74,7 @@ class Ports:
     scored: str
     scored_type: str
     output_axes: dict[str, int]
+    context: int = 0  # the data input's context window (values of the input before)
 
     @property
     def outputs(self) -> list[str]:
@@ -83,13 +84,16 @@ class Ports:
 def ports(model: Manifest) -> Ports:
     """The model's ports (its manifest, checked by the schema and `unsupported`)."""
     data = ""
+    context = 0
     constants: dict[str, np.ndarray] = {}
     states: list[_State] = []
     for entry in model.data["inputs"]:
         parameters = entry.get("parameters") or {}
         kind = entry["type"]
         if kind in DATA_INPUTS:
-            data = data or str(entry["name"])
+            if not data:
+                data = str(entry["name"])
+                context = int(parameters.get("context") or 0)
             continue
         dtype = ELEMENT_TYPES[parameters["element_type"]]
         if kind == "constant":
@@ -111,7 +115,20 @@ def ports(model: Manifest) -> Ports:
         for o in model.data["outputs"]
         if o["type"] == "state"
     }
-    return Ports(data, constants, tuple(states), str(scored["name"]), scored["type"], axes)
+    return Ports(data, constants, tuple(states), str(scored["name"]), scored["type"], axes, context)
+
+
+def with_context(inputs: np.ndarray, size: int) -> np.ndarray:
+    """A stream's inputs (length, …, n), each with the last `size` values of the input before
+    it (zeros for the first) put in front on the last axis: (length, …, size + n)."""
+    if inputs.shape[-1] < size:
+        raise EvaluationError(
+            f"the inputs have {inputs.shape[-1]} values on their last axis, fewer than the "
+            f"context window of {size} (parameters.context)"
+        )
+    before = np.zeros_like(inputs[..., -size:])
+    before[1:] = inputs[:-1, ..., -size:]
+    return np.concatenate([before, inputs], axis=-1)
 
 
 def check_trace_level(level: str) -> None:
@@ -140,6 +157,16 @@ def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
     return scores
+
+
+class _InContext:
+    """A preprocessor whose batch (one whole stream) gets its context window."""
+
+    def __init__(self, preprocessor: Any, size: int) -> None:
+        self.preprocessor, self.size = preprocessor, size
+
+    def batch(self, values: Any) -> np.ndarray:
+        return with_context(self.preprocessor.batch(values), self.size)
 
 
 @dataclass
@@ -265,6 +292,8 @@ class Streams(FixedBatches):
         stage = _StreamStage(0, 0, [], [])
         size = 0
         index = row = 0
+        if self.ports.context:
+            preprocessor = _InContext(preprocessor, self.ports.context)
         for batch, labels in self._preprocessed(reader, preprocessor, timings):
             stage.inputs.append(batch)
             stage.labels.append(labels)

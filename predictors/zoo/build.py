@@ -15,6 +15,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/toggle-clicks/1.0.0/{train,validation}.parquet`` (streams of chunks) and
   ``models/toggle-gru/1.0.0/{toggle-gru.pt,toggle-gru.onnx,labels.txt}``, a stateful streaming
   model (``streams.py``)
+- ``datasets/speech-clips/1.0.0/validation.parquet`` (clips spoken by eSpeak NG, chunk by chunk,
+  ``speech.py``) and ``models/silero-vad/1.0.0/silero-vad.onnx``, Silero VAD as the
+  ``silero-vad`` wheel ships it (``pretrained.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -23,6 +26,7 @@ made in this process; each model is made in a fresh process (``models.py`` says 
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import sys
@@ -32,7 +36,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictors.zoo.store import VERSION, file_record
+from predictors.zoo.store import VERSION, Unavailable, file_record
 
 STANDARD_MODELS = ("alexnet", "resnet-18", "resnet-50", "mobilenet-v2")
 
@@ -54,7 +58,9 @@ class Entry:
     files: tuple[str, ...]
     requires: str | None = None  # the key of the dataset a trained model learns from
     pretrained: bool = False  # copied from a PyPI package (`pretrained.py`)
-    streams: bool = False  # the stateful streaming model and its dataset (`streams.py`)
+    # The module that builds a dataset or model of its own kind (`streams`: the stateful
+    # streaming model and its dataset; `speech`: spoken clips), or "" for the common ones.
+    builder: str = ""
 
     @property
     def key(self) -> str:
@@ -96,14 +102,16 @@ ENTRIES: tuple[Entry, ...] = (
     *(_standard(name) for name in STANDARD_MODELS),
     _dataset("text-lines"),
     _pretrained("text-direction"),
-    Entry("dataset", "toggle-clicks", ("train.parquet", "validation.parquet"), streams=True),
+    Entry("dataset", "toggle-clicks", ("train.parquet", "validation.parquet"), builder="streams"),
     Entry(
         "model",
         "toggle-gru",
         ("toggle-gru.pt", "toggle-gru.onnx", "labels.txt"),
         requires="datasets/toggle-clicks",
-        streams=True,
+        builder="streams",
     ),
+    Entry("dataset", "speech-clips", ("validation.parquet",), builder="speech"),
+    _pretrained("silero-vad"),
 )
 
 
@@ -144,10 +152,10 @@ def _existing(store: Path, entry: Entry) -> dict:
     return {"files": files}
 
 
-def _build_model(store: str, name: str, trained: bool, streams: bool = False) -> dict:
+def _build_model(store: str, name: str, trained: bool, builder: str = "") -> dict:
     """Runs in a fresh process: only there are torch and TensorFlow imported."""
     began = time.perf_counter()
-    if streams:
+    if builder == "streams":
         from predictors.zoo import streams as streaming
 
         built = streaming.build_model(store)
@@ -190,10 +198,18 @@ def build(
             if entry.kind == "dataset":
                 _log(f"{entry.key}: building")
                 began = time.perf_counter()
-                if entry.streams:
-                    from predictors.zoo.streams import build_dataset as build_streams
-
-                    built = build_streams(str(store))
+                if entry.builder:
+                    module = importlib.import_module(f"predictors.zoo.{entry.builder}")
+                    try:
+                        built = module.build_dataset(str(store))
+                    except Unavailable as error:
+                        _log(f"{entry.key}: not built: {error}")
+                        results[entry.key] = {
+                            **header,
+                            "status": "unavailable",
+                            "reason": str(error),
+                        }
+                        continue
                 else:
                     built = build_dataset(store, DATASETS[entry.name])
                 results[entry.key] = {**header, "status": "built", **built}
@@ -210,7 +226,7 @@ def build(
                 results[entry.key]["seconds"] = round(time.perf_counter() - began, 2)
                 continue
             _log(f"{entry.key}: queued (built in its own process)")
-            future = pool.submit(_build_model, str(store), entry.name, entry.trained, entry.streams)
+            future = pool.submit(_build_model, str(store), entry.name, entry.trained, entry.builder)
             pending[entry.key] = future
             results[entry.key] = header
         for key, future in pending.items():

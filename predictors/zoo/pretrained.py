@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 from predictors.zoo.store import VERSION, Staging
@@ -43,6 +43,16 @@ PRETRAINED = {
             file="text-direction.onnx",
             license="Apache-2.0",
         ),
+        Pretrained(
+            name="silero-vad",
+            package="silero-vad",
+            version="6.2.3",
+            module="silero_vad",
+            resource="data/silero_vad.onnx",
+            sha256="1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+            file="silero-vad.onnx",
+            license="MIT",
+        ),
     )
 }
 
@@ -65,7 +75,11 @@ def package_file(entry: Pretrained) -> bytes:
             f"{entry.name} comes from {entry.package}=={entry.version}, but {installed} is "
             "installed: run `make venv`"
         )
-    data = (resources.files(entry.module) / entry.resource).read_bytes()
+    # Located through the distribution's files, without importing the package (which may
+    # import a framework).
+    data = Path(
+        str(metadata.distribution(entry.package).locate_file(f"{entry.module}/{entry.resource}"))
+    ).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry.sha256:
         raise PretrainedError(

@@ -11,6 +11,11 @@ from types import TracebackType
 VERSION = "1.0.0"  # every zoo entry's version
 
 
+class Unavailable(RuntimeError):
+    """An entry cannot be built on this machine (a program it needs is missing): the build
+    goes on with the other entries and says why this one is missing."""
+
+
 def file_record(store: Path, repo_path: str) -> dict:
     """path (relative to the store, as in ``repo://``), sha256 and size of a stored file."""
     digest = hashlib.sha256()

@@ -174,8 +174,11 @@ ZOO = {
     ("model", "toggle-gru", "onnxruntime"),
     ("model", "toggle-gru", "pytorch"),
     ("dataset", "toggle-clicks", ""),
+    # Pretrained, from a PyPI package's wheel, on clips spoken locally (predictors/zoo/speech.py).
+    ("model", "silero-vad", "onnxruntime"),
+    ("dataset", "speech-clips", ""),
 }
-SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks"}
+SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
@@ -216,7 +219,11 @@ def test_builtin_model_files_follow_the_store_layout() -> None:
 
 def test_builtin_processing_parameters() -> None:
     for manifest in builtin():
-        if manifest.kind != "model" or manifest.name in ("text-direction", "toggle-gru"):
+        if manifest.kind != "model" or manifest.name in (
+            "text-direction",
+            "toggle-gru",
+            "silero-vad",
+        ):
             continue  # text-direction: its package's own processing (test_pretrained.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py)
         (image,) = manifest.data["inputs"]

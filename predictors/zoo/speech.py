@@ -1,0 +1,174 @@
+"""The zoo's speech clips: made locally by a speech synthesizer, labelled chunk by chunk.
+
+A voice-activity detector is judged on audio whose speech it did not hear before, with the
+truth of where the speech is. Nothing can be downloaded, so the clips are made here: phrases
+of the Zen of Python spoken by eSpeak NG (Debian's `espeak-ng`, in varied voices, speeds and
+pitches), resampled to 16 kHz, placed with pauses in between on a background of noise and hum,
+at varied loudness. Each clip is a stream of CHUNK-sample chunks; a chunk is labelled speech
+(1) when at least half of its samples lie inside a spoken phrase (from its first to its last
+audible sample: the pauses between the words of a phrase count as speech, as a VAD that keeps
+a phrase whole treats them).
+
+``datasets/speech-clips/1.0.0/validation.parquet``: the columns ``stream`` (int64),
+``position`` (int64), ``input`` (the chunk as ``.npy`` bytes, float32 in [-1, 1], shape
+(CHUNK,)) and ``label``, ordered by stream and position (the layout of
+``predictors.zoo.streams``).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tempfile
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from predictors.zoo.store import Unavailable
+
+DATASET = "speech-clips"
+LABELS = ("non-speech", "speech")
+RATE = 16_000
+CHUNK = 512
+SEED = 20261126
+CLIPS = 48
+VOICES = ("en", "en-us", "en-gb-x-rp", "en+f3", "en+m3", "en-us+f2", "en+m7", "en-029")
+# A phrase's audible extent: from the first to the last sample above this (of full scale).
+AUDIBLE = 0.02
+
+
+class SynthesizerMissing(Unavailable):
+    """espeak-ng is not installed."""
+
+
+def _espeak() -> str:
+    program = shutil.which("espeak-ng")
+    if program is None:
+        raise SynthesizerMissing(
+            f"datasets/{DATASET} is spoken by eSpeak NG, which is not installed: "
+            "apt-get install espeak-ng (make zoo installs it where it may)"
+        )
+    return program
+
+
+def _speak(program: str, text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
+    """The phrase as float32 samples at RATE, trimmed to its audible extent."""
+    from scipy.signal import resample_poly
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "phrase.wav"
+        subprocess.run(
+            [program, "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", str(path), text],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        with wave.open(str(path)) as audio:
+            rate = audio.getframerate()
+            frames = audio.readframes(audio.getnframes())
+    samples = np.frombuffer(frames, dtype="<i2").astype(np.float64) / 32768.0
+    samples = resample_poly(samples, RATE, rate)
+    audible = np.flatnonzero(np.abs(samples) > AUDIBLE)
+    return samples[audible[0] : audible[-1] + 1].astype(np.float32)
+
+
+def _clip(
+    rng: np.random.Generator, program: str, phrases: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One clip (float32 samples) and the mask of its spoken samples."""
+    pieces: list[np.ndarray] = []
+    spoken: list[np.ndarray] = []
+
+    def pause() -> None:
+        length = int(rng.uniform(0.3, 1.6) * RATE)
+        pieces.append(np.zeros(length, np.float32))
+        spoken.append(np.zeros(length, bool))
+
+    pause()
+    for _ in range(int(rng.integers(1, 4))):
+        voice = VOICES[int(rng.integers(len(VOICES)))]
+        text = phrases[int(rng.integers(len(phrases)))]
+        phrase = _speak(
+            program, text, voice, int(rng.integers(120, 200)), int(rng.integers(25, 75))
+        )
+        pieces.append(phrase * float(rng.uniform(0.3, 1.0)))
+        spoken.append(np.ones(len(phrase), bool))
+        pause()
+    samples = np.concatenate(pieces)
+    time = np.arange(len(samples)) / RATE
+    background = rng.normal(0.0, rng.uniform(0.001, 0.01), len(samples))
+    background += rng.uniform(0.0, 0.01) * np.sin(2 * np.pi * rng.choice([50.0, 60.0]) * time)
+    audio = np.clip(samples + background, -1.0, 1.0).astype(np.float32)
+    return audio, np.concatenate(spoken)
+
+
+def make_clips() -> dict[str, np.ndarray]:
+    """Every chunk of every clip: `chunks` (rows, CHUNK), `stream`, `position`, `labels`."""
+    from predictors.zoo.datasets import _zen_lines
+
+    program = _espeak()
+    phrases = _zen_lines()
+    rng = np.random.default_rng(SEED)
+    chunks, stream, position, labels = [], [], [], []
+    for index in range(CLIPS):
+        audio, spoken = _clip(rng, program, phrases)
+        count = len(audio) // CHUNK  # the tail shorter than a chunk is dropped
+        frames = audio[: count * CHUNK].reshape(count, CHUNK)
+        chunks.append(frames)
+        labels.append(spoken[: count * CHUNK].reshape(count, CHUNK).mean(axis=1) >= 0.5)
+        stream.append(np.full(count, index, np.int64))
+        position.append(np.arange(count, dtype=np.int64))
+    return {
+        "chunks": np.concatenate(chunks),
+        "stream": np.concatenate(stream),
+        "position": np.concatenate(position),
+        "labels": np.concatenate(labels).astype(np.int64),
+    }
+
+
+def to_parquet(clips: dict[str, np.ndarray]) -> bytes:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from predictors.zoo.streams import ROW_GROUP_SIZE, npy_bytes
+
+    table = pa.Table.from_arrays(
+        [
+            pa.array(clips["stream"], type=pa.int64()),
+            pa.array(clips["position"], type=pa.int64()),
+            pa.array([npy_bytes(chunk) for chunk in clips["chunks"]], type=pa.binary()),
+            pa.array(clips["labels"], type=pa.int64()),
+        ],
+        schema=pa.schema(
+            [
+                pa.field("stream", pa.int64()),
+                pa.field("position", pa.int64()),
+                pa.field("input", pa.binary()),
+                pa.field("label", pa.int64()),
+            ],
+            metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
+        ),
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
+    return sink.getvalue()
+
+
+def build_dataset(store: str) -> dict:
+    from predictors.zoo.store import VERSION, Staging
+
+    clips = make_clips()
+    with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
+        staging.write("validation.parquet", to_parquet(clips))
+        files = staging.commit()
+    files[0]["count"] = len(clips["labels"])
+    return {
+        "files": files,
+        "encoding": "npy",
+        "labels": list(LABELS),
+        "speech_share": float(clips["labels"].mean()),
+    }
