@@ -446,7 +446,13 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
 def _accuracy_words(result: Result) -> str:
     """The result's accuracy in a sentence (the evaluation's last status reason)."""
     details = result.details if isinstance(result.details, dict) else {}
-    if (details.get("model") or {}).get("task") == "sequence_labelling":
+    task = (details.get("model") or {}).get("task")
+    if task == "object_detection":
+        return (
+            f"mAP {result.top1:.4f} (COCO, IoU .50:.95), {result.top5:.4f} at IoU .50 on "
+            f"{result.count} images"
+        )
+    if task == "sequence_labelling":
         words = f"accuracy {result.top1:.2%}"
         reset = details.get("accuracy_state_reset")
         if isinstance(reset, dict) and isinstance(reset.get("top1"), int | float):

@@ -369,6 +369,8 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
     base_result = getattr(base, "result", None)
     loaded = [_predictions(evaluation) for evaluation in evaluations]
     count = _class_count(base) or 0
+    # A detector's rows are its detections (best first): the agreement is of the best ones.
+    detector = base.dataset is not None and base.dataset.task == "object_detection"
     top_ks = [int(e.result.top_k) for e in evaluations if hasattr(e, "result")]
     exact = bool(count) and bool(top_ks) and min(top_ks) >= count
     rows = []
@@ -402,6 +404,10 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
                 disagreeing.update(int(i) for i in differ[: DISAGREEMENTS_SHOWN * 4])
                 row["agreement"] = float(1.0 - len(differ) / n)
                 row["disagreeing_inputs"] = int(len(differ))
+                if detector:
+                    # Scores of detections are no distribution over the classes.
+                    rows.append(row)
+                    continue
                 width = count or int(max(predicted[1].max(), base_predicted[1].max()) + 1)
                 p = _dense(base_predicted[1][:n], base_predicted[2][:n], width)
                 q = _dense(predicted[1][:n], predicted[2][:n], width)
@@ -416,7 +422,10 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
         rows.append(row)
     return {
         "rows": rows,
-        "distributions": "exact"
+        "distributions": "none: a detector's scores are no distribution over the classes; the "
+        "agreement compares each image's best detection"
+        if detector
+        else "exact"
         if exact
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",
         "disagreements": _disagreements(evaluations, loaded, sorted(disagreeing)),

@@ -3,8 +3,9 @@ the database, so that a dataset of a million inputs does not bloat it; read back
 time.
 
 `results/<evaluation id>/predictions.parquet` holds a row per input, in dataset order:
-`index` (int64), `label` (the dataset's class, int64), `classes` (the top-k classes,
-list<int64>) and `probabilities` (their probabilities, list<float32>), zstd-compressed.
+`index` (int64), `label` (the dataset's class, int64; -1 for a detector's image), `classes` (the
+top-k classes, list<int64>) and `probabilities` (their probabilities, list<float32>), and for a
+detector `boxes` (each class's [x, y, w, h], list<list<float32>>), zstd-compressed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SCHEMA = pa.schema(
         ("probabilities", pa.list_(pa.float32())),
     ]
 )
+BOXES = pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4)))
 ROW_GROUP = 65_536
 
 
@@ -38,15 +40,17 @@ def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
     """Store a result's predictions (`{"labels", "classes", "probabilities"}`, one row per
     input); the store path."""
     labels = predictions["labels"]
-    table = pa.table(
-        {
-            "index": pa.array(range(len(labels)), pa.int64()),
-            "label": pa.array(labels, pa.int64()),
-            "classes": pa.array(predictions["classes"], pa.list_(pa.int64())),
-            "probabilities": pa.array(predictions["probabilities"], pa.list_(pa.float32())),
-        },
-        schema=SCHEMA,
-    )
+    columns = {
+        "index": pa.array(range(len(labels)), pa.int64()),
+        "label": pa.array(labels, pa.int64()),
+        "classes": pa.array(predictions["classes"], pa.list_(pa.int64())),
+        "probabilities": pa.array(predictions["probabilities"], pa.list_(pa.float32())),
+    }
+    schema = SCHEMA
+    if predictions.get("boxes") is not None:
+        columns["boxes"] = pa.array(predictions["boxes"], BOXES.type)
+        schema = SCHEMA.append(BOXES)
+    table = pa.table(columns, schema=schema)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd", row_group_size=ROW_GROUP)
     path = path_of(evaluation_id)
@@ -83,14 +87,19 @@ def read_all(path: str) -> dict[str, Any]:
     """The whole file as the result's `predictions` object."""
     table = pq.read_table(storage.resolve(path))
     rows = [_rounded(row) for row in table.to_pylist()]
-    return {
+    whole = {
         "labels": [row["label"] for row in rows],
         "classes": [row["classes"] for row in rows],
         "probabilities": [row["probabilities"] for row in rows],
     }
+    if "boxes" in table.column_names:
+        whole["boxes"] = [row["boxes"] for row in rows]
+    return whole
 
 
 def _rounded(row: dict[str, Any]) -> dict[str, Any]:
     """float32 read back as the 5 decimals the agent sent, not float32's binary noise."""
     row["probabilities"] = [round(p, 5) for p in row["probabilities"] or []]
+    if "boxes" in row:
+        row["boxes"] = [[round(v, 2) for v in box] for box in row["boxes"] or []]
     return row

@@ -71,6 +71,20 @@ def framework_name(name: str) -> str:
     return FRAMEWORK_NAMES.get(name, name)
 
 
+# What a result's two accuracy columns (`top1`, `top5`) hold, by task.
+_ACCURACY_HEADINGS = {
+    "sequence_labelling": ("Accuracy", "Top-5"),
+    "object_detection": ("mAP", "mAP@.5"),
+}
+
+
+def accuracy_headings(task: str) -> tuple[str, str]:
+    """The headings of a result's `top1` and `top5` for a task: top-1 and top-5 accuracy for
+    classification, frame accuracy for sequence labelling, COCO's mAP (IoU .50:.95) and mAP at
+    IoU .50 for detection."""
+    return _ACCURACY_HEADINGS.get(task, ("Top-1", "Top-5"))
+
+
 def task_name(task: str) -> str:
     return TASK_NAMES.get(task, task.replace("_", " ").capitalize())
 

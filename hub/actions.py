@@ -210,6 +210,7 @@ def _check_splits(doc: spec.Manifest) -> None:
             encoding=doc.data.get("encoding"),
             count=entry.get("count"),
             streams=doc.task == "sequence_labelling",
+            detection=doc.task == "object_detection",
         ):
             errors.append({"path": f"splits.{name}.path", "message": f"{path}: {problem}"})
     if errors:

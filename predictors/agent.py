@@ -690,6 +690,17 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
             "labels": [int(label) for label in evaluation.labels],
             "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
             "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
+            # A detector's boxes, one per class above ([x, y, w, h] in the image's pixels).
+            **(
+                {
+                    "boxes": [
+                        [[round(float(v), 2) for v in row[:4]] for row in found]
+                        for found in evaluation.detections
+                    ]
+                }
+                if evaluation.detections is not None
+                else {}
+            ),
         },
         content_hash=report["model"]["content_hash"],
         stack=introspection.stack([report["framework"]["name"]]),

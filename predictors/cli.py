@@ -382,9 +382,16 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _scores(entry: dict[str, Any], sequence: bool) -> list[str]:
+def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
     accuracy = entry["accuracy"]
-    if not sequence:
+    if task == "object_detection":
+        sizes = entry.get("input_sizes") or {}
+        shown = "-"
+        if sizes:
+            low, high = sizes["smallest"][-2:], sizes["largest"][-2:]
+            shown = f"{sizes['distinct']}: {low[0]}x{low[1]}..{high[0]}x{high[1]}"
+        return [f"{accuracy['map']:.4f}", f"{accuracy['map_50']:.4f}", shown]
+    if task != "sequence_labelling":
         return [f"{accuracy['top1']:.2%}", f"{accuracy['top5']:.2%}"]
     reset = entry.get("accuracy_state_reset")
     auc = accuracy.get("roc_auc")
@@ -409,8 +416,15 @@ def format_table(report: dict[str, Any]) -> str:
         out.append("overrides: " + " ".join(report["overrides"]))
     # Sequence labelling: frame accuracy with the state carried (and reset at every call, for
     # a stateful model), F1 and ROC AUC, in place of top-1 and top-5.
-    sequence = first["model"].get("task") == "sequence_labelling"
-    scores = ["accuracy", "state reset", "F1", "ROC AUC"] if sequence else ["top1", "top5"]
+    # Object detection: COCO's mAP (IoU .50:.95), mAP at IoU .50, and the input sizes.
+    task = first["model"].get("task")
+    scores = (
+        ["accuracy", "state reset", "F1", "ROC AUC"]
+        if task == "sequence_labelling"
+        else ["mAP", "mAP@.5", "input sizes"]
+        if task == "object_detection"
+        else ["top1", "top5"]
+    )
     rows = [
         [
             "framework",
@@ -435,7 +449,7 @@ def format_table(report: dict[str, Any]) -> str:
                     result["framework"]["name"],
                     result["framework"]["version"],
                     str(entry["batch_size"]),
-                    *_scores(entry, sequence),
+                    *_scores(entry, task),
                     *(
                         f"{latency[key]:.3f}"
                         for key in (

@@ -567,6 +567,123 @@ class StreamReader:
                 want = next(lengths, None)
 
 
+class DetectionReader:
+    """`(images, annotations)` batches of an object-detection split: the columns `image`
+    (binary, encoded), `boxes` (a list of [x, y, width, height] in pixels per image, COCO's)
+    and `classes` (a list of class indices, one per box). An annotation is
+    `{"boxes": (n, 4) float64, "classes": (n,) int64}`. Read a batch at a time; `limit` keeps
+    the first rows."""
+
+    def __init__(self, path: Path, batch_size: int, *, limit: int | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        self.path, self.batch_size, self.limit = Path(path), batch_size, limit
+        try:
+            with pq.ParquetFile(self.path) as parquet:
+                schema = parquet.schema_arrow
+                self.rows: int = parquet.metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
+        missing = [name for name in ("image", "boxes", "classes") if name not in schema.names]
+        if missing:
+            raise DatasetError(
+                f"{self.path} is an object_detection split without the column(s) "
+                f"{', '.join(missing)}: image (the encoded image), boxes ([x, y, w, h] per "
+                f"object) and classes (a class index per object); it has {sorted(schema.names)}"
+            )
+        checks = {
+            "image": pa.types.is_binary(schema.field("image").type)
+            or pa.types.is_large_binary(schema.field("image").type),
+            "boxes": _is_list_of(schema.field("boxes").type, pa.types.is_floating)
+            or _is_list_of(schema.field("boxes").type, pa.types.is_integer),
+            "classes": pa.types.is_list(schema.field("classes").type)
+            and pa.types.is_integer(schema.field("classes").type.value_type),
+        }
+        for name, fits in checks.items():
+            if not fits:
+                wanted = {
+                    "image": "binary",
+                    "boxes": "a list of lists of 4 numbers",
+                    "classes": "a list of integers",
+                }[name]
+                raise DatasetError(
+                    f"{self.path}: column '{name}' is {schema.field(name).type}, not {wanted}"
+                )
+
+    @property
+    def count(self) -> int:
+        return self.rows if self.limit is None else min(self.rows, max(self.limit, 0))
+
+    def __len__(self) -> int:
+        return math.ceil(self.count / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[list[bytes], list[dict[str, np.ndarray]]]]:
+        remaining = self.count
+        row = 0
+        with pq.ParquetFile(self.path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=self.batch_size, columns=["image", "boxes", "classes"]
+            ):
+                if remaining <= 0:
+                    break
+                batch = batch.slice(0, remaining)
+                remaining -= batch.num_rows
+                images = batch.column("image").to_pylist()
+                annotations = []
+                for offset, (boxes, classes) in enumerate(
+                    zip(
+                        batch.column("boxes").to_pylist(),
+                        batch.column("classes").to_pylist(),
+                        strict=True,
+                    )
+                ):
+                    problem = _annotation_problem(boxes, classes, None)
+                    if images[offset] is None or problem:
+                        raise DatasetError(
+                            f"{self.path}: row {row + offset} {problem or 'has no image'}"
+                        )
+                    annotations.append(
+                        {
+                            "boxes": np.asarray(boxes, np.float64).reshape(-1, 4),
+                            "classes": np.asarray(classes, np.int64),
+                        }
+                    )
+                row += batch.num_rows
+                yield images, annotations
+
+
+def _is_list_of(kind: pa.DataType, element: Callable[[pa.DataType], bool]) -> bool:
+    return (
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+        and (
+            pa.types.is_list(kind.value_type)
+            or pa.types.is_fixed_size_list(kind.value_type)
+            or pa.types.is_large_list(kind.value_type)
+        )
+        and element(kind.value_type.value_type)
+    )
+
+
+def _annotation_problem(boxes: Any, classes: Any, labels: int | None) -> str | None:
+    """What is wrong with one image's objects, in words (None when nothing is)."""
+    if boxes is None or classes is None:
+        return "has null boxes or classes (an image without objects has empty lists)"
+    if len(boxes) != len(classes):
+        return f"has {len(boxes)} boxes but {len(classes)} classes (one class per box)"
+    for index, box in enumerate(boxes):
+        if box is None or len(box) != 4 or any(v is None for v in box):
+            return f"has box {index} {box!r}, not [x, y, width, height]"
+        if not (box[2] > 0 and box[3] > 0) or not all(math.isfinite(v) for v in box):
+            return f"has box {index} {box!r}: its width and height must be finite and > 0"
+    for index, kind in enumerate(classes):
+        if kind is None or kind < 0 or (labels is not None and kind >= labels):
+            return (
+                f"has class {kind!r} for box {index}, but the dataset has {labels} labels "
+                f"(a class is an index from 0 to {(labels or 1) - 1})"
+            )
+    return None
+
+
 def lockstep_calls(lengths: list[int], width: int) -> int:
     """How many calls run `lengths` streams side by side, `width` at a time, each slot taking
     the next stream as soon as its stream ends (`predictors.evaluation.streams`)."""
@@ -596,12 +713,15 @@ def split_problems(
     encoding: str | None,
     count: int | None,
     streams: bool = False,
+    detection: bool = False,
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
     columns `image` (binary) and `label` (integer) without nulls, every label a class index
     below `labels`, every image starting as `encoding` says (PNG or JPEG magic bytes), and
     `count` rows when the manifest states a count. Read a row group at a time; at most
     _MAX_PROBLEMS problems, each naming the row."""
+    if detection:
+        return _detection_problems(path, labels=labels, encoding=encoding, count=count)
     try:
         reader = DatasetReader(path, batch_size=1024)
     except DatasetError as error:
@@ -618,6 +738,57 @@ def split_problems(
     try:
         problems += _row_problems(path, reader.column, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
+        problems.append(f"the file cannot be read through: {exc}")
+    return problems[:_MAX_PROBLEMS]
+
+
+def _detection_problems(
+    path: Path, *, labels: int | None, encoding: str | None, count: int | None
+) -> list[str]:
+    """`split_problems` of an object-detection split: its columns, every image's objects (a
+    box of four numbers with a positive width and height, and a class within the labels, per
+    object), the encoding's magic bytes and the count."""
+
+    def words(error: DatasetError) -> str:
+        return str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")
+
+    try:
+        reader = DetectionReader(path, batch_size=1024)
+    except DatasetError as error:
+        return [words(error)]
+    problems: list[str] = []
+    if count is not None and reader.rows != count:
+        problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
+    magic = _MAGIC.get(encoding or "")
+    row = 0
+    try:
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=1024, columns=["image", "boxes", "classes"]
+            ):
+                images = batch.column("image").to_pylist()
+                for offset, (boxes, classes) in enumerate(
+                    zip(
+                        batch.column("boxes").to_pylist(),
+                        batch.column("classes").to_pylist(),
+                        strict=True,
+                    )
+                ):
+                    problem = _annotation_problem(boxes, classes, labels)
+                    if problem:
+                        problems.append(f"row {row + offset} {problem}")
+                    image = images[offset]
+                    if image is None:
+                        problems.append(f"row {row + offset} has no image")
+                    elif magic is not None and not image.startswith(magic):
+                        problems.append(
+                            f"row {row + offset}'s image is not {str(encoding).upper()} "
+                            "(the manifest's encoding)"
+                        )
+                    if len(problems) >= _MAX_PROBLEMS:
+                        return problems
+                row += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
         problems.append(f"the file cannot be read through: {exc}")
     return problems[:_MAX_PROBLEMS]
 

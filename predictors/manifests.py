@@ -842,7 +842,7 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
                 yield from _image_problems(parameters, ("inputs", index, "parameters"))
         for index, entry in _entries(data.get("outputs")):
             parameters = entry.get("parameters")
-            if isinstance(parameters, dict) and entry.get("type") != "state":
+            if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
                 labels = parameters.get("labels")
                 if (
@@ -866,6 +866,8 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
         yield from _file_problems(path, uri, sha_path, sha, namespace)
 
 
+# Outputs that carry no class names: states, and a detector's boxes and scores.
+_UNLABELLED_OUTPUTS = ("state", "boxes", "scores")
 # The most elements a constant input's value may hold.
 MAX_CONSTANT_ELEMENTS = 4096
 _INTEGER_TYPES = ("uint8", "int8", "int32", "int64")

@@ -401,6 +401,25 @@ class ImagePreprocessor:
             values = values.transpose(2, 0, 1)
         return np.ascontiguousarray(values)
 
+    def to_image(self, encoded: bytes) -> tuple[float, float, int, int]:
+        """How a point of the model input maps back to the image `encoded` (for a detector's
+        boxes): (scale_x, scale_y, left, top), the point (x, y) of the input being
+        ((x - left) * scale_x, (y - top) * scale_y) in the image's pixels. Through a resize
+        and a padding; a crop cannot be undone, and is refused."""
+        if self.crop_size is not None or (self.keep_aspect_ratio and self.resize_size is not None):
+            raise ProcessingError(
+                "boxes in the input cannot be mapped back to an image that was cropped",
+                parameter="crop_method",
+            )
+        try:
+            with Image.open(io.BytesIO(encoded)) as image:
+                width, height = image.size
+        except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+            raise ProcessingError(f"Pillow cannot read the image's size: {exc}") from exc
+        resized_h, resized_w = self._resized_size(height, width) or (height, width)
+        top, left = self.pad.offset(resized_h, resized_w) if self.pad is not None else (0, 0)
+        return width / resized_w, height / resized_h, left, top
+
     def batch(self, images: Sequence[bytes]) -> np.ndarray:
         """A batch: NCHW or NHWC. All images must come out the same size."""
         if not images:
@@ -545,6 +564,19 @@ class Pad:
     ) -> None:
         self.size, self.multiple_of, self.position, self.value = size, multiple_of, position, value
 
+    def offset(self, height: int, width: int) -> tuple[int, int]:
+        """(top, left): where an image of `height` x `width` sits once padded."""
+        if self.position != "center":
+            return 0, 0
+        target_h, target_w = self._target(height, width)
+        return (target_h - height) // 2, (target_w - width) // 2
+
+    def _target(self, height: int, width: int) -> tuple[int, int]:
+        if self.size is not None:
+            return self.size
+        step = self.multiple_of or 1
+        return -(-height // step) * step, -(-width // step) * step
+
     def apply(self, values: np.ndarray) -> np.ndarray:
         height, width = values.shape[:2]
         if self.size is not None:
@@ -557,8 +589,7 @@ class Pad:
                     parameter="pad.size",
                 )
         else:
-            step = self.multiple_of or 1
-            target_h, target_w = -(-height // step) * step, -(-width // step) * step
+            target_h, target_w = self._target(height, width)
         if (target_h, target_w) == (height, width):
             return values
         top = (target_h - height) // 2 if self.position == "center" else 0

@@ -513,7 +513,8 @@ def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: boo
 
 
 # The tasks the evaluation loop scores, and the data inputs (fed from the dataset) it knows.
-SCORED_TASKS = ("image_classification", "sequence_labelling")
+SCORED_TASKS = ("image_classification", "sequence_labelling", "object_detection")
+DETECTION_OUTPUTS = ("boxes", "scores", "classes")
 DATA_INPUTS = ("image", "tensor")
 
 
@@ -527,8 +528,8 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
     if task not in SCORED_TASKS:
         return (
             f"{name} is a {task} model; the evaluation loop scores "
-            f"{' and '.join(SCORED_TASKS)} models (detection and segmentation scoring are not "
-            "built yet)"
+            f"{', '.join(SCORED_TASKS[:-1])} and {SCORED_TASKS[-1]} models (segmentation "
+            "scoring is not built yet)"
         )
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
     outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
@@ -539,6 +540,8 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
             f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
             "constant and state inputs"
         )
+    if task == "object_detection":
+        return _unsupported_detector(str(name), data, inputs, outputs)
     scored = [o for o in outputs if o.get("type") != "state"]
     if len(scored) != 1:
         names = ", ".join(str(o.get("name")) for o in scored)
@@ -569,6 +572,12 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
                 f"{name}'s output is {scored[0].get('type')}; image_classification models are "
                 "read as logits or probabilities"
             )
+    if str(scored[0].get("type")) in DETECTION_OUTPUTS:
+        return (
+            f"{name}'s output {scored[0].get('name')} is {scored[0].get('type')}, an "
+            f"object_detection output; a {task} model's scored output is logits, "
+            "probabilities, binary_probability or binary_logit"
+        )
     elif (data.get("framework") or {}).get("name") == "tensorflow" and len(inputs) > 1:
         return (
             f"{name} is a tensorflow model of several inputs; the TensorFlow predictor feeds one "
@@ -585,7 +594,44 @@ def data_input_name(data: Mapping[str, Any]) -> str:
 
 
 def scored_output_name(data: Mapping[str, Any]) -> str:
-    """The name of the output that is scored (the first that is not a state)."""
+    """The name of the output that is scored (the first that is not a state; a detector's
+    classes, which name the labels)."""
     outputs = data.get("outputs") or []
-    scored = [o for o in outputs if isinstance(o, Mapping) and o.get("type") != "state"]
+    scored = [o for o in outputs if isinstance(o, Mapping) and o.get("type") == "classes"] or [
+        o for o in outputs if isinstance(o, Mapping) and o.get("type") != "state"
+    ]
     return str((scored or outputs)[0]["name"])
+
+
+def _unsupported_detector(
+    name: str,
+    data: Mapping[str, Any],
+    inputs: list[Mapping[str, Any]],
+    outputs: list[Mapping[str, Any]],
+) -> str | None:
+    """What the detection loop cannot run: it feeds one image input, and reads one output of
+    each type boxes, scores and classes; boxes are mapped back to the image through a resize
+    and padding, not through a crop."""
+    if len(inputs) != 1 or inputs[0].get("type") != "image":
+        return f"{name} is an object_detection model; the loop feeds it one image input"
+    kinds = sorted(str(o.get("type")) for o in outputs)
+    if kinds != sorted(DETECTION_OUTPUTS):
+        return (
+            f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
+            "the loop reads exactly one each of boxes, scores and classes"
+        )
+    parameters = inputs[0].get("parameters")
+    if isinstance(parameters, Mapping) and (
+        parameters.get("crop_method") != "none" or parameters.get("keep_aspect_ratio")
+    ):
+        return (
+            f"{name} is an object_detection model whose input is cropped (crop_method or "
+            "keep_aspect_ratio): its boxes could not be mapped back to the whole image; "
+            "resize (resize_side or resize_size) and pad instead"
+        )
+    if (data.get("framework") or {}).get("name") == "tensorflow":
+        return (
+            f"{name} is a tensorflow detector; the TensorFlow predictor reads one output "
+            "(export it to ONNX or TorchScript)"
+        )
+    return None

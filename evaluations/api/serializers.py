@@ -425,13 +425,27 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
     probabilities = serializers.ListField(
         child=serializers.ListField(child=serializers.FloatField())
     )
+    boxes = serializers.ListField(
+        child=serializers.ListField(
+            child=serializers.ListField(child=serializers.FloatField(), min_length=4, max_length=4)
+        ),
+        required=False,
+        help_text="a detector's: per input, the [x, y, w, h] of each of its classes",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = len(attrs["labels"])
-        for name in ("classes", "probabilities"):
-            if len(attrs[name]) != count:
+        for name in ("classes", "probabilities", "boxes"):
+            if name in attrs and len(attrs[name]) != count:
                 raise serializers.ValidationError(
                     {name: [f"has {len(attrs[name])} rows for {count} labels"]}
+                )
+        for row, (classes, boxes) in enumerate(
+            zip(attrs["classes"], attrs.get("boxes") or [], strict=False)
+        ):
+            if len(boxes) != len(classes):
+                raise serializers.ValidationError(
+                    {"boxes": [f"row {row} has {len(boxes)} boxes for {len(classes)} classes"]}
                 )
         return attrs
 

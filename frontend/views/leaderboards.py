@@ -59,7 +59,10 @@ def board(request: HttpRequest, task: str, dataset: str) -> HttpResponse:
             "params": params,
             "error": error,
             "ordering": ordering,
-            "columns": _columns(params, ordering),
+            "columns": _columns(params, ordering, task),
+            "accuracy_heading": display.accuracy_headings(task)[0].replace(
+                "Top-1", "Top-1 accuracy"
+            ),
             "frameworks": [(f, display.framework_name(f)) for f in FRAMEWORKS],
             "devices": DEVICES,
             "hardware": leaderboards.hardware_choices(task, dataset),
@@ -87,10 +90,13 @@ _HEADINGS = (
 )
 
 
-def _columns(params: dict[str, str], ordering: str) -> list[dict[str, Any]]:
-    """Each column's heading with the link that sorts by it (again: the other way)."""
+def _columns(params: dict[str, str], ordering: str, task: str) -> list[dict[str, Any]]:
+    """Each column's heading with the link that sorts by it (again: the other way); the two
+    accuracy columns are named by the board's task (`display.accuracy_headings`)."""
     columns = []
-    for name, heading, numeric in _HEADINGS:
+    named = dict(zip(("top1", "top5"), display.accuracy_headings(task), strict=True))
+    for name, default, numeric in _HEADINGS:
+        heading = named.get(name, default)
         current = ordering.lstrip("-") == name
         descending = ordering.startswith("-")
         if current:

@@ -6,7 +6,7 @@ import gc
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,10 @@ class _Staged:
     """A stage: preprocessed batches in memory, with their labels."""
 
     batches: list[np.ndarray]
-    labels: list[np.ndarray]
+    labels: list[Any]
+    # The inputs as read (encoded images), kept only where the scenario needs them
+    # (`keep_inputs`: a detector's boxes are mapped back to each image's own size).
+    images: list[Any] = field(default_factory=list)
 
 
 class FixedBatches:
@@ -97,6 +100,10 @@ class FixedBatches:
         # The batch spans, by id, that the predictor's layers will be nested in.
         self.batch_spans: dict[int, Span] = {}
         self.predictor = predictor
+        # What a timed call runs on a batch: the predictor's `predict` (one input, one output);
+        # a scenario that feeds or reads more sets its own.
+        self._call: Callable[[np.ndarray], Any] = predictor.predict
+        self.keep_inputs = False
         self.options = options
         self.spec = spec
         self.labels = labels
@@ -168,10 +175,8 @@ class FixedBatches:
         durations: list[int] = []
         sizes: list[int] = []
         wall_ns = 0
-        outputs: list[np.ndarray] = []
-        kept_labels: list[np.ndarray] = []
+        self._start_collecting()
         postprocess_ns = 0
-        predictions: list[list[tuple[int, str, float]]] = []
         reused: list[_Staged] | None = None
         warm = options.warmup
         for repetition in range(options.repeat):
@@ -207,13 +212,7 @@ class FixedBatches:
                 wall_ns += stage_wall
                 if repetition == 0:
                     start = time.perf_counter_ns()
-                    if self.custom_postprocess is not None:
-                        stage_outputs = [
-                            custom_outputs(self.custom_postprocess, outputs, len(labels))
-                            for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
-                        ]
-                    for batch_outputs in stage_outputs:
-                        predictions.extend(self._postprocess(batch_outputs))
+                    self._collect(stage, stage_outputs)
                     end = time.perf_counter_ns()
                     postprocess_ns += end - start
                     self.stage_span(
@@ -222,25 +221,18 @@ class FixedBatches:
                         end,
                         {"batch_size": batch_size, "batches": len(stage_outputs)},
                     )
-                    outputs.extend(stage_outputs)
-                    kept_labels.extend(stage.labels)
-        all_outputs = np.concatenate([o.reshape(o.shape[0], -1) for o in outputs]).astype(
-            np.float32, copy=False
-        )
-        all_labels = np.concatenate(kept_labels)
-        if self.first is None:
-            self.first = _FirstPass(all_outputs, all_labels, predictions)
+        accuracy, count = self._score()
 
         full = [d for d, n in zip(durations, sizes, strict=True) if n == batch_size]
         inputs = sum(sizes)
-        count = len(all_labels)
         return {
             "batch_size": batch_size,
             "batches": len(reader),
             "inputs": count,
             "warmup": options.warmup,
             "repeat": options.repeat,
-            "accuracy": _accuracy(all_outputs, all_labels),
+            "accuracy": accuracy,
+            **self._extras(),
             # Full batches only; a split smaller than one batch has none, and is timed as is.
             "latency": latency_summary(full or durations),
             "latency_batches": "full" if full else "partial",
@@ -252,6 +244,40 @@ class FixedBatches:
             "postprocess_ms_per_batch": postprocess_ns / 1e6 / len(reader),
         }
 
+    # -- what the first pass keeps, and its score (classification; other tasks override) ------
+
+    def _start_collecting(self) -> None:
+        self._outputs: list[np.ndarray] = []
+        self._labels: list[np.ndarray] = []
+        self._predictions: list[list[tuple[int, str, float]]] = []
+
+    def _collect(self, stage: _Staged, stage_outputs: list[Any]) -> None:
+        """Postprocess a stage's outputs of the first pass, and keep them with their labels."""
+        if self.custom_postprocess is not None:
+            stage_outputs = [
+                custom_outputs(self.custom_postprocess, outputs, len(labels))
+                for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
+            ]
+        for batch_outputs in stage_outputs:
+            self._predictions.extend(self._postprocess(batch_outputs))
+        self._outputs.extend(stage_outputs)
+        self._labels.extend(stage.labels)
+
+    def _score(self) -> tuple[dict[str, Any], int]:
+        """The accuracy of what `_collect` kept, and the count of inputs; the first batch
+        size's is kept (`first`)."""
+        outputs = np.concatenate([o.reshape(o.shape[0], -1) for o in self._outputs]).astype(
+            np.float32, copy=False
+        )
+        labels = np.concatenate(self._labels)
+        if self.first is None:
+            self.first = _FirstPass(outputs, labels, self._predictions)
+        return _accuracy(outputs, labels), len(labels)
+
+    def _extras(self) -> dict[str, Any]:
+        """More of a batch size's result, where a scenario has more to say (none here)."""
+        return {}
+
     def _stages(
         self,
         reader: DatasetReader,
@@ -261,8 +287,10 @@ class FixedBatches:
         """Preprocessed batches, `stage_bytes` at a time."""
         stage = _Staged([], [])
         size = 0
-        for batch, labels in self._preprocessed(reader, preprocessor, timings):
+        for batch, labels, values in self._preprocessed(reader, preprocessor, timings):
             stage.batches.append(batch)
+            if self.keep_inputs:
+                stage.images.append(values)
             stage.labels.append(labels)
             size += batch.nbytes
             if size >= self.options.stage_bytes:
@@ -276,9 +304,10 @@ class FixedBatches:
         reader: Iterable[tuple[Any, np.ndarray]],
         preprocessor: Any,
         timings: tuple[list[int], list[int]] | None,
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Each `(values, labels)` of `reader` with its values preprocessed; the reading and
-        the preprocessing timed apart into `timings` (and traced as stages) when it is given."""
+    ) -> Iterator[tuple[np.ndarray, Any, Any]]:
+        """Each `(values, labels)` of `reader` as `(batch, labels, values)`, the values
+        preprocessed into the batch; the reading and the preprocessing timed apart into
+        `timings` (and traced as stages) when it is given."""
         iterator = iter(reader)
         perf = time.perf_counter_ns
         while True:
@@ -297,7 +326,7 @@ class FixedBatches:
                     attributes = {"batch_size": self.batch_size, "inputs": len(labels)}
                     self.stage_span("read", start, read, attributes)
                     self.stage_span("preprocess", read, done, attributes)
-            yield batch, labels
+            yield batch, labels, values
 
     def _check_input(self, batch: np.ndarray) -> None:
         """Compare the first batch with the model's input, where the framework records it."""
@@ -369,7 +398,7 @@ class FixedBatches:
             # Right before the first timed call: a profiler starts here, after the warm-up.
             self.predictor.start_tracing()
             self.tracing = True
-        predict = self.predictor.predict
+        predict = self._call
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
         record = self.batches
         self._stop_if_cancelled()
@@ -575,9 +604,9 @@ class FixedBatches:
             self.progress(self.done + done_here, self.total)
         self._stop_if_cancelled()
 
-    def _predict(self, batch: np.ndarray) -> np.ndarray:
+    def _predict(self, batch: np.ndarray) -> Any:
         try:
-            return self.predictor.predict(batch)
+            return self._call(batch)
         except PredictorError:
             raise
         except Exception as exc:  # a framework's own error: the model did not accept the batch

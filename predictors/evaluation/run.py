@@ -15,8 +15,8 @@ import numpy as np
 from predictors import versioning
 from predictors.counters import CounterSampler
 from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
-from predictors.data import DatasetReader, StreamReader, lockstep_calls
-from predictors.evaluation import streams
+from predictors.data import DatasetReader, DetectionReader, StreamReader, lockstep_calls
+from predictors.evaluation import detection, streams
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
     CLOCK_CUDA,
@@ -41,7 +41,7 @@ from predictors.processing import (
     load_labels,
     preprocessor_for,
 )
-from predictors.protocol import at_least, unsupported
+from predictors.protocol import at_least, data_input_name, scored_output_name, unsupported
 from predictors.tracing import Span
 
 Fetch = Callable[[str, str | None], Path]
@@ -55,7 +55,8 @@ class Evaluation:
     `result` is the JSON-able summary. `outputs` holds the model's raw outputs for every input
     (dataset order, float32, one row per input) at the first batch size, first pass; `labels`
     the dataset labels; `predictions` the top-k (class, label, probability) of every input at
-    the first batch size; `spans` the recorded spans (none at trace level `none`).
+    the first batch size (a detector's: its detections' classes and scores, best first, and
+    `detections` their boxes); `spans` the recorded spans (none at trace level `none`).
     """
 
     result: dict[str, Any]
@@ -63,6 +64,9 @@ class Evaluation:
     labels: np.ndarray
     predictions: list[list[tuple[int, str, float]]]
     spans: list[Span]
+    # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
+    # pixels), score, class, best first; None for other tasks.
+    detections: list[np.ndarray] | None = None
 
 
 def evaluate(
@@ -104,9 +108,16 @@ def evaluate(
     )
     _check_labels(model, dataset, labels, dataset_labels, options)
     streaming = model.task == "sequence_labelling"
+    detecting = model.task == "object_detection"
     readers: list[Any]
-    if streaming:
-        streams.check_trace_level(options.trace_level)
+    if streaming or detecting:
+        streams.check_trace_level(options.trace_level, model.task)
+    if detecting:
+        readers = [
+            DetectionReader(split_file, size, limit=options.limit) for size in options.batch_sizes
+        ]
+        total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
+    elif streaming:
         ports = streams.ports(model)
         stream_reader = StreamReader(split_file, limit=options.limit)
         readers = [stream_reader.with_batch_size(size) for size in options.batch_sizes]
@@ -146,11 +157,16 @@ def evaluate(
     sampler = None
     loop: FixedBatches | None = None
     try:
-        loop = (streams.Streams if streaming else FixedBatches)(
+        scenario = (
+            streams.Streams if streaming else detection.Detections if detecting else FixedBatches
+        )
+        loop = scenario(
             model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
         )
         if isinstance(loop, streams.Streams):
             loop.configure(ports)
+        elif isinstance(loop, detection.Detections):
+            loop.configure(preprocessor)
         loop.stage_span("load", load_start, load_end, {})
         if at_least(options.trace_level, "hardware"):
             sampler = CounterSampler(
@@ -207,7 +223,7 @@ def evaluate(
             "split_count": split.get("count"),
         },
         "framework": {"name": model.framework, "range": model.framework_range, **software},
-        "output_type": spec.output_type,
+        "output_type": "detections" if detecting else spec.output_type,
         "device": options.device,
         "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
         "settings": {"threads_requested": options.threads, "seed": options.seed, **settings},
@@ -240,7 +256,13 @@ def evaluate(
             ),
             **({"profiler": profiler_summary} if profiler_summary else {}),
         },
-        "notes": _notes(model, dataset, labels, dataset_labels, first.outputs.shape[1])
+        "notes": _notes(
+            model,
+            dataset,
+            labels,
+            dataset_labels,
+            len(labels) if detecting else first.outputs.shape[1],
+        )
         + _trace_notes(options, predictor_type, sampler),
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
@@ -251,6 +273,7 @@ def evaluate(
         labels=first.labels,
         predictions=first.predictions,
         spans=kept.spans if kept is not None else [],
+        detections=loop.detections if isinstance(loop, detection.Detections) else None,
     )
 
 
@@ -277,12 +300,16 @@ def _model_spec(model: Manifest) -> _ModelSpec:
     problem = unsupported(model.data)
     if problem:
         raise EvaluationError(problem)
-    inputs, outputs = model.data["inputs"], model.data["outputs"]
+    # The input fed from the dataset, and the output scored (whose parameters name the labels).
+    fed = data_input_name(model.data)
+    scored = scored_output_name(model.data)
+    data_input = next(entry for entry in model.data["inputs"] if entry["name"] == fed)
+    output = next(entry for entry in model.data["outputs"] if entry["name"] == scored)
     files = model.data["model"]
     return _ModelSpec(
-        input=inputs[0],
-        output_type=outputs[0]["type"],
-        output_parameters=outputs[0].get("parameters") or {},
+        input=data_input,
+        output_type=output["type"],
+        output_parameters=output.get("parameters") or {},
         graph_path=files["graph_path"],
         graph_sha256=files.get("graph_sha256"),
         weights_path=files.get("weights_path"),

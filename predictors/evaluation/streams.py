@@ -131,10 +131,11 @@ def with_context(inputs: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([before, inputs], axis=-1)
 
 
-def check_trace_level(level: str) -> None:
+def check_trace_level(level: str, task: str = "sequence_labelling") -> None:
+    """Refuse a trace level finer than the scenarios of several inputs or outputs record."""
     if at_least(level, "framework"):
         raise EvaluationError(
-            f"trace level {level}: sequence_labelling models are traced down to "
+            f"trace level {level}: {task} models are traced down to "
             f"{FINEST_TRACE_LEVEL} (each call); layers inside the calls are not traced yet, "
             f"so ask for {FINEST_TRACE_LEVEL} or coarser"
         )
@@ -294,7 +295,7 @@ class Streams(FixedBatches):
         index = row = 0
         if self.ports.context:
             preprocessor = _InContext(preprocessor, self.ports.context)
-        for batch, labels in self._preprocessed(reader, preprocessor, timings):
+        for batch, labels, _ in self._preprocessed(reader, preprocessor, timings):
             stage.inputs.append(batch)
             stage.labels.append(labels)
             size += batch.nbytes

@@ -32,7 +32,11 @@ def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
             f"{names[0]} and {names[1]} did not evaluate the same inputs "
             f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
         )
-    same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
+    if a.result.get("output_type") == "detections":
+        # Each image's best detection (x, y, w, h, score, class): the same class.
+        same = a.outputs[:, 5] == b.outputs[:, 5]
+    else:
+        same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
     difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
     return {
         "frameworks": names,

@@ -18,6 +18,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/speech-clips/1.0.0/validation.parquet`` (clips spoken by eSpeak NG, chunk by chunk,
   ``speech.py``) and ``models/silero-vad/1.0.0/silero-vad.onnx``, Silero VAD as the
   ``silero-vad`` wheel ships it (``pretrained.py``)
+- ``datasets/shapes-boxes/1.0.0/{train,validation}.parquet`` (boxed shapes) and
+  ``models/shapes-detector/1.0.0/{shapes-detector.onnx,shapes-detector.pt,labels.txt}``, an
+  object detector (``detection.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -111,6 +114,14 @@ ENTRIES: tuple[Entry, ...] = (
         builder="streams",
     ),
     Entry("dataset", "speech-clips", ("validation.parquet",), builder="speech"),
+    Entry("dataset", "shapes-boxes", ("train.parquet", "validation.parquet"), builder="detection"),
+    Entry(
+        "model",
+        "shapes-detector",
+        ("shapes-detector.onnx", "shapes-detector.pt", "labels.txt"),
+        requires="datasets/shapes-boxes",
+        builder="detection",
+    ),
     _pretrained("silero-vad"),
 )
 
@@ -155,10 +166,8 @@ def _existing(store: Path, entry: Entry) -> dict:
 def _build_model(store: str, name: str, trained: bool, builder: str = "") -> dict:
     """Runs in a fresh process: only there are torch and TensorFlow imported."""
     began = time.perf_counter()
-    if builder == "streams":
-        from predictors.zoo import streams as streaming
-
-        built = streaming.build_model(store)
+    if builder:
+        built = importlib.import_module(f"predictors.zoo.{builder}").build_model(store)
         return {**built, "seconds": round(time.perf_counter() - began, 2)}
     from predictors.zoo import models
 

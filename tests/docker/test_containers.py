@@ -50,7 +50,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
 
     folder = tmp_path_factory.mktemp("docker")
     settings = {
-        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn", "toggle-gru"))),
+        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn", "toggle-gru", "shapes-detector"))),
         "HOST_LIVE_SECONDS": "5",
         "EVALUATION_SWEEP_SECONDS": "1",
         "EVALUATION_MAX_ATTEMPTS": "3",
@@ -118,6 +118,22 @@ def test_a_stateful_streaming_model_runs_in_both_framework_images(hub: LiveHub) 
         assert result["details"]["accuracy_state_reset"]["top1"] <= 0.7
     carried = {fw: body["result"]["details"]["accuracy"] for fw, body in bodies.items()}
     assert carried["onnxruntime"]["top1"] == carried["pytorch"]["top1"]
+
+
+def test_a_detector_is_scored_in_its_image_with_the_images_pycocotools(hub: LiveHub) -> None:
+    body = _succeeded(
+        hub,
+        hub.launch(
+            model="shapes-detector",
+            framework="onnxruntime",
+            dataset="shapes-boxes",
+            host="docker-a",
+        ),
+    )
+    accuracy = body["result"]["details"]["accuracy"]
+    assert accuracy["library"] == "pycocotools COCOeval (bbox)"
+    assert accuracy["map"] >= 0.5 and accuracy["count"] == 300
+    assert body["result"]["stack"]["container"]["image"] == ONNXRUNTIME
 
 
 @pytest.mark.browser

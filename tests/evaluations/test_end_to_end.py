@@ -106,6 +106,71 @@ def test_a_stateful_streaming_model_runs_in_both_formats_and_they_agree(hub: Liv
     hub.stop("e2e-torch")
 
 
+def test_a_detectors_map_on_the_hub_is_pycocotools_on_the_predictions_it_stored(
+    hub: LiveHub,
+) -> None:
+    """The zoo's shapes-detector through the hub and an agent: the mAP the hub reports is the
+    one pycocotools computes from the detections the hub stored and the dataset's boxes."""
+    import contextlib
+    import io
+
+    import pyarrow.parquet as pq
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    evaluation_id = hub.launch(model="shapes-detector", dataset="shapes-boxes")
+    body = hub.finished(evaluation_id, timeout=180)
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    details = body["result"]["details"]
+    reported = details["accuracy"]["map"]
+    assert body["result"]["accuracy"]["top1"] == reported
+    assert "mAP" in body["history"][-1]["reason"]
+    assert details["batch_sizes"][0]["input_sizes"]["distinct"] > 100
+
+    status, stored = hub.get(f"evaluations/{evaluation_id}/?predictions=1")
+    assert status == 200, stored
+    predictions = stored["result"]["predictions"]
+    split = pq.read_table(
+        Path(hub.env["ARTIFACT_ROOT"]) / "datasets/shapes-boxes/1.0.0/validation.parquet"
+    ).to_pylist()
+    truth: dict[str, Any] = {
+        "images": [],
+        "annotations": [],
+        "categories": [{"id": c} for c in range(3)],
+    }
+    found = []
+    for image_id, row in enumerate(split):
+        truth["images"].append({"id": image_id})
+        for box, kind in zip(row["boxes"], row["classes"], strict=True):
+            truth["annotations"].append(
+                {
+                    "id": len(truth["annotations"]) + 1,
+                    "image_id": image_id,
+                    "bbox": box,
+                    "area": box[2] * box[3],
+                    "category_id": kind,
+                    "iscrowd": 0,
+                }
+            )
+        for kind, score, box in zip(
+            predictions["classes"][image_id],
+            predictions["probabilities"][image_id],
+            predictions["boxes"][image_id],
+            strict=True,
+        ):
+            found.append({"image_id": image_id, "bbox": box, "score": score, "category_id": kind})
+    with contextlib.redirect_stdout(io.StringIO()):
+        ground = COCO()
+        ground.dataset = truth
+        ground.createIndex()
+        coco = COCOeval(ground, ground.loadRes(found), "bbox")
+        coco.evaluate()
+        coco.accumulate()
+        coco.summarize()
+    # The hub keeps boxes to 0.01 px and scores to 1e-5: the same mAP to rounding.
+    assert abs(float(coco.stats[0]) - reported) < 2e-3, (coco.stats[0], reported)
+
+
 def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None:
     ids = [hub.launch(batch_sizes=[1], repeat=3) for _ in range(10)]
 

@@ -197,6 +197,10 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
     boxes["task"] = "object_detection"
     detector = model_manifest("detector", visibility="public")
     detector["task"] = "object_detection"
+    masks = dataset_manifest("masks", visibility="public")
+    masks["task"] = "semantic_segmentation"
+    segmenter = model_manifest("segmenter", visibility="public")
+    segmenter["task"] = "semantic_segmentation"
     two = model_manifest("two-heads", visibility="public")
     two["outputs"].append(
         {
@@ -205,19 +209,26 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "parameters": {"top_k": 1, "labels": ["cat", "dog"]},
         }
     )
-    for manifest in (boxes, detector, two):
+    for manifest in (boxes, detector, masks, segmenter, two):
         assert upload(bob_client, to_yaml(manifest)).status_code == 201
 
     for model, dataset, words in (
         (
             "detector",
             "boxes",
-            "detector is a object_detection model; the evaluation loop scores image_classification models only",
+            "detector is an object_detection model with outputs of types logits; the loop reads "
+            "exactly one each of boxes, scores and classes",
+        ),
+        (
+            "segmenter",
+            "masks",
+            "segmenter is a semantic_segmentation model; the evaluation loop scores "
+            "image_classification, sequence_labelling and object_detection models",
         ),
         (
             "two-heads",
             "d",
-            "two-heads declares 2 outputs; the evaluation loop reads one, so embedding would be ignored",
+            "two-heads declares 2 scored outputs (probabilities, embedding); the evaluation loop reads one",
         ),
     ):
         response = launch(alice_client, model=model, dataset=dataset)

@@ -177,8 +177,13 @@ ZOO = {
     # Pretrained, from a PyPI package's wheel, on clips spoken locally (predictors/zoo/speech.py).
     ("model", "silero-vad", "onnxruntime"),
     ("dataset", "speech-clips", ""),
+    # Object detection (predictors/zoo/detection.py).
+    ("model", "shapes-detector", "onnxruntime"),
+    ("model", "shapes-detector", "pytorch"),
+    ("dataset", "shapes-boxes", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
+OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
@@ -199,7 +204,11 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
         assert manifest.version == "1.0.0"
         assert manifest.visibility == "public"
         assert manifest.task == (
-            "sequence_labelling" if manifest.name in SEQUENCE_LABELLING else "image_classification"
+            "sequence_labelling"
+            if manifest.name in SEQUENCE_LABELLING
+            else "object_detection"
+            if manifest.name in OBJECT_DETECTION
+            else "image_classification"
         )
 
 
@@ -223,6 +232,7 @@ def test_builtin_processing_parameters() -> None:
             "text-direction",
             "toggle-gru",
             "silero-vad",
+            "shapes-detector",
         ):
             continue  # text-direction: its package's own processing (test_pretrained.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py)

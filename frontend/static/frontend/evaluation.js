@@ -101,6 +101,14 @@
         ["F1", number(frames.f1)], ["ROC AUC", number(frames.roc_auc)],
         ["Inputs", result.accuracy.count]);
     }
+    if ((details.model || {}).task === "object_detection" && details.accuracy) {
+      // COCO's box metrics, as pycocotools computed them on the agent.
+      var coco = details.accuracy;
+      var fixed = function (v) { return typeof v === "number" && v >= 0 ? v.toFixed(4) : "—"; };
+      metrics = [["mAP (IoU .50:.95)", fixed(coco.map)], ["mAP@.50", fixed(coco.map_50)],
+        ["mAP@.75", fixed(coco.map_75)], ["AR@100", fixed(coco.mar_100)],
+        ["Images", result.accuracy.count], ["Objects", coco.objects]];
+    }
     metrics.forEach(function (metric) {
       var box = el("div", null, "metric-box");
       box.append(el("span", metric[0], "label"), el("strong", metric[1], "value"));
