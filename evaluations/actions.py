@@ -38,7 +38,7 @@ from predictors import manifests as spec
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
-from predictors.protocol import ResultUpload, unsupported
+from predictors.protocol import ResultUpload, scored_output_name, unsupported
 from traces import finishing
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
@@ -228,8 +228,17 @@ def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Mani
     for manifest, content in contents:
         if is_untrained(content):
             continue
-        outputs = content.get("outputs") or [{}]
-        model_labels = hub_actions.stored_labels((outputs[0] or {}).get("parameters") or {})
+        # The scored output's labels (a detector's classes output).
+        scored = scored_output_name(content) if content.get("outputs") else None
+        output = next(
+            (
+                o
+                for o in content.get("outputs") or []
+                if isinstance(o, dict) and o.get("name") == scored
+            ),
+            {},
+        )
+        model_labels = hub_actions.stored_labels(output.get("parameters") or {})
         if model_labels is None:
             continue
         problem = label_mismatch(

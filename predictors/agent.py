@@ -680,7 +680,7 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
     evaluation."""
     report = evaluation.result
     per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
-    top_k = max((len(row) for row in evaluation.predictions), default=1)
+    top_k = max(max((len(row) for row in evaluation.predictions), default=1), 1)
     return ResultUpload(
         accuracy=report["accuracy"],
         latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},

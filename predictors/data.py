@@ -500,6 +500,19 @@ class StreamReader:
                 f"{self.path} is a sequence_labelling split without the column(s) "
                 f"{', '.join(missing)}: every row names its stream and its position in it"
             )
+        with pq.ParquetFile(self.path) as parquet:
+            schema = parquet.schema_arrow
+        stream_type, position_type = schema.field("stream").type, schema.field("position").type
+        if not (
+            pa.types.is_integer(stream_type)
+            or pa.types.is_string(stream_type)
+            or pa.types.is_large_string(stream_type)
+        ):
+            raise DatasetError(
+                f"{self.path}: column 'stream' is {stream_type}, not an integer or a string"
+            )
+        if not pa.types.is_integer(position_type):
+            raise DatasetError(f"{self.path}: column 'position' is {position_type}, not an integer")
         self.lengths: list[int] = []
         seen: set[Any] = set()
         current: Any = None
@@ -730,12 +743,14 @@ def split_problems(
     if count is not None and reader.rows != count:
         problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
     magic = _MAGIC.get(encoding or "")
-    if streams:
-        try:
-            StreamReader(path)
-        except DatasetError as error:
-            problems.append(str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file "))
     try:
+        if streams:
+            try:
+                StreamReader(path)
+            except DatasetError as error:
+                problems.append(
+                    str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")
+                )
         problems += _row_problems(path, reader.column, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
         problems.append(f"the file cannot be read through: {exc}")

@@ -944,10 +944,22 @@ def _constant_problem(value: Any, element_type: Any) -> str | None:
         array = np.asarray(value, dtype=np.float64)
     except ValueError:
         return "the lists of one level must all have the same length"
+    except OverflowError:
+        return "holds a number too large for any element type"
     if array.size > MAX_CONSTANT_ELEMENTS:
         return f"holds {array.size} numbers; a constant holds at most {MAX_CONSTANT_ELEMENTS}"
-    if element_type in _INTEGER_TYPES and not np.all(array == np.round(array)):
-        return f"must hold whole numbers for element type {element_type}"
+    if not np.all(np.isfinite(array)):
+        return "must hold finite numbers"
+    if element_type in _INTEGER_TYPES:
+        if not np.all(array == np.round(array)):
+            return f"must hold whole numbers for element type {element_type}"
+        limits = np.iinfo(element_type)
+        if array.size and (array.min() < limits.min or array.max() > limits.max):
+            return f"holds numbers outside {element_type}'s {limits.min}..{limits.max}"
+    elif element_type in ("float16", "float32") and array.size:
+        largest = float(np.finfo(element_type).max)
+        if np.abs(array).max() > largest:
+            return f"holds numbers beyond {element_type}'s largest, {largest:g}"
     return None
 
 

@@ -429,7 +429,8 @@ class ImagePreprocessor:
         if len(shapes) > 1:
             raise ProcessingError(
                 f"images of one batch come out in different sizes {sorted(shapes)}; set "
-                "resize_size or crop_size so that every image has the same size"
+                "resize_size, crop_size or pad.size so that every image has the same size, or "
+                "use batch size 1"
             )
         return np.stack(arrays)
 

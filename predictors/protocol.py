@@ -629,6 +629,12 @@ def _unsupported_detector(
             "keep_aspect_ratio): its boxes could not be mapped back to the whole image; "
             "resize (resize_side or resize_size) and pad instead"
         )
+    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
+    if code:
+        return (
+            f"{name} is an object_detection model with custom {' and '.join(code)} code, which "
+            "the detection loop does not run: describe the processing with parameters"
+        )
     if (data.get("framework") or {}).get("name") == "tensorflow":
         return (
             f"{name} is a tensorflow detector; the TensorFlow predictor reads one output "

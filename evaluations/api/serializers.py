@@ -427,7 +427,11 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
     )
     boxes = serializers.ListField(
         child=serializers.ListField(
-            child=serializers.ListField(child=serializers.FloatField(), min_length=4, max_length=4)
+            child=serializers.ListField(
+                child=serializers.FloatField(min_value=-1e7, max_value=1e7),
+                min_length=4,
+                max_length=4,
+            )
         ),
         required=False,
         help_text="a detector's: per input, the [x, y, w, h] of each of its classes",

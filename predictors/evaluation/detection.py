@@ -128,8 +128,10 @@ def coco_metrics(
         name: float(value) for name, value in zip(_STATS, stats, strict=True)
     }
     return {
-        "top1": metrics["map"],
-        "top5": metrics["map_50"],
+        # pycocotools gives -1 where nothing is to be found (a split without objects): no
+        # accuracy to speak of, 0 in the result's columns (the metrics keep the -1).
+        "top1": max(metrics["map"], 0.0),
+        "top5": max(metrics["map_50"], 0.0),
         "count": len(annotations),
         **metrics,
         "objects": len(truth["annotations"]),
@@ -155,6 +157,16 @@ class Detections(FixedBatches):
         self.keep_inputs = True
         self.detections: list[np.ndarray] = []
 
+    def _check_classes(self, kinds: np.ndarray) -> None:
+        count = len(self.labels)
+        wrong = ~np.isfinite(kinds) | (kinds < 0) | (kinds >= count) | (kinds != np.round(kinds))
+        if kinds.size and wrong.any():
+            raise EvaluationError(
+                f"{self.model.name} gave class {kinds[wrong][0]!r} for a detection scoring at "
+                f"least min_score {self.min_score}; its classes index {count} labels (0 to "
+                f"{count - 1}): raise min_score above the score of its padding detections"
+            )
+
     def _start_collecting(self) -> None:
         self._annotations: list[dict[str, np.ndarray]] = []
         self._sizes: list[tuple[int, int]] = []
@@ -167,7 +179,12 @@ class Detections(FixedBatches):
         ):
             self._shapes.add(tuple(batch.shape[1:]))
             boxes, scores, classes = (np.asarray(o) for o in outputs)
-            if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.shape != boxes.shape[:2]:
+            if (
+                boxes.ndim != 3
+                or boxes.shape[-1] != 4
+                or scores.shape != boxes.shape[:2]
+                or classes.shape != boxes.shape[:2]
+            ):
                 raise EvaluationError(
                     f"{self.model.name}'s detections have shapes boxes {boxes.shape}, scores "
                     f"{scores.shape}, classes {classes.shape}; expected (N, K, 4), (N, K), (N, K)"
@@ -179,7 +196,10 @@ class Detections(FixedBatches):
                     scale_x, scale_y, left, top = self.preprocessor.to_image(encoded)
                 except ProcessingError as error:
                     raise EvaluationError(str(error)) from error
-                keep = scores[index] >= self.min_score
+                # Non-finite detections (a model's NaN) are no detections; a kept detection's
+                # class must name a label.
+                keep = (scores[index] >= self.min_score) & np.isfinite(boxes[index]).all(axis=1)
+                self._check_classes(classes[index][keep])
                 xywh = to_xywh(boxes[index][keep], self.box_format)
                 if self.box_units == "normalized":
                     xywh = xywh * [width, height, width, height]

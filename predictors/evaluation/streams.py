@@ -16,10 +16,13 @@ next step, so a call holds fewer rows only at the end of the split. Every call g
 The loop is `FixedBatches`' (warm-up, timed calls back to back, repetitions, spans, progress,
 cancellation), with these differences:
 
-- a *stage* holds whole streams, preprocessed, up to `stage_bytes`; between two calls the loop
-  only stacks the step's rows and states, which is counted in the wall time (throughput) but
-  not in any call's latency;
-- the warm-up calls run the first steps of the first streams, and are discarded;
+- streams are preprocessed whole; when the split fits in `stage_bytes` they are held and every
+  pass reuses them, else each pass reads and preprocesses them again, a stream at a time, as
+  slots free up. The time spent taking streams between two calls is not counted in the wall
+  time (throughput); stacking the step's rows and states is (the loop's own bookkeeping), and
+  neither is in any call's latency;
+- the warm-up calls run the first steps of the first streams (going round again when the split
+  has fewer calls), and are discarded;
 - for a model with state inputs, a second pass at the first batch size resets every state to
   its initial value at every call: the accuracy the model would have if it could not carry its
   state (`accuracy_state_reset`), next to the accuracy with the state carried (`accuracy`).
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,20 +176,15 @@ class _InContext:
 
 @dataclass
 class _Slot:
-    stream: int  # the stream's index in the split
-    row: int  # the split row of its first input
+    row: int  # the split row of its stream's first input
     inputs: np.ndarray  # (length, ...) preprocessed
-    labels: np.ndarray
+    length: int
     step: int
     states: list[np.ndarray]
 
 
-@dataclass
-class _StreamStage:
-    first: int  # the index of its first stream in the split
-    row: int  # the split row of its first input
-    inputs: list[np.ndarray]
-    labels: list[np.ndarray]
+Source = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
+"""`source()`: the split's streams in order, `(inputs, labels)` each, inputs preprocessed."""
 
 
 class Streams(FixedBatches):
@@ -200,48 +199,33 @@ class Streams(FixedBatches):
         options = self.options
         width = reader.batch_size
         self.batch_size = width
-        read_ns: list[int] = []
-        preprocess_ns: list[int] = []
+        if self.ports.context:
+            preprocessor = _InContext(preprocessor, self.ports.context)
+        timings: tuple[list[int], list[int]] = ([], [])
+        source = self._source(reader, preprocessor, timings)
         durations: list[int] = []
         sizes: list[int] = []
         wall_ns = 0
         scores: np.ndarray | None = None
-        kept_labels: list[np.ndarray] = []
-        reused: list[_StreamStage] | None = None
-        warm = options.warmup
+        if options.warmup:
+            start = time.perf_counter_ns()
+            with self.predictor.inference_context():
+                self._lockstep(source, width, reader.count, carry=True, limit=options.warmup)
+            self.stage_span(
+                "warm-up",
+                start,
+                time.perf_counter_ns(),
+                {"batch_size": width, "predictions": options.warmup},
+            )
         for repetition in range(options.repeat):
-            if reused is not None:
-                stages: Any = reused
-            else:
-                timings = (read_ns, preprocess_ns) if repetition == 0 else None
-                stages = self._stream_stages(reader, preprocessor, timings)
-            staged = 0
-            for stage in stages:
-                staged += 1
-                if repetition == 0:
-                    reused = [stage] if staged == 1 else None
-                if warm:
-                    start = time.perf_counter_ns()
-                    with self.predictor.inference_context():
-                        self._lockstep(stage, width, None, None, carry=True, limit=warm)
-                    self.stage_span(
-                        "warm-up",
-                        start,
-                        time.perf_counter_ns(),
-                        {"batch_size": width, "predictions": warm},
-                    )
-                    warm = 0
-                stage_scores, stage_wall = self._timed_stage(
-                    stage, width, durations, sizes, repetition
-                )
-                wall_ns += stage_wall
-                if repetition == 0:
-                    kept_labels.extend(stage.labels)
-                    scores = (
-                        stage_scores if scores is None else np.concatenate([scores, stage_scores])
-                    )
+            pass_scores, pass_wall = self._timed_pass(
+                source, width, reader.count, durations, sizes, repetition
+            )
+            wall_ns += pass_wall
+            if repetition == 0:
+                scores = pass_scores
         assert scores is not None
-        labels = np.concatenate(kept_labels)
+        labels = np.concatenate([labels for _, labels in source()])
         start = time.perf_counter_ns()
         probabilities_ = self._probabilities(scores, len(labels))
         predictions = postprocess(
@@ -256,10 +240,11 @@ class Streams(FixedBatches):
         if self.first is None:
             self.first = _FirstPass(probabilities_.astype(np.float32), labels, predictions)
             if self.ports.states:
-                self.reset_result = self._reset_pass(reader, preprocessor, width, labels)
+                self.reset_result = self._reset_pass(source, width, labels)
         full = [d for d, n in zip(durations, sizes, strict=True) if n == width]
         inputs = sum(sizes)
         calls = lockstep_calls(reader.lengths, width)
+        read_ns, preprocess_ns = timings
         result = {
             "batch_size": width,
             "batches": calls,
@@ -286,35 +271,40 @@ class Streams(FixedBatches):
             scores = custom_outputs(self.custom_postprocess, scores, count)
         return probabilities(scores, self.ports.scored_type)
 
-    def _stream_stages(
-        self, reader: StreamReader, preprocessor: Any, timings: tuple[list[int], list[int]] | None
-    ) -> Any:
-        """Whole streams, preprocessed, up to `stage_bytes` at a time."""
-        stage = _StreamStage(0, 0, [], [])
+    def _source(
+        self, reader: StreamReader, preprocessor: Any, timings: tuple[list[int], list[int]]
+    ) -> Source:
+        """The streams, preprocessed: held once read when the whole split fits in
+        `stage_bytes` (every pass reuses them), else read and preprocessed again by each pass,
+        a stream at a time. The first reading is timed into `timings` (read, preprocess)."""
+        held: list[tuple[np.ndarray, np.ndarray]] = []
         size = 0
-        index = row = 0
-        if self.ports.context:
-            preprocessor = _InContext(preprocessor, self.ports.context)
         for batch, labels, _ in self._preprocessed(reader, preprocessor, timings):
-            stage.inputs.append(batch)
-            stage.labels.append(labels)
+            held.append((batch, labels))
             size += batch.nbytes
-            index += 1
-            row += len(labels)
-            if size >= self.options.stage_bytes:
-                yield stage
-                stage, size = _StreamStage(index, row, [], []), 0
-        if stage.labels:
-            yield stage
+            if size > self.options.stage_bytes:
+                held = []
+                break
+        else:
+            return lambda: iter(held)
 
-    def _timed_stage(
+        def again() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for batch, labels, _ in self._preprocessed(reader, preprocessor, None):
+                yield batch, labels
+
+        return again
+
+    def _timed_pass(
         self,
-        stage: _StreamStage,
+        source: Source,
         width: int,
+        rows: int,
         durations: list[int],
         sizes: list[int],
         repetition: int,
     ) -> tuple[np.ndarray, int]:
+        """One timed pass over every stream: the scored outputs, and the pass's wall time
+        less the time spent reading and preprocessing streams between calls."""
         if not self.tracing:
             self.predictor.start_tracing()
             self.tracing = True
@@ -327,7 +317,15 @@ class Streams(FixedBatches):
         loop_start = time.perf_counter_ns()
         try:
             with self.predictor.inference_context():
-                scores = self._lockstep(stage, width, durations, sizes, carry=True, marks=marks)
+                scores, staging_ns = self._lockstep(
+                    source,
+                    width,
+                    rows,
+                    carry=True,
+                    durations=durations,
+                    sizes=sizes,
+                    marks=marks,
+                )
         except EvaluationCancelled:
             if stage_id is not None:
                 self.stage_span(
@@ -352,7 +350,8 @@ class Streams(FixedBatches):
                 at=stage_id,
             )
         self._call_spans(marks, sizes, first_index, width, repetition, stage_id)
-        return scores, loop_end - loop_start
+        assert scores is not None
+        return scores, loop_end - loop_start - staging_ns
 
     def _call_spans(
         self,
@@ -368,63 +367,67 @@ class Streams(FixedBatches):
         rows = [np.empty(n) for n in sizes[first_index : first_index + len(marks)]]
         self._batch_spans(rows, marks, 0, first_index, width, repetition, stage_id)  # type: ignore[arg-type]
 
-    def _reset_pass(
-        self, reader: StreamReader, preprocessor: Any, width: int, labels: np.ndarray
-    ) -> dict[str, Any]:
+    def _reset_pass(self, source: Source, width: int, labels: np.ndarray) -> dict[str, Any]:
         """The accuracy with every state reset to its initial value at every call (untimed)."""
         start = time.perf_counter_ns()
-        parts = []
         with self.predictor.inference_context():
-            for stage in self._stream_stages(reader, preprocessor, None):
-                parts.append(self._lockstep(stage, width, None, None, carry=False))
-        scores = np.concatenate(parts)
+            scores, _ = self._lockstep(source, width, len(labels), carry=False)
+        assert scores is not None
         self.stage_span("state-reset pass", start, time.perf_counter_ns(), {"batch_size": width})
         return sequence_metrics(self._probabilities(scores, len(labels)), labels)
 
     def _lockstep(
         self,
-        stage: _StreamStage,
+        source: Source,
         width: int,
-        durations: list[int] | None,
-        sizes: list[int] | None,
+        rows: int,
         *,
         carry: bool,
-        limit: int | None = None,
+        durations: list[int] | None = None,
+        sizes: list[int] | None = None,
         marks: list[tuple[int, int]] | None = None,
-    ) -> np.ndarray:
-        """Run the stage's streams side by side, `width` at a time; the scored output of every
-        input, in split order. Timed (each call into `durations`, its rows into `sizes`) when
-        `durations` is given; `limit` calls at most (the warm-up)."""
+        limit: int | None = None,
+    ) -> tuple[np.ndarray | None, int]:
+        """Run the streams side by side, `width` at a time, each slot taking the next stream
+        as soon as its own ends; the scored output of every input, in split order (`rows` of
+        them), and the time spent taking streams from `source`. Timed (each call into
+        `durations`, its rows into `sizes`) when `durations` is given. With `limit` (the
+        warm-up): that many calls, the streams taken again from the start as often as needed,
+        and no scores kept."""
         ports = self.ports
         states = ports.states
         names = ports.outputs
         run = self.predictor.run
         perf = time.perf_counter_ns
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
-        pending = iter(range(len(stage.labels)))
-        row = stage.row
+        pending = source()
+        row = 0
         slots: list[_Slot | None] = [None] * width
-        total = sum(len(labels) for labels in stage.labels)
         scored: np.ndarray | None = None
+        staging_ns = 0
         calls = 0
         reported = perf()
-        while True:
+        while limit is None or calls < limit:
+            taking = perf()
             for index in range(width):
                 if slots[index] is None:
                     taken = next(pending, None)
+                    if taken is None and limit is not None and row:
+                        pending, row = source(), 0  # the warm-up goes round again
+                        taken = next(pending, None)
                     if taken is not None:
-                        labels = stage.labels[taken]
+                        inputs, labels = taken
                         slots[index] = _Slot(
-                            taken,
                             row,
-                            stage.inputs[taken],
-                            labels,
+                            inputs,
+                            len(labels),
                             0,
                             [state.initial for state in states],
                         )
                         row += len(labels)
+            staging_ns += perf() - taking
             active = [slot for slot in slots if slot is not None]
-            if not active or (limit is not None and calls >= limit):
+            if not active:
                 break
             feeds = dict(ports.constants)
             feeds[ports.data] = np.stack([slot.inputs[slot.step] for slot in active])
@@ -446,31 +449,48 @@ class Streams(FixedBatches):
                 sizes.append(len(active))
                 if marks is not None and self.batches:
                     marks.append((start, end))
-            batch_scores = outputs[0].reshape(len(active), -1)
-            if scored is None:
-                scored = np.empty((total, batch_scores.shape[1]), dtype=batch_scores.dtype)
-            for number, slot in enumerate(active):
-                scored[slot.row - stage.row + slot.step] = batch_scores[number]
+            if limit is None:
+                batch_scores = np.asarray(outputs[0]).reshape(len(active), -1)
+                if scored is None:
+                    scored = np.empty((rows, batch_scores.shape[1]), dtype=batch_scores.dtype)
+                for number, slot in enumerate(active):
+                    scored[slot.row + slot.step] = batch_scores[number]
             for position, state in enumerate(states, start=1):
-                value = outputs[position]
-                if value.shape[state.axis] != len(active):
-                    raise EvaluationError(
-                        f"state output {state.source} has {value.shape[state.axis]} rows on its "
-                        f"batch axis {state.axis} for {len(active)} streams: check batch_axis"
-                    )
-                if carry:
-                    for number, slot in enumerate(active):
-                        slot.states[position - 1] = np.take(value, number, axis=state.axis)
+                self._carry(state, np.asarray(outputs[position]), active, position - 1, carry)
             for index, held in enumerate(slots):
                 if held is not None:
                     held.step += 1
-                    if held.step == len(held.labels):
+                    if held.step == held.length:
                         slots[index] = None
             self.done += 1
             if end - reported >= 50_000_000:
                 reported = end
                 self._report(0)
-        if scored is None:
-            raise EvaluationError("the stage holds no input")
+        if limit is None and scored is None:
+            raise EvaluationError("the split holds no input")
         self._report(0)
-        return scored
+        return scored, staging_ns
+
+    def _carry(
+        self, state: _State, value: np.ndarray, active: list[_Slot], number: int, carry: bool
+    ) -> None:
+        """Give each active stream its row of a state output (on the output's batch axis),
+        checked against the state's declared shape."""
+        axis = self.ports.output_axes.get(state.source, state.axis)
+        if value.ndim != len(state.shape) + 1 or value.shape[axis] != len(active):
+            raise EvaluationError(
+                f"state output {state.source} has shape {tuple(value.shape)} for "
+                f"{len(active)} streams; with batch_axis {axis} and the state's shape "
+                f"{list(state.shape)} it would be "
+                f"{tuple(state.shape[:axis]) + (len(active),) + tuple(state.shape[axis:])}"
+            )
+        if not carry:
+            return
+        for index, slot in enumerate(active):
+            row = np.take(value, index, axis=axis)
+            if row.shape != state.shape:
+                raise EvaluationError(
+                    f"state output {state.source} gives each stream shape {row.shape}, but "
+                    f"state input {state.name} has shape {list(state.shape)}"
+                )
+            slot.states[number] = row.astype(state.initial.dtype, copy=False)

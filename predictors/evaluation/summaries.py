@@ -89,6 +89,14 @@ def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     from sklearn import metrics
 
     classes = probabilities.shape[1]
+    if not np.all(np.isfinite(probabilities)):
+        bad = int(np.flatnonzero(~np.isfinite(probabilities).all(axis=1))[0])
+        raise EvaluationError(f"the model's output for input {bad} is not finite (NaN or inf)")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise EvaluationError(
+            f"the dataset has label {int(labels.max())}, but the model's output reads "
+            f"{classes} classes"
+        )
     predicted = np.argmax(probabilities, axis=1)
     binary = classes == 2
     average = "binary" if binary else "macro"
@@ -104,11 +112,14 @@ def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     present = np.unique(labels)
     roc_auc: float | None = None
     if len(present) == classes and classes >= 2:
-        roc_auc = float(
-            metrics.roc_auc_score(labels, probabilities[:, 1])
-            if binary
-            else metrics.roc_auc_score(labels, probabilities, multi_class="ovr", labels=every)
-        )
+        try:
+            roc_auc = float(
+                metrics.roc_auc_score(labels, probabilities[:, 1])
+                if binary
+                else metrics.roc_auc_score(labels, probabilities, multi_class="ovr", labels=every)
+            )
+        except ValueError:  # scores that are no probabilities (rows not summing to 1)
+            roc_auc = None
     return {
         **_accuracy(probabilities, labels),
         "accuracy": float(metrics.accuracy_score(labels, predicted)),

@@ -259,3 +259,21 @@ def test_the_zoo_detector_decodes_in_its_graph_at_any_size(store: Path) -> None:
         )
         assert boxes.shape == (2, detection.MAX_DETECTIONS, 4)
         assert scores.shape == classes.shape == (2, detection.MAX_DETECTIONS)
+
+
+def test_a_split_without_objects_scores_zero_not_minus_one() -> None:
+    from predictors.evaluation.detection import coco_metrics
+
+    found = [np.array([[1.0, 1.0, 4.0, 4.0, 0.9, 0.0]])]
+    metrics = coco_metrics(
+        [{"boxes": np.zeros((0, 4)), "classes": np.zeros(0, np.int64)}], [(8, 8)], found, 3
+    )
+    assert metrics["map"] == -1.0 and metrics["top1"] == 0.0 and metrics["top5"] == 0.0
+    assert metrics["objects"] == 0 and metrics["detections"] == 1
+
+
+def test_a_detector_with_custom_code_is_refused_at_launch() -> None:
+    data = {**_manifest(), "postprocess": "def postprocess(outputs):\n    return outputs\n"}
+    assert "custom postprocess code, which the detection loop does not run" in str(
+        unsupported(data)
+    )

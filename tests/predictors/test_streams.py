@@ -95,6 +95,34 @@ def test_the_loop_matches_a_hand_run_of_the_model_stream_by_stream(
     assert by_size[5]["latency_batches"] == "full"
 
 
+def test_progress_counts_every_call_when_each_pass_reads_the_streams_again(
+    run_evaluation: RunEvaluation, store: Path
+) -> None:
+    """A split larger than stage_bytes is read again by each pass, stream by stream: the same
+    calls, counted once each, and a warm-up longer than the split goes round again."""
+    seen: list[tuple[int, int]] = []
+    evaluation = run_evaluation(
+        framework="onnxruntime",
+        batch_sizes=[3],
+        limit=200,
+        stage_bytes=1,
+        warmup=250,
+        repeat=2,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    lengths = StreamReader(
+        store / "datasets/toggle-clicks/1.0.0/validation.parquet", limit=200
+    ).lengths
+    calls = lockstep_calls(lengths, 3)
+    entry = evaluation.result["batch_sizes"][0]
+    assert entry["batches"] == calls and entry["timed_inputs"] == 2 * 200
+    assert all(done <= total for done, total in seen), seen[-5:]
+    # warm-up, two timed passes and the state-reset pass
+    assert seen[-1] == (250 + 3 * calls, 250 + 3 * calls)
+    held = run_evaluation(framework="onnxruntime", batch_sizes=[3], limit=200, repeat=1)
+    np.testing.assert_array_equal(held.outputs, evaluation.outputs)
+
+
 def test_the_metrics_are_scikit_learns_on_the_reported_probabilities(
     run_evaluation: RunEvaluation,
 ) -> None:
@@ -251,3 +279,51 @@ def test_the_graph_check_knows_constant_and_state_ranks(store: Path) -> None:
     found = dict(graph_check.onnx_problems(data, path))
     assert "has rank 0, but the constant's value (not batched) has rank 1" in found["inputs.1"]
     assert "has rank 3, but the batch axis + shape has rank 2" in found["inputs.2"]
+
+
+def test_a_stream_column_of_another_type_is_a_problem_named_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "s.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "stream": pa.array([[1], [1]], pa.list_(pa.int64())),
+                "position": pa.array([0, 1], pa.int64()),
+                "input": pa.array([b"\x93NUMPY", b"\x93NUMPY"], pa.binary()),
+                "label": pa.array([0, 1], pa.int64()),
+            }
+        ),
+        path,
+    )
+    problems = split_problems(path, labels=2, encoding="npy", count=2, streams=True)
+    assert any(
+        "column 'stream' is list<element: int64>, not an integer or a string" in p for p in problems
+    )
+
+
+@pytest.mark.parametrize(
+    ("element_type", "value", "message"),
+    [
+        ("float32", 10**400, "too large for any element type"),
+        ("uint8", 300, "outside uint8's 0..255"),
+        ("int64", [3e23], "outside int64's"),
+        ("float16", 1e6, "beyond float16's largest"),
+    ],
+)
+def test_a_constant_that_does_not_fit_its_element_type_is_refused(
+    element_type: str, value: Any, message: str
+) -> None:
+    data = _manifest("onnxruntime").data
+    data["inputs"][1]["parameters"] = {"element_type": element_type, "value": value}
+    assert message in _errors(data)["inputs.1.parameters.value"]
+
+
+def test_outputs_the_metrics_cannot_read_fail_saying_why() -> None:
+    from predictors.evaluation.summaries import sequence_metrics
+
+    with pytest.raises(EvaluationError, match="output for input 1 is not finite"):
+        sequence_metrics(np.array([[0.5, 0.5], [np.nan, 1.0]]), np.array([0, 1]))
+    with pytest.raises(EvaluationError, match="has label 2, but the model's output reads 2"):
+        sequence_metrics(np.array([[0.5, 0.5], [0.2, 0.8]]), np.array([0, 2]))
+    # Scores that are no probabilities: no ROC AUC, rather than a crash.
+    scores = np.array([[0.9, 0.9, 0.9], [0.1, 0.1, 0.1], [0.3, 0.2, 0.9]])
+    assert sequence_metrics(scores, np.array([0, 1, 2]))["roc_auc"] is None
