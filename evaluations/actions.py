@@ -461,6 +461,8 @@ def _accuracy_words(result: Result) -> str:
             f"mAP {result.top1:.4f} (COCO, IoU .50:.95), {result.top5:.4f} at IoU .50 on "
             f"{result.count} images"
         )
+    if task == "semantic_segmentation":
+        return f"mIoU {result.top1:.4f}, pixel accuracy {result.top5:.2%} on {result.count} images"
     if task == "sequence_labelling":
         words = f"accuracy {result.top1:.2%}"
         reset = details.get("accuracy_state_reset")

@@ -75,13 +75,14 @@ def framework_name(name: str) -> str:
 _ACCURACY_HEADINGS = {
     "sequence_labelling": ("Accuracy", "Top-5"),
     "object_detection": ("mAP", "mAP@.5"),
+    "semantic_segmentation": ("mIoU", "Pixel accuracy"),
 }
 
 
 def accuracy_headings(task: str) -> tuple[str, str]:
     """The headings of a result's `top1` and `top5` for a task: top-1 and top-5 accuracy for
     classification, frame accuracy for sequence labelling, COCO's mAP (IoU .50:.95) and mAP at
-    IoU .50 for detection."""
+    IoU .50 for detection, mean IoU and pixel accuracy for segmentation."""
     return _ACCURACY_HEADINGS.get(task, ("Top-1", "Top-5"))
 
 

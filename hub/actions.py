@@ -211,6 +211,8 @@ def _check_splits(doc: spec.Manifest) -> None:
             count=entry.get("count"),
             streams=doc.task == "sequence_labelling",
             detection=doc.task == "object_detection",
+            masks=doc.task == "semantic_segmentation",
+            ignore_label=doc.data.get("ignore_label"),
         ):
             errors.append({"path": f"splits.{name}.path", "message": f"{path}: {problem}"})
     if errors:

@@ -391,6 +391,12 @@ def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
             low, high = sizes["smallest"][-2:], sizes["largest"][-2:]
             shown = f"{sizes['distinct']}: {low[0]}x{low[1]}..{high[0]}x{high[1]}"
         return [f"{accuracy['map']:.4f}", f"{accuracy['map_50']:.4f}", shown]
+    if task == "semantic_segmentation":
+        return [
+            f"{accuracy['miou']:.4f}",
+            f"{accuracy['pixel_accuracy']:.2%}",
+            f"{accuracy['mean_class_accuracy']:.2%}",
+        ]
     if task != "sequence_labelling":
         return [f"{accuracy['top1']:.2%}", f"{accuracy['top5']:.2%}"]
     reset = entry.get("accuracy_state_reset")
@@ -423,6 +429,8 @@ def format_table(report: dict[str, Any]) -> str:
         if task == "sequence_labelling"
         else ["mAP", "mAP@.5", "input sizes"]
         if task == "object_detection"
+        else ["mIoU", "pixel acc", "class acc"]
+        if task == "semantic_segmentation"
         else ["top1", "top5"]
     )
     rows = [

@@ -36,6 +36,7 @@ import contextlib
 import copy
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import math
@@ -665,6 +666,83 @@ class DetectionReader:
                 yield images, annotations
 
 
+class MaskReader:
+    """`(images, masks)` batches of a semantic-segmentation split: the columns `image` (binary,
+    encoded) and `mask` (binary: a PNG of 8-bit class indices, the image's size). A mask is
+    decoded to an (H, W) uint8 array. Read a batch at a time; `limit` keeps the first rows."""
+
+    def __init__(self, path: Path, batch_size: int, *, limit: int | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        self.path, self.batch_size, self.limit = Path(path), batch_size, limit
+        try:
+            with pq.ParquetFile(self.path) as parquet:
+                schema = parquet.schema_arrow
+                self.rows: int = parquet.metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
+        missing = [name for name in ("image", "mask") if name not in schema.names]
+        if missing:
+            raise DatasetError(
+                f"{self.path} is a semantic_segmentation split without the column(s) "
+                f"{', '.join(missing)}: image (the encoded image) and mask (a PNG of class "
+                f"indices); it has {sorted(schema.names)}"
+            )
+        for name in ("image", "mask"):
+            kind = schema.field(name).type
+            if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+                raise DatasetError(f"{self.path}: column '{name}' is {kind}, not binary")
+
+    @property
+    def count(self) -> int:
+        return self.rows if self.limit is None else min(self.rows, max(self.limit, 0))
+
+    def __len__(self) -> int:
+        return math.ceil(self.count / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[list[bytes], list[np.ndarray]]]:
+        remaining = self.count
+        row = 0
+        with pq.ParquetFile(self.path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=self.batch_size, columns=["image", "mask"]
+            ):
+                if remaining <= 0:
+                    break
+                batch = batch.slice(0, remaining)
+                remaining -= batch.num_rows
+                images = batch.column("image").to_pylist()
+                masks = []
+                for offset, data in enumerate(batch.column("mask").to_pylist()):
+                    mask, problem = decode_mask(data)
+                    if problem or images[offset] is None:
+                        raise DatasetError(
+                            f"{self.path}: row {row + offset} {problem or 'has no image'}"
+                        )
+                    masks.append(mask)
+                row += batch.num_rows
+                yield images, masks
+
+
+def decode_mask(data: bytes | None) -> tuple[np.ndarray, str | None]:
+    """A mask's class indices (H, W uint8), or what is wrong with it in words."""
+    from PIL import Image
+
+    if data is None:
+        return np.zeros((0, 0), np.uint8), "has no mask"
+    if not data.startswith(_MAGIC["png"][0]):
+        return np.zeros((0, 0), np.uint8), "has a mask that is not a PNG"
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.mode not in ("L", "P"):
+                return np.zeros((0, 0), np.uint8), (
+                    f"has a mask of mode {image.mode}, not 8-bit class indices (L or P)"
+                )
+            return np.asarray(image, np.uint8), None
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        return np.zeros((0, 0), np.uint8), f"has a mask that does not decode: {exc}"
+
+
 def _is_list_of(kind: pa.DataType, element: Callable[[pa.DataType], bool]) -> bool:
     return (
         (pa.types.is_list(kind) or pa.types.is_large_list(kind))
@@ -727,6 +805,8 @@ def split_problems(
     count: int | None,
     streams: bool = False,
     detection: bool = False,
+    masks: bool = False,
+    ignore_label: int | None = None,
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
     columns `image` (binary) and `label` (integer) without nulls, every label a class index
@@ -735,6 +815,10 @@ def split_problems(
     _MAX_PROBLEMS problems, each naming the row."""
     if detection:
         return _detection_problems(path, labels=labels, encoding=encoding, count=count)
+    if masks:
+        return _mask_problems(
+            path, labels=labels, encoding=encoding, count=count, ignore_label=ignore_label
+        )
     try:
         reader = DatasetReader(path, batch_size=1024)
     except DatasetError as error:
@@ -753,6 +837,77 @@ def split_problems(
                 )
         problems += _row_problems(path, reader.column, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
+        problems.append(f"the file cannot be read through: {exc}")
+    return problems[:_MAX_PROBLEMS]
+
+
+def _mask_problems(
+    path: Path,
+    *,
+    labels: int | None,
+    encoding: str | None,
+    count: int | None,
+    ignore_label: int | None,
+) -> list[str]:
+    """`split_problems` of a semantic-segmentation split: its columns, every mask a PNG of
+    8-bit class indices of its image's size, each value a class index or the ignore label."""
+    from PIL import Image
+
+    try:
+        reader = MaskReader(path, batch_size=1)
+    except DatasetError as error:
+        return [str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")]
+    problems: list[str] = []
+    if count is not None and reader.rows != count:
+        problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
+    magic = _MAGIC.get(encoding or "")
+    row = 0
+    try:
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(batch_size=256, columns=["image", "mask"]):
+                for image, data in zip(
+                    batch.column("image").to_pylist(), batch.column("mask").to_pylist(), strict=True
+                ):
+                    mask, problem = decode_mask(data)
+                    if problem is None and image is not None:
+                        try:
+                            with Image.open(io.BytesIO(image)) as opened:
+                                width, height = opened.size
+                        except (OSError, ValueError, Image.DecompressionBombError):
+                            width = height = -1
+                        values = np.unique(mask)
+                        wrong = (
+                            values[values != ignore_label] if ignore_label is not None else values
+                        )
+                        wrong = wrong[wrong >= (labels if labels is not None else 256)]
+                        if mask.shape != (height, width):
+                            problem = (
+                                f"has a mask of {mask.shape[0]}x{mask.shape[1]} for an image of "
+                                f"{height}x{width}"
+                            )
+                        elif wrong.size:
+                            problem = (
+                                f"has mask value {int(wrong[0])}, but the dataset has {labels} "
+                                "labels"
+                                + (
+                                    f" and ignore_label {ignore_label}"
+                                    if ignore_label is not None
+                                    else " and no ignore_label"
+                                )
+                            )
+                    if image is None:
+                        problem = "has no image"
+                    elif magic is not None and not image.startswith(magic):
+                        problem = (
+                            f"'s image is not {str(encoding).upper()} (the manifest's encoding)"
+                        )
+                    if problem:
+                        joiner = "" if problem.startswith("'") else " "
+                        problems.append(f"row {row}{joiner}{problem}")
+                        if len(problems) >= _MAX_PROBLEMS:
+                            return problems
+                    row += 1
+    except (OSError, pa.ArrowException) as exc:
         problems.append(f"the file cannot be read through: {exc}")
     return problems[:_MAX_PROBLEMS]
 

@@ -513,7 +513,12 @@ def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: boo
 
 
 # The tasks the evaluation loop scores, and the data inputs (fed from the dataset) it knows.
-SCORED_TASKS = ("image_classification", "sequence_labelling", "object_detection")
+SCORED_TASKS = (
+    "image_classification",
+    "sequence_labelling",
+    "object_detection",
+    "semantic_segmentation",
+)
 DETECTION_OUTPUTS = ("boxes", "scores", "classes")
 DATA_INPUTS = ("image", "tensor")
 
@@ -527,9 +532,10 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
         return f"{name} is a {kind} manifest, not a model"
     if task not in SCORED_TASKS:
         return (
-            f"{name} is a {task} model; the evaluation loop scores "
-            f"{', '.join(SCORED_TASKS[:-1])} and {SCORED_TASKS[-1]} models (segmentation "
-            "scoring is not built yet)"
+            f"{name} is {'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model; the "
+            "evaluation loop scores "
+            f"{', '.join(SCORED_TASKS[:-1])} and {SCORED_TASKS[-1]} models (instance "
+            "segmentation scoring is not built yet)"
         )
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
     outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
@@ -542,6 +548,8 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
         )
     if task == "object_detection":
         return _unsupported_detector(str(name), data, inputs, outputs)
+    if task == "semantic_segmentation":
+        return _unsupported_segmenter(str(name), data, inputs, outputs)
     scored = [o for o in outputs if o.get("type") != "state"]
     if len(scored) != 1:
         names = ", ".join(str(o.get("name")) for o in scored)
@@ -639,5 +647,46 @@ def _unsupported_detector(
         return (
             f"{name} is a tensorflow detector; the TensorFlow predictor reads one output "
             "(export it to ONNX or TorchScript)"
+        )
+    return None
+
+
+def _unsupported_segmenter(
+    name: str,
+    data: Mapping[str, Any],
+    inputs: list[Mapping[str, Any]],
+    outputs: list[Mapping[str, Any]],
+) -> str | None:
+    """What the segmentation loop cannot run: one image input, one output of per-pixel
+    logits or probabilities with its layout; the prediction is mapped back to the image
+    through a resize and padding, not through a crop."""
+    if len(inputs) != 1 or inputs[0].get("type") != "image":
+        return f"{name} is a semantic_segmentation model; the loop feeds it one image input"
+    if len(outputs) != 1 or outputs[0].get("type") not in ("logits", "probabilities"):
+        kinds = ", ".join(str(o.get("type")) for o in outputs)
+        return (
+            f"{name} is a semantic_segmentation model with outputs of types {kinds}; the loop "
+            "reads one output of per-pixel logits or probabilities"
+        )
+    parameters = outputs[0].get("parameters")
+    if not isinstance(parameters, Mapping) or parameters.get("layout") not in ("NCHW", "NHWC"):
+        return (
+            f"{name}'s output {outputs[0].get('name')} needs parameters.layout (NCHW or NHWC): "
+            "where a semantic_segmentation model's per-pixel class axis is"
+        )
+    image = inputs[0].get("parameters")
+    if isinstance(image, Mapping) and (
+        image.get("crop_method") != "none" or image.get("keep_aspect_ratio")
+    ):
+        return (
+            f"{name} is a semantic_segmentation model whose input is cropped (crop_method or "
+            "keep_aspect_ratio): its masks could not be mapped back to the whole image; "
+            "resize (resize_side or resize_size) and pad instead"
+        )
+    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
+    if code:
+        return (
+            f"{name} is a semantic_segmentation model with custom {' and '.join(code)} code, "
+            "which the segmentation loop does not run: describe the processing with parameters"
         )
     return None

@@ -15,8 +15,14 @@ import numpy as np
 from predictors import versioning
 from predictors.counters import CounterSampler
 from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
-from predictors.data import DatasetReader, DetectionReader, StreamReader, lockstep_calls
-from predictors.evaluation import detection, streams
+from predictors.data import (
+    DatasetReader,
+    DetectionReader,
+    MaskReader,
+    StreamReader,
+    lockstep_calls,
+)
+from predictors.evaluation import detection, segmentation, streams
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
     CLOCK_CUDA,
@@ -109,12 +115,14 @@ def evaluate(
     _check_labels(model, dataset, labels, dataset_labels, options)
     streaming = model.task == "sequence_labelling"
     detecting = model.task == "object_detection"
+    segmenting = model.task == "semantic_segmentation"
     readers: list[Any]
-    if streaming or detecting:
+    if streaming or detecting or segmenting:
         streams.check_trace_level(options.trace_level, model.task)
-    if detecting:
+    if detecting or segmenting:
+        reader_type = DetectionReader if detecting else MaskReader
         readers = [
-            DetectionReader(split_file, size, limit=options.limit) for size in options.batch_sizes
+            reader_type(split_file, size, limit=options.limit) for size in options.batch_sizes
         ]
         total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
     elif streaming:
@@ -158,7 +166,13 @@ def evaluate(
     loop: FixedBatches | None = None
     try:
         scenario = (
-            streams.Streams if streaming else detection.Detections if detecting else FixedBatches
+            streams.Streams
+            if streaming
+            else detection.Detections
+            if detecting
+            else segmentation.Segmentation
+            if segmenting
+            else FixedBatches
         )
         loop = scenario(
             model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
@@ -167,6 +181,8 @@ def evaluate(
             loop.configure(ports)
         elif isinstance(loop, detection.Detections):
             loop.configure(preprocessor)
+        elif isinstance(loop, segmentation.Segmentation):
+            loop.configure(preprocessor, dataset.data.get("ignore_label"))
         loop.stage_span("load", load_start, load_end, {})
         if at_least(options.trace_level, "hardware"):
             sampler = CounterSampler(
@@ -223,7 +239,11 @@ def evaluate(
             "split_count": split.get("count"),
         },
         "framework": {"name": model.framework, "range": model.framework_range, **software},
-        "output_type": "detections" if detecting else spec.output_type,
+        "output_type": "detections"
+        if detecting
+        else "class_shares"
+        if segmenting
+        else spec.output_type,
         "device": options.device,
         "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
         "settings": {"threads_requested": options.threads, "seed": options.seed, **settings},
@@ -261,7 +281,7 @@ def evaluate(
             dataset,
             labels,
             dataset_labels,
-            len(labels) if detecting else first.outputs.shape[1],
+            len(labels) if detecting or segmenting else first.outputs.shape[1],
         )
         + _trace_notes(options, predictor_type, sampler),
         "started_at": started.isoformat(timespec="seconds"),

@@ -21,6 +21,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/shapes-boxes/1.0.0/{train,validation}.parquet`` (boxed shapes) and
   ``models/shapes-detector/1.0.0/{shapes-detector.onnx,shapes-detector.pt,labels.txt}``, an
   object detector (``detection.py``)
+- ``datasets/shapes-masks/1.0.0/{train,validation}.parquet`` (shapes with their masks) and
+  ``models/shapes-segmenter/1.0.0/{shapes-segmenter.onnx,shapes-segmenter.pt,labels.txt}``, a
+  semantic segmentation model (``segmentation.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -121,6 +124,16 @@ ENTRIES: tuple[Entry, ...] = (
         ("shapes-detector.onnx", "shapes-detector.pt", "labels.txt"),
         requires="datasets/shapes-boxes",
         builder="detection",
+    ),
+    Entry(
+        "dataset", "shapes-masks", ("train.parquet", "validation.parquet"), builder="segmentation"
+    ),
+    Entry(
+        "model",
+        "shapes-segmenter",
+        ("shapes-segmenter.onnx", "shapes-segmenter.pt", "labels.txt"),
+        requires="datasets/shapes-masks",
+        builder="segmentation",
     ),
     _pretrained("silero-vad"),
 )

@@ -64,7 +64,9 @@ def strip_debug_records(archive: bytes) -> bytes:
     return stripped.getvalue()
 
 
-def onnx_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
+def onnx_bytes(model: nn.Module, example: torch.Tensor, *, spatial: bool = False) -> bytes:
+    """The model as ONNX, its batch axis dynamic (and, with `spatial`, the height and width of
+    its input and output, for a fully convolutional model)."""
     import onnx
 
     with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
@@ -78,7 +80,10 @@ def onnx_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
             opset_version=OPSET,
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            dynamic_axes={
+                name: {0: "batch", 2: "height", 3: "width"} if spatial else {0: "batch"}
+                for name in (INPUT_NAME, OUTPUT_NAME)
+            },
         )
         data = path.read_bytes()
     onnx.checker.check_model(onnx.load_from_string(data))

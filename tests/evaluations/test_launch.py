@@ -197,6 +197,10 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
     boxes["task"] = "object_detection"
     detector = model_manifest("detector", visibility="public")
     detector["task"] = "object_detection"
+    instances = dataset_manifest("instances", visibility="public")
+    instances["task"] = "instance_segmentation"
+    outliner = model_manifest("outliner", visibility="public")
+    outliner["task"] = "instance_segmentation"
     masks = dataset_manifest("masks", visibility="public")
     masks["task"] = "semantic_segmentation"
     segmenter = model_manifest("segmenter", visibility="public")
@@ -209,7 +213,7 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "parameters": {"top_k": 1, "labels": ["cat", "dog"]},
         }
     )
-    for manifest in (boxes, detector, masks, segmenter, two):
+    for manifest in (boxes, detector, instances, outliner, masks, segmenter, two):
         assert upload(bob_client, to_yaml(manifest)).status_code == 201
 
     for model, dataset, words in (
@@ -220,10 +224,17 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "exactly one each of boxes, scores and classes",
         ),
         (
+            "outliner",
+            "instances",
+            "outliner is an instance_segmentation model; the evaluation loop scores "
+            "image_classification, sequence_labelling, object_detection and "
+            "semantic_segmentation models (instance segmentation scoring is not built yet)",
+        ),
+        (
             "segmenter",
             "masks",
-            "segmenter is a semantic_segmentation model; the evaluation loop scores "
-            "image_classification, sequence_labelling and object_detection models",
+            "needs parameters.layout (NCHW or NHWC): where a semantic_segmentation model's "
+            "per-pixel class axis is",
         ),
         (
             "two-heads",

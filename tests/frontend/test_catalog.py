@@ -30,6 +30,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "resnet-50",
         "shapes-color",
         "shapes-detector",
+        "shapes-segmenter",
         "silero-vad",
         "text-direction",
         "toggle-gru",
@@ -40,7 +41,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(6)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(7)
     shoot(page, "catalog")
 
 
@@ -74,7 +75,7 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
 
     expect(page.locator("#models tr.empty")).to_contain_text("No model matches these filters")
     page.get_by_role("link", name="Clear").click()
-    assert len(_names(page)) == 10
+    assert len(_names(page)) == 11
 
 
 def test_a_private_model_is_in_its_owners_catalog_only(

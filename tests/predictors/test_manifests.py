@@ -181,9 +181,14 @@ ZOO = {
     ("model", "shapes-detector", "onnxruntime"),
     ("model", "shapes-detector", "pytorch"),
     ("dataset", "shapes-boxes", ""),
+    # Semantic segmentation (predictors/zoo/segmentation.py).
+    ("model", "shapes-segmenter", "onnxruntime"),
+    ("model", "shapes-segmenter", "pytorch"),
+    ("dataset", "shapes-masks", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
+SEMANTIC_SEGMENTATION = {"shapes-segmenter", "shapes-masks"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
@@ -208,6 +213,8 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
             if manifest.name in SEQUENCE_LABELLING
             else "object_detection"
             if manifest.name in OBJECT_DETECTION
+            else "semantic_segmentation"
+            if manifest.name in SEMANTIC_SEGMENTATION
             else "image_classification"
         )
 
@@ -233,6 +240,7 @@ def test_builtin_processing_parameters() -> None:
             "toggle-gru",
             "silero-vad",
             "shapes-detector",
+            "shapes-segmenter",
         ):
             continue  # text-direction: its package's own processing (test_pretrained.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py)

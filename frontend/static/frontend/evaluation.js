@@ -109,6 +109,18 @@
         ["mAP@.75", fixed(coco.map_75)], ["AR@100", fixed(coco.mar_100)],
         ["Images", result.accuracy.count], ["Objects", coco.objects]];
     }
+    if ((details.model || {}).task === "semantic_segmentation" && details.accuracy) {
+      // Per pixel, from the confusion matrix (ignore-label pixels left out).
+      var seg = details.accuracy;
+      metrics = [["mIoU", typeof seg.miou === "number" ? seg.miou.toFixed(4) : "—"],
+        ["Pixel accuracy", percent(seg.pixel_accuracy)],
+        ["Mean class accuracy", percent(seg.mean_class_accuracy)],
+        ["Images", result.accuracy.count]];
+      Object.keys(seg.iou || {}).forEach(function (label) {
+        var value = seg.iou[label];
+        metrics.push(["IoU " + label, typeof value === "number" ? value.toFixed(4) : "—"]);
+      });
+    }
     metrics.forEach(function (metric) {
       var box = el("div", null, "metric-box");
       box.append(el("span", metric[0], "label"), el("strong", metric[1], "value"));
