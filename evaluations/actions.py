@@ -469,7 +469,8 @@ def _accuracy_words(result: Result) -> str:
         if isinstance(reset, dict) and isinstance(reset.get("top1"), int | float):
             words += f" with the state carried, {reset['top1']:.2%} with it reset at every call"
         return f"{words} on {result.count} inputs"
-    return f"top-1 {result.top1:.2%}, top-5 {result.top5:.2%} on {result.count} inputs"
+    top5 = f", top-5 {result.top5:.2%}" if result.top5 is not None else ""
+    return f"top-1 {result.top1:.2%}{top5} on {result.count} inputs"
 
 
 def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path: str) -> Result:

@@ -384,7 +384,12 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
             "count": result.count if result else None,
             "delta_top1": (result.top1 - base_result.top1) if result and base_result else None,
             "delta_top5": (result.top5 - base_result.top5)
-            if result and base_result and result.top_k >= 5 and base_result.top_k >= 5
+            if result
+            and base_result
+            and result.top_k >= 5
+            and base_result.top_k >= 5
+            and result.top5 is not None
+            and base_result.top5 is not None
             else None,
             "agreement": None,
             "disagreeing_inputs": None,

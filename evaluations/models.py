@@ -203,7 +203,8 @@ class Result(models.Model):
     evaluation = models.OneToOneField(Evaluation, on_delete=models.CASCADE, related_name="result")
     # At the first batch size (accuracy does not depend on the batch size).
     top1 = models.FloatField()
-    top5 = models.FloatField()
+    # Null where it says nothing: top-5 of five classes or fewer.
+    top5 = models.FloatField(null=True, blank=True)
     count = models.PositiveIntegerField()
     # The per-input outputs (true class, top-k classes and probabilities of every input): a
     # columnar file in the artifact store (`evaluations.outputs`), not rows of JSON here.

@@ -197,6 +197,8 @@ def _check_splits(doc: spec.Manifest) -> None:
     stored = stored_labels(doc.data)
     labels = len(stored) if stored is not None else None
     errors = []
+    # Clips of audio (a sequence_labelling dataset of WAV or FLAC rows), not rows of chunks.
+    clips = doc.task == "sequence_labelling" and doc.data.get("encoding") in ("wav", "flac")
     for name, entry in (doc.data.get("splits") or {}).items():
         path = str(entry.get("path") or "")
         if not path.startswith("repo://"):
@@ -209,7 +211,8 @@ def _check_splits(doc: spec.Manifest) -> None:
             labels=labels,
             encoding=doc.data.get("encoding"),
             count=entry.get("count"),
-            streams=doc.task == "sequence_labelling",
+            streams=doc.task == "sequence_labelling" and not clips,
+            clips=clips,
             detection=doc.task == "object_detection",
             masks=doc.task == "semantic_segmentation",
             ignore_label=doc.data.get("ignore_label"),

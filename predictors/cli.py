@@ -382,6 +382,10 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _fraction(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else "-"
+
+
 def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
     accuracy = entry["accuracy"]
     if task == "object_detection":
@@ -398,7 +402,8 @@ def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
             f"{accuracy['mean_class_accuracy']:.2%}",
         ]
     if task != "sequence_labelling":
-        return [f"{accuracy['top1']:.2%}", f"{accuracy['top5']:.2%}"]
+        top5 = accuracy.get("top5")
+        return [f"{accuracy['top1']:.2%}", "-" if top5 is None else f"{top5:.2%}"]
     reset = entry.get("accuracy_state_reset")
     auc = accuracy.get("roc_auc")
     return [
@@ -613,7 +618,7 @@ def format_remote(report: dict[str, Any]) -> str:
         lines.append(
             f"{evaluation['id']}  {evaluation['model']['name']} {evaluation['model']['version']} on "
             f"{evaluation['framework']} {evaluation.get('framework_version') or ''}, host {evaluation.get('host')}: "
-            f"top-1 {accuracy.get('top1', float('nan')):.4f}, top-5 {accuracy.get('top5', float('nan')):.4f}"
+            f"top-1 {_fraction(accuracy.get('top1'))}, top-5 {_fraction(accuracy.get('top5'))}"
         )
         lines.append(
             f"  {'batch':>5} {'mean ms':>9} {'p50':>9} {'p90':>9} {'p99':>9} {'inputs/s':>10}"

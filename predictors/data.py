@@ -581,6 +581,87 @@ class StreamReader:
                 want = next(lengths, None)
 
 
+class ClipReader:
+    """The rows of a split of audio clips: `(audio, segments, classes)` per clip, read a row
+    group at a time: the columns `audio` (binary, the encoded clip), `segments` (a list of
+    [start, end] in seconds per clip) and `segment_classes` (a class index per segment)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            with pq.ParquetFile(self.path) as parquet:
+                schema = parquet.schema_arrow
+                self.rows: int = parquet.metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
+        missing = [c for c in ("audio", "segments", "segment_classes") if c not in schema.names]
+        if missing:
+            raise DatasetError(
+                f"{self.path} is a split of audio clips without the column(s) "
+                f"{', '.join(missing)}: audio (the encoded clip), segments ([start, end] in "
+                f"seconds) and segment_classes (a class per segment); it has "
+                f"{sorted(schema.names)}"
+            )
+        kinds = {
+            "audio": pa.types.is_binary(schema.field("audio").type)
+            or pa.types.is_large_binary(schema.field("audio").type),
+            "segments": _is_list_of(schema.field("segments").type, pa.types.is_floating)
+            or _is_list_of(schema.field("segments").type, pa.types.is_integer),
+            "segment_classes": pa.types.is_list(schema.field("segment_classes").type)
+            and pa.types.is_integer(schema.field("segment_classes").type.value_type),
+        }
+        for name, fits in kinds.items():
+            if not fits:
+                raise DatasetError(
+                    f"{self.path}: column '{name}' is {schema.field(name).type}, not "
+                    + {
+                        "audio": "binary",
+                        "segments": "a list of [start, end] pairs",
+                        "segment_classes": "a list of integers",
+                    }[name]
+                )
+
+    def __iter__(self) -> Iterator[tuple[bytes, list[list[float]], list[int]]]:
+        row = 0
+        with pq.ParquetFile(self.path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=64, columns=["audio", "segments", "segment_classes"]
+            ):
+                for audio, segments, classes in zip(
+                    batch.column("audio").to_pylist(),
+                    batch.column("segments").to_pylist(),
+                    batch.column("segment_classes").to_pylist(),
+                    strict=True,
+                ):
+                    problem = segment_problem(audio, segments, classes, None)
+                    if problem:
+                        raise DatasetError(f"{self.path}: row {row} {problem}")
+                    yield audio, segments, classes
+                    row += 1
+
+
+def segment_problem(audio: Any, segments: Any, classes: Any, labels: int | None) -> str | None:
+    """What is wrong with one clip's row, in words (None when nothing is)."""
+    if audio is None:
+        return "has no audio"
+    if segments is None or classes is None:
+        return "has null segments or segment_classes (a clip without any has empty lists)"
+    if len(segments) != len(classes):
+        return f"has {len(segments)} segments but {len(classes)} segment_classes"
+    for index, segment in enumerate(segments):
+        if (
+            segment is None
+            or len(segment) != 2
+            or any(v is None or not math.isfinite(v) for v in segment)
+            or not 0 <= segment[0] < segment[1]
+        ):
+            return f"has segment {index} {segment!r}, not [start, end] with 0 <= start < end"
+    for index, kind in enumerate(classes):
+        if kind is None or kind < 0 or (labels is not None and kind >= labels):
+            return f"has class {kind!r} for segment {index}, but the dataset has {labels} labels"
+    return None
+
+
 class DetectionReader:
     """`(images, annotations)` batches of an object-detection split: the columns `image`
     (binary, encoded), `boxes` (a list of [x, y, width, height] in pixels per image, COCO's)
@@ -792,6 +873,8 @@ _MAGIC = {
     "png": (b"\x89PNG\r\n\x1a\n",),
     "jpeg": (b"\xff\xd8\xff",),
     "npy": (b"\x93NUMPY",),
+    "flac": (b"fLaC",),
+    "wav": (b"RIFF",),
 }
 # The most problems `split_problems` reports (a broken file would otherwise list every row).
 _MAX_PROBLEMS = 5
@@ -807,6 +890,7 @@ def split_problems(
     detection: bool = False,
     masks: bool = False,
     ignore_label: int | None = None,
+    clips: bool = False,
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
     columns `image` (binary) and `label` (integer) without nulls, every label a class index
@@ -815,6 +899,8 @@ def split_problems(
     _MAX_PROBLEMS problems, each naming the row."""
     if detection:
         return _detection_problems(path, labels=labels, encoding=encoding, count=count)
+    if clips:
+        return _clip_problems(path, labels=labels, encoding=encoding, count=count)
     if masks:
         return _mask_problems(
             path, labels=labels, encoding=encoding, count=count, ignore_label=ignore_label
@@ -837,6 +923,55 @@ def split_problems(
                 )
         problems += _row_problems(path, reader.column, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
+        problems.append(f"the file cannot be read through: {exc}")
+    return problems[:_MAX_PROBLEMS]
+
+
+def _clip_problems(
+    path: Path, *, labels: int | None, encoding: str | None, count: int | None
+) -> list[str]:
+    """`split_problems` of a split of audio clips: its columns, every clip's segments and
+    classes, its encoding's magic bytes, and a header libsndfile reads."""
+    from predictors.audio import clip_info
+    from predictors.processing import ProcessingError
+
+    try:
+        reader = ClipReader(path)
+    except DatasetError as error:
+        return [str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")]
+    problems: list[str] = []
+    if count is not None and reader.rows != count:
+        problems.append(f"the file holds {reader.rows} rows, but the manifest's count is {count}")
+    magic = _MAGIC.get(encoding or "")
+    row = 0
+    try:
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(
+                batch_size=64, columns=["audio", "segments", "segment_classes"]
+            ):
+                for audio, segments, classes in zip(
+                    batch.column("audio").to_pylist(),
+                    batch.column("segments").to_pylist(),
+                    batch.column("segment_classes").to_pylist(),
+                    strict=True,
+                ):
+                    problem = segment_problem(audio, segments, classes, labels)
+                    if problem is None and magic is not None and not audio.startswith(magic):
+                        problem = (
+                            f"'s audio is not {str(encoding).upper()} (the manifest's encoding)"
+                        )
+                    if problem is None:
+                        try:
+                            clip_info(audio)
+                        except ProcessingError as error:
+                            problem = f"has audio that {error}".replace("that the clip ", "that ")
+                    if problem:
+                        joiner = "" if problem.startswith("'") else " "
+                        problems.append(f"row {row}{joiner}{problem}")
+                        if len(problems) >= _MAX_PROBLEMS:
+                            return problems
+                    row += 1
+    except (OSError, pa.ArrowException) as exc:
         problems.append(f"the file cannot be read through: {exc}")
     return problems[:_MAX_PROBLEMS]
 

@@ -1,4 +1,5 @@
-"""`mlms datasets from-folder`: a dataset from a folder of images, one sub-folder per class.
+"""`mlms datasets from-folder`: a dataset from a folder of images, one sub-folder per class;
+`mlms datasets from-coco`: an object-detection dataset from COCO annotations and their images.
 
 mlms datasets from-folder DIR --name NAME --version VERSION [--split validation]
                           [--description TEXT] [--license SPDX]
@@ -8,12 +9,19 @@ mlms datasets from-folder DIR --name NAME --version VERSION [--split validation]
 ... --hub URL --token T [--visibility private|public]
     on a hub: the folder is sent as a zip to POST /api/v1/datasets/from-folder/, which
     checks and converts it the same way (`predictors.folder_dataset`).
+
+mlms datasets from-coco ANNOTATIONS.json --images DIR --name NAME [--version V]
+                        [--split validation] [--description T] [--license L]
+                        [--store DIR --out FILE | --hub URL --token T --visibility V]
+    converted here (`predictors.coco_dataset`); locally into the store with a manifest file,
+    or sent to a hub as a manifest with its split (POST /api/v1/manifests/).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -63,10 +71,36 @@ def add_commands(commands: Any) -> None:
     folder.add_argument(
         "--visibility", choices=("private", "public"), help="with --hub (default: private)"
     )
+    _add_coco(actions)
+
+
+def _add_coco(actions: Any) -> None:
+    coco = actions.add_parser(
+        "from-coco",
+        help="an object-detection dataset from COCO annotations and their images",
+    )
+    coco.add_argument("annotations", type=Path, metavar="ANNOTATIONS.json")
+    coco.add_argument(
+        "--images", type=Path, required=True, metavar="DIR", help="the folder of the images"
+    )
+    coco.add_argument("--name", required=True, help="the dataset's name (a slug)")
+    coco.add_argument("--version", default="1.0.0", help="its version (default: 1.0.0)")
+    coco.add_argument("--split", default="validation", help="the split (default: validation)")
+    coco.add_argument("--description", default="Images with COCO box annotations.")
+    coco.add_argument("--license", default="unknown", help="e.g. CC-BY-4.0")
+    coco.add_argument("--store", type=Path, help="locally: the artifact store to write into")
+    coco.add_argument("--out", type=Path, help="locally: the manifest file to write")
+    coco.add_argument("--hub", metavar="URL", help="upload to this hub instead")
+    coco.add_argument("--token", help="with --hub: a token with the write scope ($MLMS_TOKEN)")
+    coco.add_argument(
+        "--visibility", choices=("private", "public"), help="with --hub (default: private)"
+    )
 
 
 def run(args: argparse.Namespace) -> str:
     """The command's output; DatasetsCommandError for what the user must fix."""
+    if args.datasets_action == "from-coco":
+        return _coco(args)
     if not args.folder.is_dir():
         raise DatasetsCommandError(f"{args.folder} is not a folder")
     if args.hub:
@@ -111,6 +145,122 @@ def _local(args: argparse.Namespace) -> str:
     )
 
 
+def _coco(args: argparse.Namespace) -> str:
+    """`mlms datasets from-coco`: the split converted here, into the local store with its
+    manifest file, or sent to a hub with its manifest (`POST /api/v1/manifests/`, which
+    checks it object by object again)."""
+    from predictors import coco_dataset
+
+    if args.hub:
+        if args.store or args.out:
+            raise DatasetsCommandError("--store and --out are for a local dataset, not --hub")
+    elif args.visibility or args.token:
+        raise DatasetsCommandError("--visibility and --token go with --hub")
+    token = args.token or os.environ.get("MLMS_TOKEN")
+    if args.hub and not token:
+        raise DatasetsCommandError("--hub needs --token (or $MLMS_TOKEN) with the write scope")
+    path = f"repo://datasets/{args.name}/{args.version}/{args.split}.parquet"
+    probe = coco_dataset.Converted(["x"], [1], "png", 0, 0, 0)
+    _check(
+        coco_dataset.manifest(
+            args.name,
+            args.version,
+            args.split,
+            probe,
+            path,
+            description=args.description,
+            license=args.license,
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="mlms-coco-") as work:
+        if args.hub:
+            target = Path(work)
+        else:
+            from predictors.zoo.build import default_store
+
+            store = (args.store or default_store()).resolve()
+            target = store / "datasets" / args.name / args.version
+            if target.exists():
+                raise DatasetsCommandError(
+                    f"{target} exists already: choose another --version (or name), or remove it"
+                )
+        try:
+            converted = coco_dataset.convert(
+                args.annotations, args.images, target, split=args.split
+            )
+        except coco_dataset.CocoError as error:
+            if not args.hub:
+                shutil.rmtree(target, ignore_errors=True)
+            raise DatasetsCommandError(str(error)) from None
+        document = coco_dataset.manifest(
+            args.name,
+            args.version,
+            args.split,
+            converted,
+            path,
+            description=args.description,
+            license=args.license,
+        )
+        _check(document)
+        left = (
+            f"; {converted.crowd} crowd annotations left out (no ignore regions here)"
+            if converted.crowd
+            else ""
+        )
+        summary = (
+            f"{len(converted.labels)} classes, {converted.images} images "
+            f"({converted.encoding}), {converted.objects} objects{left}"
+        )
+        if not args.hub:
+            out = args.out or Path(f"{args.name}-{args.version}.yaml")
+            out.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+            return (
+                f"dataset {args.name} {args.version}: {summary} in {target}; manifest {out}\n"
+                f"evaluate it: mlms evaluate MODEL --framework F --dataset {out} --store {store}"
+            )
+        split_file = target / f"{args.split}.parquet"
+        query = f"?visibility={args.visibility}" if args.visibility else ""
+        body = _post(
+            args.hub,
+            "/api/v1/manifests/" + query,
+            str(token),
+            {"manifest": yaml.safe_dump(document, sort_keys=False)},
+            ("files", split_file, "application/octet-stream"),
+        )
+    return (
+        f"dataset {body['name']} {body['version']} on {args.hub} ({body['visibility']}): {summary}"
+    )
+
+
+def _post(
+    hub: str, path: str, token: str, fields: dict[str, Any], upload: tuple[str, Path, str]
+) -> dict[str, Any]:
+    """POST `fields` and one file (`(field, path, content type)`) to the hub; its 201 answer,
+    or a DatasetsCommandError saying in one line why the hub did not answer or refused."""
+    field, file, content_type = upload
+    with file.open("rb") as handle:
+        try:
+            response = requests.post(
+                hub.rstrip("/") + path,
+                data=fields,
+                files={field: (file.name, handle, content_type)},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=600,
+            )
+        except requests.RequestException as exc:
+            raise DatasetsCommandError(f"the hub at {hub} does not answer: {exc}") from None
+    if response.status_code != 201:
+        try:
+            body = response.json()
+            errors = body.get("errors") or [{"path": "", "message": body.get("detail")}]
+            shown = "; ".join(f"{e['path'] or 'request'}: {e['message']}" for e in errors)
+        except ValueError:
+            shown = response.text[:200]
+        raise DatasetsCommandError(f"the hub refused it ({response.status_code}): {shown}")
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 def _check(document: dict[str, Any]) -> None:
     try:
         load(yaml.safe_dump(document, sort_keys=False), kind="dataset")
@@ -140,28 +290,13 @@ def _upload(args: argparse.Namespace) -> str:
             "license": args.license,
             **({"visibility": args.visibility} if args.visibility else {}),
         }
-        with packed.open("rb") as handle:
-            try:
-                response = requests.post(
-                    args.hub.rstrip("/") + "/api/v1/datasets/from-folder/",
-                    data=fields,
-                    files={"archive": (packed.name, handle, "application/zip")},
-                    headers={"Authorization": f"Bearer {token}"},
-                    timeout=600,
-                )
-            except requests.RequestException as exc:
-                raise DatasetsCommandError(
-                    f"the hub at {args.hub} does not answer: {exc}"
-                ) from None
-    if response.status_code != 201:
-        try:
-            body = response.json()
-            errors = body.get("errors") or [{"path": "", "message": body.get("detail")}]
-            shown = "; ".join(f"{e['path'] or 'request'}: {e['message']}" for e in errors)
-        except ValueError:
-            shown = response.text[:200]
-        raise DatasetsCommandError(f"the hub refused it ({response.status_code}): {shown}")
-    body = response.json()
+        body = _post(
+            args.hub,
+            "/api/v1/datasets/from-folder/",
+            token,
+            fields,
+            ("archive", packed, "application/zip"),
+        )
     splits = body["manifest"]["splits"]
     counts = ", ".join(f"{split} {entry['count']}" for split, entry in splits.items())
     return (

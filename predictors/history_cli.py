@@ -164,7 +164,9 @@ def _detail(evaluation: dict[str, Any]) -> str:
     if result:
         accuracy = result["accuracy"]
         lines.append(
-            f"  accuracy   top-1 {accuracy['top1']:.2%}, top-5 {accuracy['top5']:.2%} on "
+            f"  accuracy   top-1 {accuracy['top1']:.2%}"
+            + (f", top-5 {accuracy['top5']:.2%}" if accuracy.get("top5") is not None else "")
+            + " on "
             f"{accuracy['count']} inputs"
             + (
                 " (the model is marked not trained: its accuracy means nothing)"

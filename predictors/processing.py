@@ -753,7 +753,7 @@ class TensorPreprocessor:
         return np.stack(arrays)
 
 
-def preprocessor_for(input_spec: Mapping[str, Any]) -> ImagePreprocessor | TensorPreprocessor:
+def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
     """The preprocessor for one manifest input (`name`, `type`, `parameters`)."""
     kind = input_spec.get("type")
     parameters = input_spec.get("parameters")
@@ -765,7 +765,13 @@ def preprocessor_for(input_spec: Mapping[str, Any]) -> ImagePreprocessor | Tenso
         return ImagePreprocessor(parameters)
     if kind == "tensor":
         return TensorPreprocessor(parameters)
-    raise ProcessingError(f"input type must be image or tensor; got {kind!r}", parameter="type")
+    if kind == "audio":
+        from predictors.audio import AudioPreprocessor
+
+        return AudioPreprocessor(parameters)
+    raise ProcessingError(
+        f"input type must be image, tensor or audio; got {kind!r}", parameter="type"
+    )
 
 
 def postprocess(

@@ -520,7 +520,7 @@ SCORED_TASKS = (
     "semantic_segmentation",
 )
 DETECTION_OUTPUTS = ("boxes", "scores", "classes")
-DATA_INPUTS = ("image", "tensor")
+DATA_INPUTS = ("image", "tensor", "audio")
 
 
 def unsupported(data: Mapping[str, Any]) -> str | None:
@@ -542,7 +542,8 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
     fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
     if len(fed) != 1:
         return (
-            f"{name} declares {len(fed)} inputs fed from the dataset (type image or tensor: "
+            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor or "
+            f"audio: "
             f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
             "constant and state inputs"
         )
@@ -563,6 +564,12 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
         for i in inputs
         if isinstance(i.get("parameters"), Mapping) and "context" in i["parameters"]
     ]
+    audio = [str(i.get("name")) for i in inputs if i.get("type") == "audio"]
+    if audio and task != "sequence_labelling":
+        return (
+            f"{name}'s input {audio[0]} is audio, framed into chunks of a stream: only "
+            "sequence_labelling models run on streams"
+        )
     if contexts and task != "sequence_labelling":
         return (
             f"{name}'s input {contexts[0]} has a context window, which takes the input before "

@@ -403,7 +403,9 @@ class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
 
 class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
     top1 = serializers.FloatField(min_value=0, max_value=1)
-    top5 = serializers.FloatField(min_value=0, max_value=1)
+    top5 = serializers.FloatField(
+        min_value=0, max_value=1, allow_null=True, help_text="null for five classes or fewer"
+    )
     count = serializers.IntegerField(min_value=0)
 
 

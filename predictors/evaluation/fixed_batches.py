@@ -317,7 +317,10 @@ class FixedBatches:
             if item is None:
                 return
             values, labels = item
-            batch = preprocessor.batch(values)
+            if hasattr(preprocessor, "stream"):  # a clip framed into chunks and their labels
+                batch, labels = preprocessor.stream(values, labels)
+            else:
+                batch = preprocessor.batch(values)
             done = perf()
             if timings is not None:
                 timings[0].append(read - start)

@@ -127,7 +127,15 @@ def evaluate(
         total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
     elif streaming:
         ports = streams.ports(model)
-        stream_reader = StreamReader(split_file, limit=options.limit)
+        stream_reader: Any
+        if spec.input.get("type") == "audio":
+            from predictors.audio import AudioPreprocessor, ClipStreams
+
+            framer = preprocessor_for(spec.input)
+            assert isinstance(framer, AudioPreprocessor)
+            stream_reader = ClipStreams(split_file, framer, limit=options.limit)
+        else:
+            stream_reader = StreamReader(split_file, limit=options.limit)
         readers = [stream_reader.with_batch_size(size) for size in options.batch_sizes]
         calls = [lockstep_calls(stream_reader.lengths, size) for size in options.batch_sizes]
         # The state-reset pass, at the first batch size.

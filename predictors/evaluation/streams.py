@@ -169,9 +169,16 @@ class _InContext:
 
     def __init__(self, preprocessor: Any, size: int) -> None:
         self.preprocessor, self.size = preprocessor, size
+        if hasattr(preprocessor, "stream"):  # clips framed into chunks: framed, then in context
+            self.stream = self._stream
 
     def batch(self, values: Any) -> np.ndarray:
         return with_context(self.preprocessor.batch(values), self.size)
+
+    def _stream(self, values: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A clip framed into chunks (`predictors.audio`), each with its context."""
+        chunks, chunk_labels = self.preprocessor.stream(values, labels)
+        return with_context(chunks, self.size), chunk_labels
 
 
 @dataclass
@@ -195,7 +202,6 @@ class Streams(FixedBatches):
         self.reset_result: dict[str, Any] | None = None
 
     def run(self, reader: Any, preprocessor: Any) -> dict[str, Any]:
-        assert isinstance(reader, StreamReader)
         options = self.options
         width = reader.batch_size
         self.batch_size = width

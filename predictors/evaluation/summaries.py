@@ -66,7 +66,9 @@ def latency_summary(durations_ns: Sequence[int] | np.ndarray) -> dict[str, float
     }
 
 
-def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]:
+def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int | None]:
+    """Top-1 and top-5 accuracy; top-5 is None for five classes or fewer, where every label is
+    among the five best and the number would say nothing."""
     k = min(5, outputs.shape[1])
     # A stable sort of the negated outputs breaks ties towards the lower class index, as
     # `postprocess` does; softmax keeps the order, so logits rank like probabilities.
@@ -74,7 +76,7 @@ def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int]
     hits = top == labels[:, None]
     return {
         "top1": float(hits[:, 0].mean()),
-        "top5": float(hits.any(axis=1).mean()),
+        "top5": float(hits.any(axis=1).mean()) if outputs.shape[1] > 5 else None,
         "count": int(labels.size),
     }
 
@@ -85,7 +87,8 @@ def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     F1 (of the second class when there are two, the positive one; macro-averaged over the
     classes otherwise), and ROC AUC (one-vs-rest, macro, over the classes present; None when
     a class is missing from the labels, where it is not defined). `top1` is the accuracy and
-    `top5` the share of labels among the five most probable classes (as for classification)."""
+    `top5` the share of labels among the five most probable classes (as for classification:
+    None for five classes or fewer)."""
     from sklearn import metrics
 
     classes = probabilities.shape[1]

@@ -4,15 +4,15 @@ A voice-activity detector is judged on audio whose speech it did not hear before
 truth of where the speech is. Nothing can be downloaded, so the clips are made here: phrases
 of the Zen of Python spoken by eSpeak NG (Debian's `espeak-ng`, in varied voices, speeds and
 pitches), resampled to 16 kHz, placed with pauses in between on a background of noise and hum,
-at varied loudness. Each clip is a stream of CHUNK-sample chunks; a chunk is labelled speech
-(1) when at least half of its samples lie inside a spoken phrase (from its first to its last
-audible sample: the pauses between the words of a phrase count as speech, as a VAD that keeps
-a phrase whole treats them).
+at varied loudness, and stored as FLAC with its spoken phrases as labelled segments (from each
+phrase's first to its last audible sample: the pauses between the words of a phrase count as
+speech, as a VAD that keeps a phrase whole treats them). A model's audio input frames each clip
+into chunks (`predictors.audio`): a chunk is speech (1) when at least half of it lies inside a
+phrase.
 
-``datasets/speech-clips/1.0.0/validation.parquet``: the columns ``stream`` (int64),
-``position`` (int64), ``input`` (the chunk as ``.npy`` bytes, float32 in [-1, 1], shape
-(CHUNK,)) and ``label``, ordered by stream and position (the layout of
-``predictors.zoo.streams``).
+``datasets/speech-clips/1.0.0/validation.parquet``: a row per clip, the columns ``audio`` (FLAC,
+16-bit, mono, 16 kHz), ``segments`` (the phrases' [start, end] in seconds) and
+``segment_classes`` (1, speech, for each).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from predictors.zoo.store import Unavailable
 DATASET = "speech-clips"
 LABELS = ("non-speech", "speech")
 RATE = 16_000
-CHUNK = 512
 SEED = 20261126
 CLIPS = 48
 VOICES = ("en", "en-us", "en-gb-x-rp", "en+f3", "en+m3", "en-us+f2", "en+m7", "en-029")
@@ -104,57 +103,50 @@ def _clip(
     return audio, np.concatenate(spoken)
 
 
-def make_clips() -> dict[str, np.ndarray]:
-    """Every chunk of every clip: `chunks` (rows, CHUNK), `stream`, `position`, `labels`."""
+def make_clips() -> list[tuple[bytes, list[list[float]]]]:
+    """Every clip as FLAC bytes (16-bit, mono, RATE), with its spoken phrases as [start, end]
+    in seconds."""
+    import soundfile
+
     from predictors.zoo.datasets import _zen_lines
 
     program = _espeak()
     phrases = _zen_lines()
     rng = np.random.default_rng(SEED)
-    chunks, stream, position, labels = [], [], [], []
-    for index in range(CLIPS):
+    clips = []
+    for _ in range(CLIPS):
         audio, spoken = _clip(rng, program, phrases)
-        count = len(audio) // CHUNK  # the tail shorter than a chunk is dropped
-        frames = audio[: count * CHUNK].reshape(count, CHUNK)
-        chunks.append(frames)
-        labels.append(spoken[: count * CHUNK].reshape(count, CHUNK).mean(axis=1) >= 0.5)
-        stream.append(np.full(count, index, np.int64))
-        position.append(np.arange(count, dtype=np.int64))
-    return {
-        "chunks": np.concatenate(chunks),
-        "stream": np.concatenate(stream),
-        "position": np.concatenate(position),
-        "labels": np.concatenate(labels).astype(np.int64),
-    }
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], spoken.astype(np.int8), [0]])))
+        segments = [[start / RATE, end / RATE] for start, end in edges.reshape(-1, 2).tolist()]
+        buffer = io.BytesIO()
+        soundfile.write(buffer, audio, RATE, format="FLAC", subtype="PCM_16")
+        clips.append((buffer.getvalue(), segments))
+    return clips
 
 
-def to_parquet(clips: dict[str, np.ndarray]) -> bytes:
+def to_parquet(clips: list[tuple[bytes, list[list[float]]]]) -> bytes:
     import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from predictors.zoo.streams import ROW_GROUP_SIZE, npy_bytes
-
     table = pa.Table.from_arrays(
         [
-            pa.array(clips["stream"], type=pa.int64()),
-            pa.array(clips["position"], type=pa.int64()),
-            pa.array([npy_bytes(chunk) for chunk in clips["chunks"]], type=pa.binary()),
-            pa.array(clips["labels"], type=pa.int64()),
+            pa.array([audio for audio, _ in clips], type=pa.binary()),
+            pa.array([segments for _, segments in clips], type=pa.list_(pa.list_(pa.float64(), 2))),
+            pa.array([[1] * len(segments) for _, segments in clips], type=pa.list_(pa.int64())),
         ],
         schema=pa.schema(
             [
-                pa.field("stream", pa.int64()),
-                pa.field("position", pa.int64()),
-                pa.field("input", pa.binary()),
-                pa.field("label", pa.int64()),
+                pa.field("audio", pa.binary()),
+                pa.field("segments", pa.list_(pa.list_(pa.float64(), 2))),
+                pa.field("segment_classes", pa.list_(pa.int64())),
             ],
             metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
         ),
     )
     sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
+    pq.write_table(table, sink, row_group_size=16, compression="none")
     return sink.getvalue()
 
 
@@ -165,10 +157,5 @@ def build_dataset(store: str) -> dict:
     with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
         staging.write("validation.parquet", to_parquet(clips))
         files = staging.commit()
-    files[0]["count"] = len(clips["labels"])
-    return {
-        "files": files,
-        "encoding": "npy",
-        "labels": list(LABELS),
-        "speech_share": float(clips["labels"].mean()),
-    }
+    files[0]["count"] = len(clips)
+    return {"files": files, "encoding": "flac", "labels": list(LABELS)}

@@ -171,6 +171,33 @@ def test_a_detectors_map_on_the_hub_is_pycocotools_on_the_predictions_it_stored(
     assert abs(float(coco.stats[0]) - reported) < 2e-3, (coco.stats[0], reported)
 
 
+def test_a_coco_dataset_sent_to_the_hub_scores_as_the_zoos_split(
+    hub: LiveHub, tmp_path: Path
+) -> None:
+    """`mlms datasets from-coco --hub`: the COCO files converted, uploaded and checked by the
+    hub; the detector launched on it scores the mAP it scores on shapes-boxes."""
+    from tests.predictors.test_coco_dataset import coco_files
+
+    store = Path(hub.env["ARTIFACT_ROOT"])
+    annotations = coco_files(store, tmp_path / "coco", crowd=True)
+    command = [sys.executable, "-m", "predictors.cli", "datasets", "from-coco", str(annotations)]
+    command += ["--images", str(tmp_path / "coco/images"), "--name", "shapes-coco"]
+    command += ["--hub", hub.url, "--token", hub.token, "--visibility", "private"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "shapes-coco 1.0.0 on" in done.stdout and "1 crowd annotations left out" in done.stdout
+
+    ids = [
+        hub.launch(model="shapes-detector", dataset=dataset)
+        for dataset in ("shapes-coco", "shapes-boxes")
+    ]
+    coco, zoo = (hub.finished(evaluation_id, timeout=180) for evaluation_id in ids)
+    assert coco["status"] == zoo["status"] == "succeeded", f"{coco['history']}\n{hub.logs()}"
+    assert (
+        coco["result"]["details"]["accuracy"]["map"] == zoo["result"]["details"]["accuracy"]["map"]
+    )
+
+
 def test_ten_jobs_on_one_queue_are_spread_over_both_agents(hub: LiveHub) -> None:
     ids = [hub.launch(batch_sizes=[1], repeat=3) for _ in range(10)]
 

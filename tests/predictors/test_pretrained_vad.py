@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from predictors.data import StreamReader
 from predictors.zoo import speech
 from predictors.zoo.pretrained import PRETRAINED, package_file
 from tests.predictors.conftest import RunEvaluation
@@ -41,8 +41,10 @@ def evaluation_defaults() -> dict[str, Any]:
 
 
 def _package_probabilities(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The package's own pipeline, clip by clip: `load_silero_vad(onnx=True)` called on each
-    512-sample chunk at 16 kHz, its state reset at the start of each clip."""
+    """The package's own pipeline, clip by clip: each FLAC decoded by soundfile, cut into
+    512-sample chunks, `load_silero_vad(onnx=True)` called on each at 16 kHz, its state reset
+    at the start of each clip; each chunk's truth: speech when half of it lies in a phrase."""
+    import soundfile
     import torch
     from silero_vad import load_silero_vad
 
@@ -50,12 +52,17 @@ def _package_probabilities(path: Path) -> tuple[np.ndarray, np.ndarray]:
         warnings.simplefilter("ignore")
         model = load_silero_vad(onnx=True)
     probabilities, labels = [], []
-    for chunks, classes in StreamReader(path):
+    for row in pq.read_table(path).to_pylist():
+        samples, rate = soundfile.read(io.BytesIO(row["audio"]), dtype="float32")
+        assert rate == speech.RATE
+        spoken = np.zeros(len(samples), bool)
+        for start, end in row["segments"]:
+            spoken[round(start * rate) : round(end * rate)] = True
         model.reset_states()
-        for chunk in chunks:
-            samples = torch.from_numpy(np.load(io.BytesIO(chunk)))
-            probabilities.append(float(model(samples, speech.RATE)))
-        labels.extend(classes.tolist())
+        for first in range(0, len(samples) - 511, 512):
+            chunk = torch.from_numpy(samples[first : first + 512])
+            probabilities.append(float(model(chunk, speech.RATE)))
+            labels.append(int(spoken[first : first + 512].mean() >= 0.5))
     return np.asarray(probabilities), np.asarray(labels)
 
 

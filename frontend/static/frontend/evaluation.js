@@ -88,8 +88,10 @@
     var accuracy = $("accuracy");
     accuracy.replaceChildren();
     var details = result.details || {};
-    var metrics = [["Top-1", percent(result.accuracy.top1)], ["Top-5", percent(result.accuracy.top5)],
-      ["Inputs", result.accuracy.count]];
+    // Top-5 says nothing for five classes or fewer (null then).
+    var metrics = [["Top-1", percent(result.accuracy.top1)]];
+    if (typeof result.accuracy.top5 === "number") metrics.push(["Top-5", percent(result.accuracy.top5)]);
+    metrics.push(["Inputs", result.accuracy.count]);
     if ((details.model || {}).task === "sequence_labelling" && details.accuracy) {
       // Frame-level metrics (scikit-learn's), and for a stateful model the accuracy it has
       // when its state is reset at every call.
