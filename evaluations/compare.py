@@ -380,16 +380,11 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
         row: dict[str, Any] = {
             "evaluation": str(evaluation.pk),
             "top1": result.top1 if result else None,
-            "top5": result.top5 if result and result.top_k >= 5 else None,
+            "top5": result.top5 if result else None,
             "count": result.count if result else None,
             "delta_top1": (result.top1 - base_result.top1) if result and base_result else None,
             "delta_top5": (result.top5 - base_result.top5)
-            if result
-            and base_result
-            and result.top_k >= 5
-            and base_result.top_k >= 5
-            and result.top5 is not None
-            and base_result.top5 is not None
+            if result and base_result and result.top5 is not None and base_result.top5 is not None
             else None,
             "agreement": None,
             "disagreeing_inputs": None,

@@ -65,7 +65,7 @@ COLUMNS: dict[str, str] = {
     "throughput": "result__best_throughput_ips",
 }
 # The columns every row has a value of.
-_ALWAYS_SET = {"top1", "top5", "model", "framework"}
+_ALWAYS_SET = {"top1", "model", "framework"}  # top5 is null for five classes or fewer
 ORDERINGS: tuple[str, ...] = tuple(f"{sign}{name}" for name in COLUMNS for sign in ("", "-"))
 DEFAULT_ORDERING = "-top1"
 
@@ -218,7 +218,7 @@ def _row(item: Evaluation, agreeing: int) -> dict[str, Any]:
         "split": item.split,
         "count": result.count,
         "top1": result.top1,
-        "top5": result.top5 if result.top_k >= 5 else None,
+        "top5": result.top5,
         "p50_ms": result.p50_ms_at_1,
         "p99_ms": result.p99_ms_at_1,
         "throughput": result.best_throughput_ips,

@@ -116,6 +116,10 @@ class AudioPreprocessor:
         chunks and their labels."""
         segments, classes, keep = labels
         chunks, chunk_labels = self.frames(values[0], segments, classes)
+        if len(chunks) < keep:
+            raise ProcessingError(
+                f"a clip decodes to {len(chunks)} chunks, but its header promised {keep}"
+            )
         return chunks[:keep], chunk_labels[:keep]
 
     def frames(
@@ -130,15 +134,24 @@ class AudioPreprocessor:
         chunks = mono[: count * self.chunk].reshape(count, self.chunk)
         # Each chunk's samples covered by each class: the class that covers most of it, where
         # that is at least half of it; the background (0) elsewhere.
+        # Each class's segments are merged first: overlapping ones count once.
         coverage = np.zeros((count, max([0, *classes]) + 1), np.int64)
         starts = np.arange(count) * self.chunk
-        for (start, end), kind in zip(segments, classes, strict=True):
-            first = round(start * self.sample_rate)
-            last = round(end * self.sample_rate)
-            overlap = np.clip(
-                np.minimum(starts + self.chunk, last) - np.maximum(starts, first), 0, None
+        for kind in sorted(set(classes)):
+            spans = sorted(
+                (round(start * self.sample_rate), round(end * self.sample_rate))
+                for (start, end), of in zip(segments, classes, strict=True)
+                if of == kind
             )
-            coverage[:, kind] += overlap
+            merged: list[list[int]] = []
+            for first, last in spans:
+                if merged and first <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], last)
+                else:
+                    merged.append([first, last])
+            for first, last in merged:
+                overlap = np.minimum(starts + self.chunk, last) - np.maximum(starts, first)
+                coverage[:, kind] += np.clip(overlap, 0, None)
         best = coverage.argmax(axis=1)
         labels = np.where(coverage.max(axis=1) * 2 >= self.chunk, best, 0).astype(np.int64)
         return chunks, labels
@@ -158,7 +171,8 @@ class ClipStreams:
         from predictors.data import ClipReader
 
         self.reader = ClipReader(path)
-        self.lengths: list[int] = []
+        # Each clip's chunks by row; a clip shorter than one chunk (tail: drop) makes no stream.
+        self.kept: list[int] = []
         remaining = limit
         for encoded, _, _ in self.reader:
             if remaining is not None and remaining <= 0:
@@ -167,7 +181,8 @@ class ClipStreams:
             if remaining is not None:
                 length = min(length, remaining)
                 remaining -= length
-            self.lengths.append(length)
+            self.kept.append(length)
+        self.lengths = [length for length in self.kept if length]
         self.count = sum(self.lengths)
 
     @property
@@ -184,5 +199,6 @@ class ClipStreams:
         return twin
 
     def __iter__(self) -> Any:
-        for (encoded, segments, classes), length in zip(self.reader, self.lengths, strict=False):
-            yield [encoded], (segments, classes, length)
+        for (encoded, segments, classes), length in zip(self.reader, self.kept, strict=False):
+            if length:
+                yield [encoded], (segments, classes, length)

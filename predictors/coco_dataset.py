@@ -159,6 +159,8 @@ def convert(annotations: Path, images: Path, out: Path, *, split: str) -> Conver
         with pq.ParquetWriter(partial, schema, compression="none") as writer:
             rows: dict[str, list[Any]] = {"image": [], "boxes": [], "classes": []}
             for image_id, file_name in files:
+                if "\x00" in file_name:
+                    raise CocoError(f"images: file_name {file_name!r} holds a NUL character")
                 path = (root / file_name).resolve()
                 if not path.is_relative_to(root):
                     raise CocoError(f"{file_name}: lies outside the images folder")

@@ -962,7 +962,8 @@ def _clip_problems(
                         )
                     if problem is None:
                         try:
-                            clip_info(audio)
+                            if clip_info(audio)[0] == 0:
+                                problem = "has audio without any sample"
                         except ProcessingError as error:
                             problem = f"has audio that {error}".replace("that the clip ", "that ")
                     if problem:
@@ -1010,12 +1011,15 @@ def _mask_problems(
                                 width, height = opened.size
                         except (OSError, ValueError, Image.DecompressionBombError):
                             width = height = -1
+                            problem = "has an image Pillow cannot read"
                         values = np.unique(mask)
                         wrong = (
                             values[values != ignore_label] if ignore_label is not None else values
                         )
                         wrong = wrong[wrong >= (labels if labels is not None else 256)]
-                        if mask.shape != (height, width):
+                        if problem:
+                            pass
+                        elif mask.shape != (height, width):
                             problem = (
                                 f"has a mask of {mask.shape[0]}x{mask.shape[1]} for an image of "
                                 f"{height}x{width}"

@@ -188,7 +188,7 @@ def _coco(args: argparse.Namespace) -> str:
             converted = coco_dataset.convert(
                 args.annotations, args.images, target, split=args.split
             )
-        except coco_dataset.CocoError as error:
+        except (coco_dataset.CocoError, OSError, ValueError) as error:
             if not args.hub:
                 shutil.rmtree(target, ignore_errors=True)
             raise DatasetsCommandError(str(error)) from None
@@ -201,7 +201,12 @@ def _coco(args: argparse.Namespace) -> str:
             description=args.description,
             license=args.license,
         )
-        _check(document)
+        try:
+            _check(document)
+        except DatasetsCommandError:
+            if not args.hub:
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         left = (
             f"; {converted.crowd} crowd annotations left out (no ignore regions here)"
             if converted.crowd

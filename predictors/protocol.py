@@ -565,6 +565,11 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
         if isinstance(i.get("parameters"), Mapping) and "context" in i["parameters"]
     ]
     audio = [str(i.get("name")) for i in inputs if i.get("type") == "audio"]
+    if audio and data.get("preprocess"):
+        return (
+            f"{name}'s input {audio[0]} is audio, framed by the streaming loop: custom "
+            "preprocess code does not run on it (describe the processing with parameters)"
+        )
     if audio and task != "sequence_labelling":
         return (
             f"{name}'s input {audio[0]} is audio, framed into chunks of a stream: only "

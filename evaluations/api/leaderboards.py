@@ -69,7 +69,7 @@ ROW = inline_serializer(
         "split": serializers.CharField(),
         "count": serializers.IntegerField(help_text="inputs evaluated"),
         "top1": serializers.FloatField(),
-        "top5": serializers.FloatField(allow_null=True, help_text="null when top-k < 5"),
+        "top5": serializers.FloatField(allow_null=True, help_text="null for five classes or fewer"),
         "p50_ms": serializers.FloatField(allow_null=True, help_text="at batch size 1"),
         "p99_ms": serializers.FloatField(allow_null=True, help_text="at batch size 1"),
         "throughput": serializers.FloatField(allow_null=True, help_text="the best, inputs/s"),

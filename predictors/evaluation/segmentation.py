@@ -17,6 +17,7 @@ accuracy columns, labelled by task where they are shown).
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
@@ -100,7 +101,7 @@ class Segmentation(FixedBatches):
                 )
             if not np.all(np.isfinite(scores)):
                 raise EvaluationError(f"{self.model.name}'s output is not finite (NaN or inf)")
-            predicted = scores.argmax(axis=1).astype(np.uint8)
+            predicted = scores.argmax(axis=1).astype(np.int32)
             nchw = self.preprocessor.layout == "NCHW"
             input_h, input_w = batch.shape[2:4] if nchw else batch.shape[1:3]
             for index, (encoded, mask) in enumerate(zip(images, masks, strict=True)):
@@ -113,7 +114,8 @@ class Segmentation(FixedBatches):
                         f"a mask has class {int(truth.max())}, but {self.model.name} reads "
                         f"{classes} labels"
                     )
-                self._matrix += confusion(truth, guess, classes)
+                if truth.size:  # a mask all of the ignore label scores nothing
+                    self._matrix += confusion(truth, guess, classes)
                 self._shares.append(np.bincount(labels.ravel(), minlength=classes) / labels.size)
                 self._images += 1
 
@@ -130,6 +132,12 @@ class Segmentation(FixedBatches):
         except ProcessingError as error:
             raise EvaluationError(str(error)) from error
         height, width = int(image_size[0]), int(image_size[1])
+        with Image.open(io.BytesIO(encoded)) as image:
+            if image.size != (width, height):
+                raise EvaluationError(
+                    f"a mask is {height}x{width}, but its image is {image.size[1]}x"
+                    f"{image.size[0]}: a mask has its image's size"
+                )
         classes = Image.fromarray(predicted)
         if predicted.shape != input_size:
             classes = classes.resize((input_size[1], input_size[0]), Image.Resampling.NEAREST)

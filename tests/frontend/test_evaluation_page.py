@@ -182,3 +182,90 @@ def test_the_page_follows_an_evaluation_live_over_the_websocket(
     # Every change came over the socket; the REST endpoint was read once, for the result.
     assert len(api_reads) == 1, api_reads
     shoot(page, "evaluation-succeeded-websocket")
+
+
+@pytest.mark.parametrize(
+    ("details", "top5", "shown", "absent"),
+    [
+        (
+            {
+                "model": {"task": "object_detection"},
+                "accuracy": {
+                    "map": 0.6922,
+                    "map_50": 0.9762,
+                    "map_75": 0.81,
+                    "mar_100": 0.75,
+                    "objects": 812,
+                },
+            },
+            0.9762,
+            ["mAP (IoU .50:.95)", "0.6922", "mAP@.50", "0.9762", "AR@100", "Objects", "812"],
+            ["Top-1"],
+        ),
+        (
+            {
+                "model": {"task": "sequence_labelling"},
+                "accuracy": {
+                    "top1": 1.0,
+                    "precision": 1.0,
+                    "recall": 1.0,
+                    "f1": 1.0,
+                    "roc_auc": None,
+                },
+                "accuracy_state_reset": {"top1": 0.5261},
+            },
+            None,
+            [
+                "Accuracy (state carried)",
+                "100.00 %",
+                "Accuracy (state reset)",
+                "52.61 %",
+                "ROC AUC",
+                "—",
+            ],
+            ["Top-5"],
+        ),
+        (
+            {
+                "model": {"task": "semantic_segmentation"},
+                "accuracy": {
+                    "miou": 0.6444,
+                    "pixel_accuracy": 0.9517,
+                    "mean_class_accuracy": 0.7069,
+                    "iou": {"background": 0.95, "circle": None},
+                },
+            },
+            0.9517,
+            [
+                "mIoU",
+                "0.6444",
+                "Pixel accuracy",
+                "95.17 %",
+                "IoU background",
+                "0.9500",
+                "IoU circle",
+            ],
+            ["Top-1"],
+        ),
+        ({"model": {"task": "image_classification"}}, None, ["Top-1", "50.00 %"], ["Top-5"]),
+    ],
+)
+def test_the_result_shows_the_metrics_of_its_task(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, agent, hosts, make_client, broker, details, top5, shown, absent
+) -> None:
+    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
+    broker.drain("onnxruntime.cpu")
+    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+    assert claimed.status_code == 200, claimed.content
+    body = result_body(claimed.json()["claim"], (1,))
+    body["accuracy"]["top5"] = top5
+    body["details"] = {"device": "cpu", **details}
+    assert post_result(agent, evaluation_id, body).status_code == 201
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    accuracy = page.locator("#accuracy")
+    for text in shown:
+        expect(accuracy).to_contain_text(text)
+    for text in absent:
+        expect(accuracy).not_to_contain_text(text)

@@ -117,3 +117,27 @@ def test_a_model_with_an_https_graph_shows_its_declared_checksum(page, django_us
 
     sha = doc.data["model"]["graph_sha256"]
     expect(page.locator("#files .sha")).to_have_text(sha)
+
+
+def test_a_streaming_models_page_shows_its_constant_and_state_inputs(
+    page, builtin_manifests, shoot
+) -> None:
+    page.goto("/models/toggle-gru/")
+    expect(page.locator(".tags")).to_contain_text("Sequence labelling")
+    expect(page.locator("#inputs-heading ~ h3")).to_have_text(
+        ["Input 0: chunk tensor", "Input 1: gain constant", "Input 2: state state"]
+    )
+    state = page.locator("#input-2-parameters")
+    expect(state.locator('tr[data-key="batch_axis"] td.value')).to_have_text("1")
+    expect(state.locator('tr[data-key="from_output"] td.value')).to_have_text("next_state")
+    expect(page.locator('#input-1-parameters tr[data-key="value"] td.value')).to_have_text("1.0")
+    expect(page.locator("#outputs")).to_contain_text("carried to the next call of the stream")
+    shoot(page, "model-toggle-gru")
+
+
+def test_a_detectors_page_shows_its_three_outputs(page, builtin_manifests) -> None:
+    page.goto("/models/shapes-detector/")
+    outputs = page.locator("#outputs tbody tr")
+    expect(outputs).to_have_count(3)
+    expect(outputs.nth(2)).to_contain_text("3 classes: circle, square, triangle")
+    expect(page.locator("#outputs")).not_to_contain_text("None")

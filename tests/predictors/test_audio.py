@@ -122,3 +122,47 @@ def test_an_audio_input_is_for_streaming_models_only() -> None:
         "outputs": [{"name": "y", "type": "logits", "parameters": {"top_k": 1, "labels": ["a"]}}],
     }
     assert "is audio, framed into chunks of a stream" in str(unsupported(data))
+
+
+def test_overlapping_segments_of_one_class_count_once() -> None:
+    encoded = _clip(np.zeros(4000, np.float32), 16000)
+    preprocessor = AudioPreprocessor({**PARAMETERS, "chunk": 1000})
+    # Two 30 % segments of the first chunk, overlapping: 400 samples covered, not 600.
+    _, labels = preprocessor.frames(encoded, [[0.0, 0.01875], [0.00625, 0.025]], [1, 1])
+    assert labels[0] == 0
+    _, labels = preprocessor.frames(encoded, [[0.0, 0.01875], [0.025, 0.04375]], [1, 1])
+    assert labels[0] == 1  # disjoint: 300 + 300 samples
+
+
+def test_a_clip_shorter_than_a_chunk_makes_no_stream(tmp_path: Path) -> None:
+    from predictors.audio import ClipStreams
+
+    path = tmp_path / "c.parquet"
+    clips = [_clip(np.zeros(n, np.float32), 16000, "FLAC") for n in (1000, 100, 2500)]
+    pq.write_table(
+        pa.table(
+            {
+                "audio": pa.array(clips, pa.binary()),
+                "segments": pa.array([[], [], []], pa.list_(pa.list_(pa.float64()))),
+                "segment_classes": pa.array([[], [], []], pa.list_(pa.int64())),
+            }
+        ),
+        path,
+    )
+    preprocessor = AudioPreprocessor({**PARAMETERS, "chunk": 500})
+    streams = ClipStreams(path, preprocessor)
+    assert streams.lengths == [2, 5] and streams.count == 7
+    assert [preprocessor.stream(*item)[0].shape for item in streams] == [(2, 500), (5, 500)]
+    assert ClipStreams(path, preprocessor, limit=3).lengths == [2, 1]
+
+
+def test_an_audio_model_with_custom_preprocess_code_is_refused() -> None:
+    data = {
+        "kind": "model",
+        "name": "vad",
+        "task": "sequence_labelling",
+        "preprocess": "def preprocess(example):\n    return example\n",
+        "inputs": [{"name": "x", "type": "audio", "parameters": PARAMETERS}],
+        "outputs": [{"name": "y", "type": "logits", "parameters": {"top_k": 1, "labels": ["a"]}}],
+    }
+    assert "custom preprocess code does not run on it" in str(unsupported(data))

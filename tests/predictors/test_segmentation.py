@@ -150,3 +150,39 @@ def test_what_the_segmentation_loop_cannot_run_is_refused_naming_it() -> None:
     image = {**data["inputs"][0]["parameters"], "crop_method": "center", "crop_size": [32, 32]}
     cropped = {**data, "inputs": [{**data["inputs"][0], "parameters": image}]}
     assert "could not be mapped back" in str(unsupported(cropped))
+
+
+def test_a_mask_all_of_the_ignore_label_scores_nothing_and_one_of_another_size_fails(
+    store: Path, run_evaluation: RunEvaluation
+) -> None:
+    rows = pq.read_table(store / "datasets/shapes-masks/1.0.0/validation.parquet").slice(0, 4)
+    masks = rows.column("mask").to_pylist()
+    folder = store / "datasets/shapes-masks-edges/1.0.0"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def dataset(name: str, first_mask: bytes) -> Manifest:
+        table = pa.table(
+            {"image": rows.column("image"), "mask": pa.array([first_mask, *masks[1:]])}
+        )
+        pq.write_table(table, folder / f"{name}.parquet")
+        data = Catalog().find_dataset("shapes-masks").data
+        data = {
+            **data,
+            "name": "shapes-masks-edges",
+            "splits": {name: {"path": f"repo://datasets/shapes-masks-edges/1.0.0/{name}.parquet"}},
+        }
+        return Manifest(
+            **{
+                **_fields(Catalog().find_dataset("shapes-masks")),
+                "data": data,
+                "name": "shapes-masks-edges",
+            }
+        )
+
+    ignored = dataset("ignored", _png(np.full((48, 48), 255, np.uint8)))
+    evaluation = run_evaluation(framework="onnxruntime", dataset=ignored, split="ignored")
+    scored = sum(int((np.asarray(Image.open(io.BytesIO(m))) != 255).sum()) for m in masks[1:])
+    assert evaluation.result["accuracy"]["pixels"] == scored
+    other = dataset("other", _png(np.zeros((24, 24), np.uint8)))
+    with pytest.raises(EvaluationError, match="a mask is 24x24, but its image is 48x48"):
+        run_evaluation(framework="onnxruntime", dataset=other, split="other")
