@@ -587,11 +587,6 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
                 f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "
                 "sequence_labelling models, which run on ordered streams"
             )
-        if str(scored[0].get("type")).startswith("binary_"):
-            return (
-                f"{name}'s output is {scored[0].get('type')}; image_classification models are "
-                "read as logits or probabilities"
-            )
     if str(scored[0].get("type")) in DETECTION_OUTPUTS:
         return (
             f"{name}'s output {scored[0].get('name')} is {scored[0].get('type')}, an "

@@ -16,7 +16,13 @@ from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanSink
-from predictors.evaluation.summaries import _accuracy, _shown, latency_summary
+from predictors.evaluation.summaries import (
+    _accuracy,
+    _shown,
+    latency_summary,
+    probabilities,
+    sequence_metrics,
+)
 from predictors.manifests import Manifest
 from predictors.predictor import (
     Predictor,
@@ -104,6 +110,8 @@ class FixedBatches:
         # a scenario that feeds or reads more sets its own.
         self._call: Callable[[np.ndarray], Any] = predictor.predict
         self.keep_inputs = False
+        # A binary classifier's one number per input, read as both labels' probabilities.
+        self.binary = spec.output_type in ("binary_probability", "binary_logit")
         self.options = options
         self.spec = spec
         self.labels = labels
@@ -258,6 +266,11 @@ class FixedBatches:
                 custom_outputs(self.custom_postprocess, outputs, len(labels))
                 for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
             ]
+        if self.binary:  # one number per input: the probabilities of both labels
+            stage_outputs = [
+                probabilities(np.asarray(outputs), self.spec.output_type)
+                for outputs in stage_outputs
+            ]
         for batch_outputs in stage_outputs:
             self._predictions.extend(self._postprocess(batch_outputs))
         self._outputs.extend(stage_outputs)
@@ -272,6 +285,8 @@ class FixedBatches:
         labels = np.concatenate(self._labels)
         if self.first is None:
             self.first = _FirstPass(outputs, labels, self._predictions)
+        if self.binary:  # precision, recall, F1 and ROC AUC of the second label, too
+            return sequence_metrics(outputs.astype(np.float64), labels), len(labels)
         return _accuracy(outputs, labels), len(labels)
 
     def _extras(self) -> dict[str, Any]:
@@ -630,7 +645,7 @@ class FixedBatches:
     def _postprocess(self, outputs: np.ndarray) -> list[list[tuple[int, str, float]]]:
         return postprocess(
             outputs,
-            output_type=self.spec.output_type,  # type: ignore[arg-type]
+            output_type="probabilities" if self.binary else self.spec.output_type,  # type: ignore[arg-type]
             top_k=int(self.spec.output_parameters.get("top_k", 5)),
             labels=self.labels,
         )

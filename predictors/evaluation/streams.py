@@ -49,7 +49,7 @@ from predictors.custom_code import custom_outputs
 from predictors.data import StreamReader, lockstep_calls
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.fixed_batches import FixedBatches, _FirstPass
-from predictors.evaluation.summaries import latency_summary, sequence_metrics
+from predictors.evaluation.summaries import latency_summary, probabilities, sequence_metrics
 from predictors.manifests import Manifest
 from predictors.predictor import PredictorError
 from predictors.processing import ELEMENT_TYPES, postprocess
@@ -143,25 +143,6 @@ def check_trace_level(level: str, task: str = "sequence_labelling") -> None:
             f"{FINEST_TRACE_LEVEL} (each call); layers inside the calls are not traced yet, "
             f"so ask for {FINEST_TRACE_LEVEL} or coarser"
         )
-
-
-def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
-    """The probability of every class, (N, classes), from a batch of the scored output."""
-    scores = scores.reshape(scores.shape[0], -1).astype(np.float64)
-    if output_type in ("binary_probability", "binary_logit"):
-        if scores.shape[1] != 1:
-            raise EvaluationError(
-                f"a {output_type} output gives one number per input; this one gives "
-                f"{scores.shape[1]}"
-            )
-        positive = scores[:, 0]
-        if output_type == "binary_logit":
-            positive = 1.0 / (1.0 + np.exp(-positive))
-        return np.stack([1.0 - positive, positive], axis=1)
-    if output_type == "logits":
-        shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
-        return shifted / shifted.sum(axis=1, keepdims=True)
-    return scores
 
 
 class _InContext:

@@ -48,6 +48,25 @@ def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     }
 
 
+def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
+    """The probability of every class, (N, classes), from a batch of the scored output."""
+    scores = scores.reshape(scores.shape[0], -1).astype(np.float64)
+    if output_type in ("binary_probability", "binary_logit"):
+        if scores.shape[1] != 1:
+            raise EvaluationError(
+                f"a {output_type} output gives one number per input; this one gives "
+                f"{scores.shape[1]}"
+            )
+        positive = scores[:, 0]
+        if output_type == "binary_logit":
+            positive = 1.0 / (1.0 + np.exp(-positive))
+        return np.stack([1.0 - positive, positive], axis=1)
+    if output_type == "logits":
+        shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+    return scores
+
+
 def latency_summary(durations_ns: Sequence[int] | np.ndarray) -> dict[str, float | int]:
     """mean, p50/p90/p99 (linear interpolation), min, max and std (population) in ms."""
     ms = np.asarray(durations_ns, dtype=np.float64) / 1e6
@@ -82,8 +101,8 @@ def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int 
 
 
 def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """Frame-level metrics of a sequence labelling (`probabilities`: (N, classes), rows sum to
-    1; `labels`: (N,) class indices), computed by scikit-learn: accuracy, precision, recall and
+    """Per-input metrics of a sequence labelling or a binary classifier (`probabilities`:
+    (N, classes), rows sum to 1; `labels`: (N,) class indices), computed by scikit-learn: accuracy, precision, recall and
     F1 (of the second class when there are two, the positive one; macro-averaged over the
     classes otherwise), and ROC AUC (one-vs-rest, macro, over the classes present; None when
     a class is missing from the labels, where it is not defined). `top1` is the accuracy and
