@@ -29,7 +29,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Service tests belong to the pass that configures the service (see the Makefile).
 
     The SQLite pass skips them; the PostgreSQL + Redis pass runs them, and in CI a configured
-    service that does not answer fails them.
+    service that does not answer fails them. Tests marked `database_free` (the evaluation loop,
+    processing, manifests, the zoo: nothing the services change) run in the SQLite pass only.
     """
     if item.get_closest_marker("postgres"):
         if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
@@ -41,6 +42,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _require(reachable("redis"), "Redis does not answer")
     if item.get_closest_marker("docker"):
         _require(*_docker_ready())
+    if item.get_closest_marker("database_free") and os.environ.get("DATABASE_URL", "").startswith(
+        ("postgres", "pgsql")
+    ):
+        pytest.skip("touches no database, broker or hub: it runs once, in the SQLite pass")
 
 
 _DOCKER: tuple[bool, str] | None = None

@@ -18,6 +18,8 @@ from predictors.data import split_problems
 from predictors.processing import ProcessingError, preprocessor_for
 from predictors.protocol import unsupported
 
+pytestmark = pytest.mark.database_free
+
 PARAMETERS = {"sample_rate": 16000, "chunk": 400, "tail": "drop", "element_type": "float32"}
 
 

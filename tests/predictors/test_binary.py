@@ -19,7 +19,7 @@ from predictors.catalog import Catalog
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 
 def _graph(path: Path, sigmoid: bool) -> None:

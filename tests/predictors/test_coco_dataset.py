@@ -17,6 +17,8 @@ import pytest
 from predictors.coco_dataset import CocoError, convert
 from tests.predictors.zoo_store import zoo_store
 
+pytestmark = pytest.mark.database_free
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -44,6 +44,8 @@ from predictors.predictor import (
 )
 from tests.predictors.conftest import RunEvaluation
 
+pytestmark = pytest.mark.database_free
+
 COUNT = 10
 CLASSES = ("dark", "mid", "bright")
 LABELS = [i % 3 for i in range(COUNT)]  # 0 1 2 0 1 2 0 1 2 0

@@ -23,7 +23,7 @@ from predictors.predictor import FRAMEWORKS, PredictorError, PredictorOptions, p
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 THREADS = 1
 CATALOG = Catalog()

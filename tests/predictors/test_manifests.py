@@ -24,6 +24,8 @@ import yaml
 from predictors import manifests
 from predictors.manifests import Manifest, ManifestError
 
+pytestmark = pytest.mark.database_free
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "manifests"
 VALID = sorted((CORPUS / "valid").glob("*.yaml"))

@@ -22,6 +22,8 @@ from predictors.zoo.pretrained import PRETRAINED, PretrainedError, package_file
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
+pytestmark = pytest.mark.database_free
+
 LABELS = ["0", "180"]
 
 

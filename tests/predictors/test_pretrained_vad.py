@@ -21,7 +21,7 @@ from predictors.zoo.pretrained import PRETRAINED, package_file
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,8 @@ from predictors.processing import (
     preprocessor_for,
 )
 
+pytestmark = pytest.mark.database_free
+
 RED = (255, 0, 0)
 GREEN = (0, 255, 0)
 BLUE = (0, 0, 255)

@@ -28,7 +28,7 @@ from predictors.zoo import streams
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from predictors.tracing import Span
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
+pytestmark = pytest.mark.database_free
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 GPU_TRACE = FIXTURES / "digits-cnn-h100-system_library.json.gz"
 

@@ -14,7 +14,7 @@ from predictors.tracing import CLOCK_TF_LAYERS, Span
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -22,7 +22,7 @@ from predictors.zoo import build
 from predictors.zoo.build import UnknownEntry
 from predictors.zoo.store import Staging
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIGITS = "datasets/digits/1.0.0"
