@@ -662,7 +662,45 @@ def segment_problem(audio: Any, segments: Any, classes: Any, labels: int | None)
     return None
 
 
-class DetectionReader:
+class _BatchedSplit:
+    """What the readers of one row per input share: the file opened and its schema read,
+    `batch_size` and `limit` checked, `count` (rows, capped by `limit`) and `len` (batches)."""
+
+    path: Path
+    batch_size: int
+    limit: int | None
+    rows: int
+
+    def _open(self, path: Path, batch_size: int, limit: int | None) -> pa.Schema:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        self.path, self.batch_size, self.limit = Path(path), batch_size, limit
+        try:
+            with pq.ParquetFile(self.path) as parquet:
+                self.rows = parquet.metadata.num_rows
+                return parquet.schema_arrow
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
+
+    def _require(
+        self, schema: pa.Schema, columns: tuple[str, ...], what: str, described: str
+    ) -> None:
+        missing = [name for name in columns if name not in schema.names]
+        if missing:
+            raise DatasetError(
+                f"{self.path} is {what} without the column(s) {', '.join(missing)}: "
+                f"{described}; it has {sorted(schema.names)}"
+            )
+
+    @property
+    def count(self) -> int:
+        return self.rows if self.limit is None else min(self.rows, max(self.limit, 0))
+
+    def __len__(self) -> int:
+        return math.ceil(self.count / self.batch_size)
+
+
+class DetectionReader(_BatchedSplit):
     """`(images, annotations)` batches of an object-detection split: the columns `image`
     (binary, encoded), `boxes` (a list of [x, y, width, height] in pixels per image, COCO's)
     and `classes` (a list of class indices, one per box). An annotation is
@@ -670,22 +708,14 @@ class DetectionReader:
     the first rows."""
 
     def __init__(self, path: Path, batch_size: int, *, limit: int | None = None) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        self.path, self.batch_size, self.limit = Path(path), batch_size, limit
-        try:
-            with pq.ParquetFile(self.path) as parquet:
-                schema = parquet.schema_arrow
-                self.rows: int = parquet.metadata.num_rows
-        except (OSError, pa.ArrowException) as exc:
-            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
-        missing = [name for name in ("image", "boxes", "classes") if name not in schema.names]
-        if missing:
-            raise DatasetError(
-                f"{self.path} is an object_detection split without the column(s) "
-                f"{', '.join(missing)}: image (the encoded image), boxes ([x, y, w, h] per "
-                f"object) and classes (a class index per object); it has {sorted(schema.names)}"
-            )
+        schema = self._open(path, batch_size, limit)
+        self._require(
+            schema,
+            ("image", "boxes", "classes"),
+            "an object_detection split",
+            "image (the encoded image), boxes ([x, y, w, h] per object) and classes (a class "
+            "index per object)",
+        )
         checks = {
             "image": pa.types.is_binary(schema.field("image").type)
             or pa.types.is_large_binary(schema.field("image").type),
@@ -704,13 +734,6 @@ class DetectionReader:
                 raise DatasetError(
                     f"{self.path}: column '{name}' is {schema.field(name).type}, not {wanted}"
                 )
-
-    @property
-    def count(self) -> int:
-        return self.rows if self.limit is None else min(self.rows, max(self.limit, 0))
-
-    def __len__(self) -> int:
-        return math.ceil(self.count / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[list[bytes], list[dict[str, np.ndarray]]]]:
         remaining = self.count
@@ -747,39 +770,23 @@ class DetectionReader:
                 yield images, annotations
 
 
-class MaskReader:
+class MaskReader(_BatchedSplit):
     """`(images, masks)` batches of a semantic-segmentation split: the columns `image` (binary,
     encoded) and `mask` (binary: a PNG of 8-bit class indices, the image's size). A mask is
     decoded to an (H, W) uint8 array. Read a batch at a time; `limit` keeps the first rows."""
 
     def __init__(self, path: Path, batch_size: int, *, limit: int | None = None) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        self.path, self.batch_size, self.limit = Path(path), batch_size, limit
-        try:
-            with pq.ParquetFile(self.path) as parquet:
-                schema = parquet.schema_arrow
-                self.rows: int = parquet.metadata.num_rows
-        except (OSError, pa.ArrowException) as exc:
-            raise DatasetError(f"{self.path} is not a readable Parquet file: {exc}") from exc
-        missing = [name for name in ("image", "mask") if name not in schema.names]
-        if missing:
-            raise DatasetError(
-                f"{self.path} is a semantic_segmentation split without the column(s) "
-                f"{', '.join(missing)}: image (the encoded image) and mask (a PNG of class "
-                f"indices); it has {sorted(schema.names)}"
-            )
+        schema = self._open(path, batch_size, limit)
+        self._require(
+            schema,
+            ("image", "mask"),
+            "a semantic_segmentation split",
+            "image (the encoded image) and mask (a PNG of class indices)",
+        )
         for name in ("image", "mask"):
             kind = schema.field(name).type
             if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
                 raise DatasetError(f"{self.path}: column '{name}' is {kind}, not binary")
-
-    @property
-    def count(self) -> int:
-        return self.rows if self.limit is None else min(self.rows, max(self.limit, 0))
-
-    def __len__(self) -> int:
-        return math.ceil(self.count / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[list[bytes], list[np.ndarray]]]:
         remaining = self.count

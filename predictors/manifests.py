@@ -844,6 +844,14 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
             parameters = entry.get("parameters")
             if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
+                if "layout" in parameters and data.get("task") != "semantic_segmentation":
+                    yield (
+                        ("outputs", index, "parameters", "layout"),
+                        (
+                            "is read for semantic_segmentation models only (where the per-pixel "
+                            f"class axis is); this is a {data.get('task')} model"
+                        ),
+                    )
                 labels = parameters.get("labels")
                 if (
                     str(entry.get("type")).startswith("binary_")

@@ -618,6 +618,32 @@ def scored_output_name(data: Mapping[str, Any]) -> str:
     return str((scored or outputs)[0]["name"])
 
 
+def _image_task_problem(
+    name: str, task: str, what: str, data: Mapping[str, Any], inputs: list[Mapping[str, Any]]
+) -> str | None:
+    """The rules the detection and segmentation loops share: one image input, whose `what`
+    (boxes, masks) is mapped back to the whole image through a resize and padding, not through
+    a crop; no custom code (those loops do not run it)."""
+    if len(inputs) != 1 or inputs[0].get("type") != "image":
+        return f"{name} is an {task} model; the loop feeds it one image input"
+    parameters = inputs[0].get("parameters")
+    if isinstance(parameters, Mapping) and (
+        parameters.get("crop_method") != "none" or parameters.get("keep_aspect_ratio")
+    ):
+        return (
+            f"{name} is an {task} model whose input is cropped (crop_method or "
+            f"keep_aspect_ratio): its {what} could not be mapped back to the whole image; "
+            "resize (resize_side or resize_size) and pad instead"
+        )
+    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
+    if code:
+        return (
+            f"{name} is an {task} model with custom {' and '.join(code)} code, which the "
+            "loop of its task does not run: describe the processing with parameters"
+        )
+    return None
+
+
 def _unsupported_detector(
     name: str,
     data: Mapping[str, Any],
@@ -625,30 +651,15 @@ def _unsupported_detector(
     outputs: list[Mapping[str, Any]],
 ) -> str | None:
     """What the detection loop cannot run: it feeds one image input, and reads one output of
-    each type boxes, scores and classes; boxes are mapped back to the image through a resize
-    and padding, not through a crop."""
-    if len(inputs) != 1 or inputs[0].get("type") != "image":
-        return f"{name} is an object_detection model; the loop feeds it one image input"
+    each type boxes, scores and classes (`_image_task_problem` for the rest)."""
+    problem = _image_task_problem(name, "object_detection", "boxes", data, inputs)
+    if problem:
+        return problem
     kinds = sorted(str(o.get("type")) for o in outputs)
     if kinds != sorted(DETECTION_OUTPUTS):
         return (
             f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
             "the loop reads exactly one each of boxes, scores and classes"
-        )
-    parameters = inputs[0].get("parameters")
-    if isinstance(parameters, Mapping) and (
-        parameters.get("crop_method") != "none" or parameters.get("keep_aspect_ratio")
-    ):
-        return (
-            f"{name} is an object_detection model whose input is cropped (crop_method or "
-            "keep_aspect_ratio): its boxes could not be mapped back to the whole image; "
-            "resize (resize_side or resize_size) and pad instead"
-        )
-    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
-    if code:
-        return (
-            f"{name} is an object_detection model with custom {' and '.join(code)} code, which "
-            "the detection loop does not run: describe the processing with parameters"
         )
     if (data.get("framework") or {}).get("name") == "tensorflow":
         return (
@@ -665,10 +676,10 @@ def _unsupported_segmenter(
     outputs: list[Mapping[str, Any]],
 ) -> str | None:
     """What the segmentation loop cannot run: one image input, one output of per-pixel
-    logits or probabilities with its layout; the prediction is mapped back to the image
-    through a resize and padding, not through a crop."""
-    if len(inputs) != 1 or inputs[0].get("type") != "image":
-        return f"{name} is a semantic_segmentation model; the loop feeds it one image input"
+    logits or probabilities with its layout (`_image_task_problem` for the rest)."""
+    problem = _image_task_problem(name, "semantic_segmentation", "masks", data, inputs)
+    if problem:
+        return problem
     if len(outputs) != 1 or outputs[0].get("type") not in ("logits", "probabilities"):
         kinds = ", ".join(str(o.get("type")) for o in outputs)
         return (
@@ -680,20 +691,5 @@ def _unsupported_segmenter(
         return (
             f"{name}'s output {outputs[0].get('name')} needs parameters.layout (NCHW or NHWC): "
             "where a semantic_segmentation model's per-pixel class axis is"
-        )
-    image = inputs[0].get("parameters")
-    if isinstance(image, Mapping) and (
-        image.get("crop_method") != "none" or image.get("keep_aspect_ratio")
-    ):
-        return (
-            f"{name} is a semantic_segmentation model whose input is cropped (crop_method or "
-            "keep_aspect_ratio): its masks could not be mapped back to the whole image; "
-            "resize (resize_side or resize_size) and pad instead"
-        )
-    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
-    if code:
-        return (
-            f"{name} is a semantic_segmentation model with custom {' and '.join(code)} code, "
-            "which the segmentation loop does not run: describe the processing with parameters"
         )
     return None

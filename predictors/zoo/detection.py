@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -235,41 +233,34 @@ def _targets(boxes: list, classes: list, size: int) -> tuple[np.ndarray, np.ndar
 def train(epochs: int = 8, batch_size: int = 32, learning_rate: float = 0.003):  # type: ignore[no-untyped-def]
     import torch
 
-    from predictors.zoo.training import make_deterministic
+    from predictors.zoo.training import fit, make_deterministic
 
     make_deterministic(SEED)
     model = _module()
     images, boxes, classes = make_split("train")
     inputs = torch.from_numpy(_tensor(images))
     heat, box, mask = (torch.from_numpy(t) for t in _targets(boxes, classes, TRAIN_SIZE))
-    generator = torch.Generator().manual_seed(SEED)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    steps = epochs * -(-len(inputs) // batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, learning_rate, total_steps=steps)
-    started = time.perf_counter()
-    model.train()
-    for epoch in range(epochs):
-        order = torch.randperm(len(inputs), generator=generator)
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            optimizer.zero_grad()
-            predicted_heat, predicted_box = model.heads(inputs[index])
-            loss = _focal(predicted_heat, heat[index]) + _box_loss(
-                predicted_box, box[index], mask[index]
-            )
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            total += float(loss.detach()) * len(index)
-        if epoch == 0 or (epoch + 1) % 4 == 0:
-            print(
-                f"[zoo]   {MODEL}: epoch {epoch + 1}/{epochs} loss {total / len(inputs):.4f}",
-                file=sys.stderr,
-                flush=True,
-            )
-    model.eval()
-    return model, {"epochs": epochs, "seconds": round(time.perf_counter() - started, 2)}
+
+    def batch_loss(index: torch.Tensor) -> torch.Tensor:
+        predicted_heat, predicted_box = model.heads(inputs[index])
+        loss: torch.Tensor = _focal(predicted_heat, heat[index]) + _box_loss(
+            predicted_box, box[index], mask[index]
+        )
+        return loss
+
+    training = fit(
+        model,
+        len(inputs),
+        batch_loss,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=SEED,
+        label=MODEL,
+        one_cycle=True,
+        log_every=4,
+    )
+    return model, training
 
 
 def _focal(logits, target):  # type: ignore[no-untyped-def]

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -162,38 +160,30 @@ def train(epochs: int = 6, batch_size: int = 32, learning_rate: float = 0.004): 
     import torch
     from torch import nn
 
-    from predictors.zoo.training import make_deterministic
+    from predictors.zoo.training import fit, make_deterministic
 
     make_deterministic(SEED)
     model = _module()
     x, y = _arrays(*make_split("train"))
     inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
-    generator = torch.Generator().manual_seed(SEED)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    steps = epochs * -(-len(inputs) // batch_size)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, learning_rate, total_steps=steps)
     loss_fn = nn.CrossEntropyLoss(ignore_index=IGNORE)
-    started = time.perf_counter()
-    model.train()
-    for epoch in range(epochs):
-        order = torch.randperm(len(inputs), generator=generator)
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            optimizer.zero_grad()
-            loss = loss_fn(model(inputs[index]), targets[index])
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            total += float(loss.detach()) * len(index)
-        if epoch == 0 or (epoch + 1) % 5 == 0:
-            print(
-                f"[zoo]   {MODEL}: epoch {epoch + 1}/{epochs} loss {total / len(inputs):.4f}",
-                file=sys.stderr,
-                flush=True,
-            )
-    model.eval()
-    return model, {"epochs": epochs, "seconds": round(time.perf_counter() - started, 2)}
+
+    def batch_loss(index: torch.Tensor) -> torch.Tensor:
+        loss: torch.Tensor = loss_fn(model(inputs[index]), targets[index])
+        return loss
+
+    training = fit(
+        model,
+        len(inputs),
+        batch_loss,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=SEED,
+        label=MODEL,
+        one_cycle=True,
+    )
+    return model, training
 
 
 def build_model(store: str) -> dict:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,60 +185,31 @@ def train(epochs: int = 20, batch_size: int = 32, learning_rate: float = 0.01): 
     import torch
     from torch import nn
 
-    from predictors.zoo.training import make_deterministic
+    from predictors.zoo.training import fit, make_deterministic
 
     make_deterministic(SEED)
     model = _module()
     chunks, labels = _padded(make_streams("train"))
     inputs, targets = torch.from_numpy(chunks), torch.from_numpy(labels)
-    generator = torch.Generator().manual_seed(SEED)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=epochs * -(-len(inputs) // batch_size)
-    )
     loss_fn = nn.CrossEntropyLoss(ignore_index=-100)
-    started = time.perf_counter()
-    model.train()
-    for epoch in range(epochs):
-        order = torch.randperm(len(inputs), generator=generator)
-        total = 0.0
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            optimizer.zero_grad()
-            scores = model.sequences(inputs[index])
-            loss = loss_fn(scores.reshape(-1, len(LABELS)), targets[index].reshape(-1))
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            total += float(loss.detach()) * len(index)
-        if epoch == 0 or (epoch + 1) % 10 == 0:
-            print(
-                f"[zoo]   {MODEL}: epoch {epoch + 1}/{epochs} loss {total / len(inputs):.4f}",
-                file=sys.stderr,
-                flush=True,
-            )
-    model.eval()
-    return model, {"epochs": epochs, "seconds": round(time.perf_counter() - started, 2)}
 
+    def batch_loss(index: torch.Tensor) -> torch.Tensor:
+        scores = model.sequences(inputs[index])
+        loss: torch.Tensor = loss_fn(scores.reshape(-1, len(LABELS)), targets[index].reshape(-1))
+        return loss
 
-def step_accuracy(model, split: Streams, *, carry: bool) -> float:  # type: ignore[no-untyped-def]
-    """Chunk-by-chunk accuracy of the torch module, one stream at a time, with the state
-    carried from call to call or reset at every call."""
-    import torch
-
-    hits = 0
-    with torch.no_grad():
-        state = torch.zeros(1, 1, HIDDEN)
-        gain = torch.tensor(1.0)
-        for index in range(len(split.labels)):
-            if split.position[index] == 0 or not carry:
-                state = torch.zeros(1, 1, HIDDEN)
-            logits, next_state = model(
-                torch.from_numpy(split.chunks[index : index + 1]), gain, state
-            )
-            state = next_state
-            hits += int(int(logits.argmax(1)[0]) == int(split.labels[index]))
-    return hits / len(split.labels)
+    training = fit(
+        model,
+        len(inputs),
+        batch_loss,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=SEED,
+        label=MODEL,
+        log_every=10,
+    )
+    return model, training
 
 
 def _torchscript_bytes(model, example: tuple) -> bytes:  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,3 +74,51 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, plan: TrainingPlan, la
         "seconds": round(time.perf_counter() - started, 2),
         "cpu_seconds": round(time.process_time() - cpu_started, 2),
     }
+
+
+def fit(
+    model: nn.Module,
+    count: int,
+    batch_loss: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    label: str,
+    one_cycle: bool = False,
+    log_every: int = 5,
+) -> dict:
+    """Train `model` in place with Adam over `count` examples in batches of `batch_size`, in an
+    order drawn from a generator seeded with `seed`; `batch_loss(index)` is the loss of the
+    examples `index`. The learning rate decays as a cosine, or rises and falls once
+    (`one_cycle`). The caller seeds torch first (`make_deterministic`)."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    steps = epochs * -(-count // batch_size)
+    schedule: torch.optim.lr_scheduler.LRScheduler = (
+        torch.optim.lr_scheduler.OneCycleLR(optimizer, learning_rate, total_steps=steps)
+        if one_cycle
+        else torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    )
+    started = time.perf_counter()
+    model.train()
+    for epoch in range(epochs):
+        order = torch.randperm(count, generator=generator)
+        total = 0.0
+        for start in range(0, count, batch_size):
+            index = order[start : start + batch_size]
+            optimizer.zero_grad()
+            loss = batch_loss(index)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            total += float(loss.detach()) * len(index)
+        if epoch == 0 or (epoch + 1) % log_every == 0:
+            print(
+                f"[zoo]   {label}: epoch {epoch + 1}/{epochs} loss {total / count:.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    model.eval()
+    return {"epochs": epochs, "seconds": round(time.perf_counter() - started, 2)}

@@ -274,6 +274,6 @@ def test_a_split_without_objects_scores_zero_not_minus_one() -> None:
 
 def test_a_detector_with_custom_code_is_refused_at_launch() -> None:
     data = {**_manifest(), "postprocess": "def postprocess(outputs):\n    return outputs\n"}
-    assert "custom postprocess code, which the detection loop does not run" in str(
+    assert "custom postprocess code, which the loop of its task does not run" in str(
         unsupported(data)
     )

@@ -186,3 +186,17 @@ def test_a_mask_all_of_the_ignore_label_scores_nothing_and_one_of_another_size_f
     other = dataset("other", _png(np.zeros((24, 24), np.uint8)))
     with pytest.raises(EvaluationError, match="a mask is 24x24, but its image is 48x48"):
         run_evaluation(framework="onnxruntime", dataset=other, split="other")
+
+
+def test_an_output_layout_is_refused_where_it_would_do_nothing() -> None:
+    import yaml
+
+    from predictors import manifests
+
+    data = Catalog().find_model("digits-cnn", "*", "onnxruntime").data
+    data["outputs"][0]["parameters"]["layout"] = "NCHW"
+    with pytest.raises(manifests.ManifestError) as caught:
+        manifests.load(yaml.safe_dump(data))
+    (error,) = caught.value.errors
+    assert error["path"] == "outputs.0.parameters.layout"
+    assert "semantic_segmentation models only" in error["message"]
