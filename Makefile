@@ -104,15 +104,18 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy hub evaluations traces predictors mlmodelscope
 
+# The slowest tests of each pass are listed at its end (what the suite's time goes to).
+PYTEST_FLAGS ?= --durations=25
+
 test-sqlite: venv
 	@echo "=== test suite on SQLite (embedded default) ==="
-	env -u DATABASE_URL -u CELERY_BROKER_URL -u CHANNEL_LAYER_URL $(BIN)/python -m pytest
+	env -u DATABASE_URL -u CELERY_BROKER_URL -u CHANNEL_LAYER_URL $(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 test-postgres: venv
 	@if $(BIN)/python -m tests.services postgres redis; then \
 	  echo "=== test suite on PostgreSQL + Redis ==="; \
 	  DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL)/0 CHANNEL_LAYER_URL=$(REDIS_URL)/1 \
-	    $(BIN)/python -m pytest; \
+	    $(BIN)/python -m pytest $(PYTEST_FLAGS); \
 	elif [ "$$CI" = "true" ]; then \
 	  echo "CI: PostgreSQL and Redis must be reachable" >&2; exit 1; \
 	else \

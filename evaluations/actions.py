@@ -38,7 +38,7 @@ from predictors import manifests as spec
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
-from predictors.protocol import ResultUpload, scored_output_name, unsupported
+from predictors.protocol import ResultUpload, metric_problem, scored_output_name, unsupported
 from traces import finishing
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
@@ -137,8 +137,9 @@ def launch_evaluation(
     contents = _apply_overrides(
         request.get("overrides") or [], {where.manifest for where in placements}
     )
-    _check_supported(contents)
-    if not request.get("allow_label_mismatch"):
+    timing = bool(request.get("latency_only"))
+    _check_supported(contents, timing)
+    if not request.get("allow_label_mismatch") and not timing:
         _check_labels(contents, dataset)
 
     group = uuid.uuid4()
@@ -208,12 +209,12 @@ def _apply_overrides(
     return contents
 
 
-def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]]) -> None:
+def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]], latency_only: bool) -> None:
     """A model the evaluation loop cannot run as its manifest says (another task, several
-    inputs or outputs) is refused at launch, rather than dispatched to fail: Invalid naming
-    `model`."""
+    inputs or outputs; for `latency_only`, what that mode cannot feed) is refused at launch,
+    rather than dispatched to fail: Invalid naming `model`."""
     for _manifest, content in contents:
-        problem = unsupported(content)
+        problem = unsupported(content, latency_only=latency_only)
         if problem:
             raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
 
@@ -427,6 +428,7 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
         if evaluation.status == SUCCEEDED and evaluation.claim == claim:
             return evaluation.result
         _check_claim(evaluation, token, claim)
+        _check_accuracy(evaluation, upload.accuracy)
         batch_sizes = {str(size) for size in evaluation.request["batch_sizes"]}
         if set(upload.latency) != batch_sizes:
             raise Invalid(
@@ -452,10 +454,38 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
     return result
 
 
+def _check_accuracy(evaluation: Evaluation, accuracy: dict[str, Any]) -> None:
+    """A result's accuracy must be what its request and task can give: none for a latency-only
+    evaluation, a top-1 for any other, each in its task's range (`metric_problem`); Invalid
+    naming the field."""
+    timing = bool(evaluation.request.get("latency_only"))
+    if timing and (accuracy.get("top1") is not None or accuracy.get("top5") is not None):
+        raise Invalid(
+            "must be null: the evaluation is latency-only (nothing is scored)",
+            path="accuracy.top1",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    if not timing and accuracy.get("top1") is None:
+        raise Invalid(
+            "is required: the evaluation is scored (only a latency-only one has no accuracy)",
+            path="accuracy.top1",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    for name in ("top1", "top5"):
+        problem = metric_problem(evaluation.task, name, accuracy.get(name))
+        if problem:
+            raise Invalid(
+                problem, path=f"accuracy.{name}", code=EvaluationErrorCode.RESULT_MISMATCH
+            )
+
+
 def _accuracy_words(result: Result) -> str:
     """The result's accuracy in a sentence (the evaluation's last status reason)."""
     details = result.details if isinstance(result.details, dict) else {}
     task = (details.get("model") or {}).get("task")
+    if result.top1 is None:
+        at_1 = f", p50 {result.p50_ms_at_1:.3f} ms at batch size 1" if result.p50_ms_at_1 else ""
+        return f"latency only (not scored): {result.count} inputs timed{at_1}"
     if task == "object_detection":
         return (
             f"mAP {result.top1:.4f} (COCO, IoU .50:.95), {result.top5:.4f} at IoU .50 on "
@@ -463,6 +493,10 @@ def _accuracy_words(result: Result) -> str:
         )
     if task == "semantic_segmentation":
         return f"mIoU {result.top1:.4f}, pixel accuracy {result.top5:.2%} on {result.count} images"
+    if task == "multi_label_classification":
+        return f"mAP {result.top1:.4f}, F1 {result.top5:.4f} (micro) on {result.count} inputs"
+    if task == "regression":
+        return f"MAE {result.top1:.4g}, RMSE {result.top5:.4g} on {result.count} inputs"
     if task == "sequence_labelling":
         words = f"accuracy {result.top1:.2%}"
         reset = details.get("accuracy_state_reset")

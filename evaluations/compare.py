@@ -106,6 +106,8 @@ def compare(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[st
     """The comparison of `evaluations` (the first is the baseline)."""
     return {
         "baseline": str(evaluations[0].pk),
+        # The baseline's task: what its two accuracy columns (top1, top5) hold.
+        "task": evaluations[0].task,
         "evaluations": [_summary(evaluation) for evaluation in evaluations],
         "differs": differences(evaluations, show_all=show_all),
         "accuracy": accuracy(evaluations),
@@ -301,7 +303,8 @@ def _canonical(value: Any) -> Any:
 def _predictions(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(labels, classes [n, k], probabilities [n, k]) of the first DIVERGENCE_INPUTS inputs."""
     result = getattr(evaluation, "result", None)
-    if result is None or not result.predictions_path:
+    # A latency-only result predicted nothing to compare.
+    if result is None or not result.predictions_path or result.top1 is None:
         return None
     try:
         with pq.ParquetFile(storage.resolve(result.predictions_path)) as parquet:
@@ -371,6 +374,11 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
     count = _class_count(base) or 0
     # A detector's rows are its detections (best first): the agreement is of the best ones.
     detector = base.dataset is not None and base.dataset.task == "object_detection"
+    # Scores that are no distribution over the classes: a multi-label classifier's (each class
+    # its own probability) and a regression's values (the agreement of a "best" value means
+    # nothing there: only the values' differences are compared).
+    task = base.dataset.task if base.dataset is not None else ""
+    independent = task in ("multi_label_classification", "regression")
     top_ks = [int(e.result.top_k) for e in evaluations if hasattr(e, "result")]
     exact = bool(count) and bool(top_ks) and min(top_ks) >= count
     rows = []
@@ -382,7 +390,9 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
             "top1": result.top1 if result else None,
             "top5": result.top5 if result else None,
             "count": result.count if result else None,
-            "delta_top1": (result.top1 - base_result.top1) if result and base_result else None,
+            "delta_top1": (result.top1 - base_result.top1)
+            if result and base_result and result.top1 is not None and base_result.top1 is not None
+            else None,
             "delta_top5": (result.top5 - base_result.top5)
             if result and base_result and result.top5 is not None and base_result.top5 is not None
             else None,
@@ -411,6 +421,12 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
                 width = count or int(max(predicted[1].max(), base_predicted[1].max()) + 1)
                 p = _dense(base_predicted[1][:n], base_predicted[2][:n], width)
                 q = _dense(predicted[1][:n], predicted[2][:n], width)
+                if independent:
+                    row["max_abs_difference"] = float(np.abs(p - q).max())
+                    if task == "regression":
+                        row["agreement"] = row["disagreeing_inputs"] = None
+                    rows.append(row)
+                    continue
                 kl, js = _divergences(p, q)
                 row.update(
                     kl_mean=float(kl.mean()),
@@ -425,6 +441,11 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
         "distributions": "none: a detector's scores are no distribution over the classes; the "
         "agreement compares each image's best detection"
         if detector
+        else "none: each class's probability is its own (multi-label); the agreement compares "
+        "each input's most probable class"
+        if task == "multi_label_classification"
+        else "none: a regression's values are compared by their largest difference"
+        if task == "regression"
         else "exact"
         if exact
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",

@@ -30,7 +30,7 @@ from django.urls import reverse
 from evaluations.models import Evaluation, Result
 from hub.errors import Invalid, NotFound
 from predictors.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES
+from predictors.protocol import DEVICES, LOWER_IS_BETTER
 
 __all__ = [
     "COLUMNS",
@@ -44,11 +44,13 @@ __all__ = [
 ]
 
 # Two runs of one configuration agree when their top-1 accuracies differ by at most
-# `top1_points` percentage points and their p50 latencies at batch size 1 by at most
-# `latency_ratio` of the smaller one.
-TOLERANCE = {"top1_points": 0.5, "latency_ratio": 0.10}
+# `top1_points` percentage points (a regression's errors: by at most `error_ratio` of the
+# smaller one) and their p50 latencies at batch size 1 by at most `latency_ratio` of the
+# smaller one.
+TOLERANCE = {"top1_points": 0.5, "error_ratio": 0.005, "latency_ratio": 0.10}
 TOLERANCE_TEXT = (
-    f"top-1 within {TOLERANCE['top1_points']} points and p50 latency at batch size 1 within "
+    f"top-1 within {TOLERANCE['top1_points']} points (a regression's error within "
+    f"{TOLERANCE['error_ratio']:.1%}) and p50 latency at batch size 1 within "
     f"{TOLERANCE['latency_ratio']:.0%}"
 )
 
@@ -68,6 +70,13 @@ COLUMNS: dict[str, str] = {
 _ALWAYS_SET = {"top1", "model", "framework"}  # top5 is null for five classes or fewer
 ORDERINGS: tuple[str, ...] = tuple(f"{sign}{name}" for name in COLUMNS for sign in ("", "-"))
 DEFAULT_ORDERING = "-top1"
+
+
+def default_ordering(task: str) -> str:
+    """A board's order when none is asked: the best first (the lowest error, for a task whose
+    headline metric is one)."""
+    return "top1" if task in LOWER_IS_BETTER else DEFAULT_ORDERING
+
 
 # The filters: query parameter → (lookup, allowed values or () for any text).
 FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -101,10 +110,15 @@ def published() -> QuerySet[Evaluation]:
     return Evaluation.objects.visible_to(AnonymousUser()).filter(status=Evaluation.SUCCEEDED)
 
 
+def scored() -> QuerySet[Evaluation]:
+    """The published evaluations the boards rank: those with an accuracy (not latency-only)."""
+    return published().filter(top1__isnull=False)
+
+
 def boards() -> list[Board]:
-    """Every board: a task and dataset with at least one published result."""
+    """Every board: a task and dataset with at least one published scored result."""
     counts = (
-        published()
+        scored()
         .values("task", "dataset_name")
         .annotate(entries=Count("*"))  # COUNT(*): an index-only scan
         .order_by("task", "dataset_name")
@@ -124,7 +138,7 @@ def board_entries(task: str, dataset: str, params: Mapping[str, Any] | None = No
         if not _NAME.fullmatch(name):
             raise NotFound(f"no leaderboard for {kind} {name[:64]!r}", path=kind)
     params = params or {}
-    queryset = published().filter(task=task, dataset_name=dataset)
+    queryset = scored().filter(task=task, dataset_name=dataset)
     if params.get("hardware") is not None:
         queryset = with_hardware(queryset)
     for name, (lookup, choices) in FILTERS.items():
@@ -137,7 +151,7 @@ def board_entries(task: str, dataset: str, params: Mapping[str, Any] | None = No
         if choices and value not in choices:
             raise Invalid(f"{name} must be one of {', '.join(choices)}", path=name)
         queryset = queryset.filter(**{lookup: value})
-    ordering = str(params.get("ordering") or DEFAULT_ORDERING)
+    ordering = str(params.get("ordering") or default_ordering(task))
     if ordering not in ORDERINGS:
         raise Invalid(f"ordering must be one of {', '.join(ORDERINGS)}", path="ordering")
     name = ordering.lstrip("-")
@@ -180,7 +194,7 @@ def hardware_choices(task: str, dataset: str) -> list[str]:
     cached = cache.get(key)
     if cached is None:
         values = (
-            with_hardware(published().filter(task=task, dataset_name=dataset))
+            with_hardware(scored().filter(task=task, dataset_name=dataset))
             .order_by()
             .values_list("hardware", flat=True)
             .distinct()
@@ -261,18 +275,30 @@ def recount(configuration: str) -> None:
         return
     rows = list(
         Result.objects.filter(configuration=configuration).values_list(
-            "pk", "top1", "p50_ms_at_1", "evaluation__published"
+            "pk", "top1", "p50_ms_at_1", "evaluation__published", "evaluation__task"
         )
     )
-    shown = [(pk, top1, p50) for pk, top1, p50, is_published in rows if is_published]
-    counts = {pk: 1 for pk, _top1, _p50, _published in rows}
+    # Latency-only runs (no top-1) agree on their latency alone.
+    shown = [
+        (pk, np.nan if top1 is None else top1, p50)
+        for pk, top1, p50, is_published, _task in rows
+        if is_published
+    ]
+    counts = {row[0]: 1 for row in rows}
+    # One configuration is one model: one task.
+    errors = bool(rows) and rows[0][4] in LOWER_IS_BETTER
     if shown:
         top1 = np.array([row[1] for row in shown])
         p50 = np.array([np.nan if row[2] is None else row[2] for row in shown])
         for first in range(0, len(shown), 1024):
             a_top1 = top1[first : first + 1024, None]
             a_p50 = p50[first : first + 1024, None]
-            close = np.abs(a_top1 - top1[None, :]) * 100 <= TOLERANCE["top1_points"] + 1e-9
+            if errors:
+                smaller = np.fmin(a_top1, top1[None, :])
+                close = np.abs(a_top1 - top1[None, :]) <= TOLERANCE["error_ratio"] * smaller + 1e-12
+            else:
+                close = np.abs(a_top1 - top1[None, :]) * 100 <= TOLERANCE["top1_points"] + 1e-9
+            close |= np.isnan(a_top1) & np.isnan(top1[None, :])
             low = np.fmin(a_p50, p50[None, :])
             high = np.fmax(a_p50, p50[None, :])
             both_missing = np.isnan(a_p50) & np.isnan(p50[None, :])
@@ -284,9 +310,14 @@ def recount(configuration: str) -> None:
     Result.objects.bulk_update(changed, ["agreeing_runs"], batch_size=1000)
 
 
-def pareto_front(points: Iterable[tuple[Any, float, float]]) -> list[Any]:
+def pareto_front(
+    points: Iterable[tuple[Any, float, float]], *, lower_is_better: bool = False
+) -> list[Any]:
     """The keys of the points (key, latency, accuracy) that no other point beats on both: none is
-    as fast and more accurate, or faster and as accurate. Sorted by latency."""
+    as fast and more accurate, or faster and as accurate. Sorted by latency. With
+    `lower_is_better` the third value is an error (a regression's MAE): the lower the better."""
+    if lower_is_better:
+        points = [(key, latency, -error) for key, latency, error in points]
     front: list[Any] = []
     best = float("-inf")
     for key, _latency, accuracy in sorted(points, key=lambda p: (p[1], -p[2])):

@@ -201,8 +201,9 @@ class Result(models.Model):
     """What a finished evaluation measured; one per evaluation."""
 
     evaluation = models.OneToOneField(Evaluation, on_delete=models.CASCADE, related_name="result")
-    # At the first batch size (accuracy does not depend on the batch size).
-    top1 = models.FloatField()
+    # At the first batch size (accuracy does not depend on the batch size); null for a
+    # latency-only evaluation (nothing scored).
+    top1 = models.FloatField(null=True, blank=True)
     # Null where it says nothing: top-5 of five classes or fewer.
     top5 = models.FloatField(null=True, blank=True)
     count = models.PositiveIntegerField()

@@ -60,6 +60,9 @@ _CHANNELS = {"RGB": ["R", "G", "B"], "BGR": ["B", "G", "R"], "GRAY": ["Y"]}
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "onnxruntime": "ONNX Runtime"}
 TASK_NAMES = {
     "image_classification": "Image classification",
+    "multi_label_classification": "Multi-label classification",
+    "regression": "Regression",
+    "feature_extraction": "Feature extraction",
     "sequence_labelling": "Sequence labelling",
     "object_detection": "Object detection",
     "semantic_segmentation": "Semantic segmentation",
@@ -76,13 +79,16 @@ _ACCURACY_HEADINGS = {
     "sequence_labelling": ("Accuracy", "Top-5"),
     "object_detection": ("mAP", "mAP@.5"),
     "semantic_segmentation": ("mIoU", "Pixel accuracy"),
+    "multi_label_classification": ("mAP", "F1 (micro)"),
+    "regression": ("MAE", "RMSE"),
 }
 
 
 def accuracy_headings(task: str) -> tuple[str, str]:
     """The headings of a result's `top1` and `top5` for a task: top-1 and top-5 accuracy for
     classification, frame accuracy for sequence labelling, COCO's mAP (IoU .50:.95) and mAP at
-    IoU .50 for detection, mean IoU and pixel accuracy for segmentation."""
+    IoU .50 for detection, mean IoU and pixel accuracy for segmentation, mAP and micro F1 for
+    multi-label classification, the mean absolute and root mean squared errors for regression."""
     return _ACCURACY_HEADINGS.get(task, ("Top-1", "Top-5"))
 
 

@@ -209,6 +209,13 @@ class LaunchForm(forms.Form):
         help_text="A trained model on a dataset with other labels scores unrelated class "
         "indices, so it is refused unless this is checked; the result then shows the mismatch.",
     )
+    latency_only = forms.BooleanField(
+        label="Latency only: time the model without scoring it",
+        required=False,
+        help_text="No labels are read and no accuracy is reported: for models whose outputs "
+        "have no labels (embeddings), tasks that are not scored, and datasets of any task. "
+        "The result is kept off the accuracy leaderboards.",
+    )
     overrides = forms.CharField(
         label="Processing overrides",
         required=False,
@@ -245,7 +252,7 @@ class LaunchForm(forms.Form):
         for name, value in data.items():
             if name == "nonce":
                 continue
-            if name in ("cold_start", "allow_label_mismatch"):
+            if name in ("cold_start", "allow_label_mismatch", "latency_only"):
                 request[name] = bool(value)
             elif name == "overrides":
                 lines = [line.strip() for line in str(value or "").splitlines()]

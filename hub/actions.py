@@ -22,7 +22,7 @@ from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
 from predictors import graph_check
 from predictors import manifests as spec
-from predictors.data import split_problems
+from predictors.data import split_problems, target_of
 from predictors.labels import labels_from_text
 from predictors.protocol import capability, capability_queue, host_queue
 from predictors.versioning import is_valid_version
@@ -216,6 +216,7 @@ def _check_splits(doc: spec.Manifest) -> None:
             detection=doc.task == "object_detection",
             masks=doc.task == "semantic_segmentation",
             ignore_label=doc.data.get("ignore_label"),
+            target=target_of(doc.task),
         ):
             errors.append({"path": f"splits.{name}.path", "message": f"{path}: {problem}"})
     if errors:

@@ -682,7 +682,9 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
     per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
     top_k = max(max((len(row) for row in evaluation.predictions), default=1), 1)
     return ResultUpload(
-        accuracy=report["accuracy"],
+        # A latency-only run scored nothing: its accuracy is null, its count the inputs timed.
+        accuracy=report["accuracy"]
+        or {"top1": None, "top5": None, "count": report["dataset"]["count"]},
         latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
         throughput={size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
         predictions={

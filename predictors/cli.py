@@ -158,6 +158,13 @@ def _parser() -> _Parser:
         help="run a trained model although its labels are not the dataset's (refused "
         "otherwise, naming both label sets); the result notes the mismatch",
     )
+    run.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="time the model without scoring it: no labels are read, no accuracy is reported "
+        "(for models whose outputs have no labels, tasks the loop does not score, and datasets "
+        "of any task); every output is computed in each call",
+    )
     run.add_argument("--format", choices=("table", "json"), default="table")
     run.add_argument(
         "--manifests",
@@ -316,6 +323,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         trace_level=args.trace_level,
         graph_optimization=args.graph_optimization,
         allow_label_mismatch=args.allow_label_mismatch,
+        latency_only=args.latency_only,
     )
     store = (args.store or default_store()).resolve()
     _check_store(store, [*models, dataset], split)
@@ -388,6 +396,8 @@ def _fraction(value: Any) -> str:
 
 def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
     accuracy = entry["accuracy"]
+    if accuracy is None:  # latency only: nothing scored
+        return ["-"]
     if task == "object_detection":
         sizes = entry.get("input_sizes") or {}
         shown = "-"
@@ -400,6 +410,19 @@ def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
             f"{accuracy['miou']:.4f}",
             f"{accuracy['pixel_accuracy']:.2%}",
             f"{accuracy['mean_class_accuracy']:.2%}",
+        ]
+    if task == "multi_label_classification":
+        return [
+            f"{accuracy['map']:.4f}",
+            f"{accuracy['f1_micro']:.4f}",
+            f"{accuracy['exact_match']:.2%}",
+        ]
+    if task == "regression":
+        r2 = accuracy.get("r2")
+        return [
+            f"{accuracy['mae']:.4g}",
+            f"{accuracy['rmse']:.4g}",
+            "-" if r2 is None else f"{r2:.4f}",
         ]
     if task != "sequence_labelling":
         top5 = accuracy.get("top5")
@@ -428,14 +451,21 @@ def format_table(report: dict[str, Any]) -> str:
     # Sequence labelling: frame accuracy with the state carried (and reset at every call, for
     # a stateful model), F1 and ROC AUC, in place of top-1 and top-5.
     # Object detection: COCO's mAP (IoU .50:.95), mAP at IoU .50, and the input sizes.
+    # Multi-label: mAP, micro F1 and exact matches; regression: MAE, RMSE and R².
     task = first["model"].get("task")
     scores = (
-        ["accuracy", "state reset", "F1", "ROC AUC"]
+        ["accuracy"]
+        if first["accuracy"] is None
+        else ["accuracy", "state reset", "F1", "ROC AUC"]
         if task == "sequence_labelling"
         else ["mAP", "mAP@.5", "input sizes"]
         if task == "object_detection"
         else ["mIoU", "pixel acc", "class acc"]
         if task == "semantic_segmentation"
+        else ["mAP", "F1 micro", "exact"]
+        if task == "multi_label_classification"
+        else ["MAE", "RMSE", "R2"]
+        if task == "regression"
         else ["top1", "top5"]
     )
     rows = [
@@ -487,9 +517,15 @@ def format_table(report: dict[str, Any]) -> str:
                 [
                     f"{a} vs {b}",
                     "",
-                    f"{comparison['top1_agreement']:.2%}",
-                    f"{comparison['top1_disagreements']} of {comparison['count']}",
-                    f"{comparison['max_abs_diff']:.3g}",
+                    "-"
+                    if comparison["top1_agreement"] is None
+                    else f"{comparison['top1_agreement']:.2%}",
+                    "-"
+                    if comparison["top1_disagreements"] is None
+                    else f"{comparison['top1_disagreements']} of {comparison['count']}",
+                    "-"
+                    if comparison["max_abs_diff"] is None
+                    else f"{comparison['max_abs_diff']:.3g}",
                 ]
             )
         out += ["", _table(rows)]
@@ -555,6 +591,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
             trace_level=args.trace_level,
             overrides=tuple(args.overrides),
             allow_label_mismatch=args.allow_label_mismatch,
+            latency_only=args.latency_only,
         )
     except ProtocolError as error:
         raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None

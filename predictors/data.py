@@ -404,25 +404,54 @@ class DataManager:
         return temporary, digest.hexdigest()
 
 
+# What a dataset's rows are labelled with (`DatasetReader`'s `target`), by task: a class index
+# (`label`, an integer), a set of classes (`label`, a list of class indices: multi-label
+# classification), values (`target`, a number or a list of numbers: regression), or nothing
+# (latency-only evaluations read no labels).
+TARGETS = ("class", "classes", "values", "none")
+
+
+def target_of(task: str | None) -> str:
+    """The `TARGETS` entry a task's rows carry."""
+    return {"multi_label_classification": "classes", "regression": "values"}.get(str(task), "class")
+
+
 class DatasetReader:
     """Streams `(images, labels)` batches from a Parquet dataset file.
 
-    The file has an `image` column (binary: the encoded file bytes) and a `label` column
-    (integers). Rows are read with `ParquetFile.iter_batches`, a batch at a time, never the whole
-    file; every batch holds `batch_size` rows except possibly the last. `limit` reads only the
-    first rows. The reader can be iterated more than once.
+    The file has an `image` column (binary: the encoded file bytes) and the labels `target`
+    says (`TARGETS`): a `label` column of integers (class indices, yielded as (N,) int64), of
+    lists of class indices (yielded as (N, classes) 0/1 uint8, `classes` given), a `target`
+    column of numbers or of lists of `classes` numbers (yielded as (N, classes) float64), or
+    none (yielded as (N,) int64 of -1). Rows are read with `ParquetFile.iter_batches`, a batch at
+    a time, never the whole file; every batch holds `batch_size` rows except possibly the last.
+    `limit` reads only the first rows. The reader can be iterated more than once.
     """
 
-    def __init__(self, path: Path, batch_size: int, *, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        batch_size: int,
+        *,
+        limit: int | None = None,
+        target: str = "class",
+        classes: int | None = None,
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise ValueError(f"limit must be an integer or None; got {limit!r}")
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be >= 0; got {limit}")
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {', '.join(TARGETS)}; got {target!r}")
+        if target in ("classes", "values") and (classes is None or classes < 1):
+            raise ValueError(f"a reader of {target} needs the number of classes; got {classes!r}")
         self.path = Path(path)
         self.batch_size = batch_size
         self.limit = limit
+        self.target = target
+        self.classes = classes
         try:
             with pq.ParquetFile(self.path) as parquet:
                 schema = parquet.schema_arrow
@@ -432,17 +461,24 @@ class DatasetReader:
         names = set(schema.names)
         # The input column: `image` (encoded images, or .npy tensors), or `input`.
         self.column = "image" if "image" in names or "input" not in names else "input"
-        if self.column not in names or "label" not in names:
+        # The labels' column: `label` (classes), `target` (values), none.
+        self.label_column = {"values": "target", "none": None}.get(target, "label")
+        needed = [self.column] + ([self.label_column] if self.label_column else [])
+        if not all(name in names for name in needed):
             raise DatasetError(
-                f"{self.path} needs the columns 'image' (or 'input') and 'label'; it has "
-                f"{sorted(names)}"
+                f"{self.path} needs the columns "
+                + " and ".join(
+                    "'image' (or 'input')" if name == self.column else repr(name) for name in needed
+                )
+                + f"; it has {sorted(names)}"
             )
         image_type = schema.field(self.column).type
         if not (pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type)):
             raise DatasetError(f"{self.path}: column '{self.column}' is {image_type}, not binary")
-        label_type = schema.field("label").type
-        if not pa.types.is_integer(label_type):
-            raise DatasetError(f"{self.path}: column 'label' is {label_type}, not an integer")
+        if self.label_column is not None:
+            problem = label_type_problem(target, schema.field(self.label_column).type)
+            if problem:
+                raise DatasetError(f"{self.path}: column '{self.label_column}' {problem}")
         self.names = names
 
     @property
@@ -458,19 +494,18 @@ class DatasetReader:
         if remaining == 0:
             return
         images: list[bytes] = []
-        labels = np.empty(0, dtype=np.int64)
+        labels = self._labels(None, 0)
+        columns = [self.column] + ([self.label_column] if self.label_column else [])
         with pq.ParquetFile(self.path) as parquet:
-            for record_batch in parquet.iter_batches(
-                batch_size=self.batch_size, columns=[self.column, "label"]
-            ):
+            for record_batch in parquet.iter_batches(batch_size=self.batch_size, columns=columns):
                 record_batch = record_batch.slice(0, remaining)
                 remaining -= record_batch.num_rows
-                image_column = record_batch.column(self.column)
-                label_column = record_batch.column("label")
-                if image_column.null_count or label_column.null_count:
+                image_column = record_batch.column(0)
+                label_column = record_batch.column(1) if self.label_column else None
+                if image_column.null_count or label_column is not None and label_column.null_count:
                     raise DatasetError(f"{self.path} has rows without an image or a label")
                 images.extend(image_column.to_pylist())
-                labels = np.concatenate([labels, label_column.to_numpy().astype(np.int64)])
+                labels = np.concatenate([labels, self._labels(label_column, record_batch.num_rows)])
                 while len(images) >= self.batch_size:
                     yield images[: self.batch_size], labels[: self.batch_size]
                     images, labels = images[self.batch_size :], labels[self.batch_size :]
@@ -478,6 +513,64 @@ class DatasetReader:
                     break
         if images:
             yield images, labels
+
+    def _labels(self, column: pa.Array | None, rows: int) -> np.ndarray:
+        """A batch's labels as `target` says (see the class docstring)."""
+        if self.target == "none":
+            return np.full(rows, -1, np.int64)
+        if self.target == "class":
+            return np.empty(0, np.int64) if column is None else column.to_numpy().astype(np.int64)
+        classes = int(self.classes or 0)
+        if self.target == "classes":
+            hot = np.zeros((rows, classes), np.uint8)
+            if column is not None and rows:
+                rows_of = np.repeat(np.arange(rows), np.diff(column.offsets.to_numpy()))
+                values = column.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+                if values.size and (values.min() < 0 or values.max() >= classes):
+                    wrong = values[(values < 0) | (values >= classes)][0]
+                    raise DatasetError(
+                        f"{self.path} has label {int(wrong)}, but the model reads {classes} classes"
+                    )
+                hot[rows_of, values] = 1
+            return hot
+        if column is None or not rows:
+            return np.zeros((rows, classes), np.float64)
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            lengths = np.diff(column.offsets.to_numpy())
+            if np.any(lengths != classes):
+                row = int(np.flatnonzero(lengths != classes)[0])
+                raise DatasetError(
+                    f"{self.path}: a row's target has {int(lengths[row])} values, but the model "
+                    f"gives {classes}"
+                )
+            values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+            return values.reshape(rows, classes)
+        if classes != 1:
+            raise DatasetError(
+                f"{self.path}: the target column holds one number per row, but the model gives "
+                f"{classes} values"
+            )
+        return column.to_numpy(zero_copy_only=False).astype(np.float64).reshape(rows, 1)
+
+
+def _is_list(kind: pa.DataType, element: Callable[[pa.DataType], bool]) -> bool:
+    """Whether `kind` is a list whose items satisfy `element`."""
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and element(kind.value_type)
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def label_type_problem(target: str, kind: pa.DataType) -> str | None:
+    """What is wrong with the type of a labels column for `target`, in words, or None."""
+    if target == "class" and not pa.types.is_integer(kind):
+        return f"is {kind}, not an integer"
+    if target == "classes" and not _is_list(kind, pa.types.is_integer):
+        return f"is {kind}, not a list of class indices (integers)"
+    if target == "values" and not (_is_number(kind) or _is_list(kind, _is_number)):
+        return f"is {kind}, not a number or a list of numbers"
+    return None
 
 
 class StreamReader:
@@ -898,12 +991,14 @@ def split_problems(
     masks: bool = False,
     ignore_label: int | None = None,
     clips: bool = False,
+    target: str = "class",
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
-    columns `image` (binary) and `label` (integer) without nulls, every label a class index
-    below `labels`, every image starting as `encoding` says (PNG or JPEG magic bytes), and
-    `count` rows when the manifest states a count. Read a row group at a time; at most
-    _MAX_PROBLEMS problems, each naming the row."""
+    columns `image` (binary) and the labels of `target` (`TARGETS`: `label`, an integer or a
+    list of them; `target`, a number or a list of `labels` numbers; none) without nulls, every
+    class index below `labels`, every value finite, every image starting as `encoding` says
+    (PNG or JPEG magic bytes), and `count` rows when the manifest states a count. Read a row
+    group at a time; at most _MAX_PROBLEMS problems, each naming the row."""
     if detection:
         return _detection_problems(path, labels=labels, encoding=encoding, count=count)
     if clips:
@@ -913,8 +1008,13 @@ def split_problems(
             path, labels=labels, encoding=encoding, count=count, ignore_label=ignore_label
         )
     try:
-        reader = DatasetReader(path, batch_size=1024)
-    except DatasetError as error:
+        reader = DatasetReader(
+            path,
+            batch_size=1024,
+            target=target,
+            classes=(labels or 1) if target in ("classes", "values") else None,
+        )
+    except (DatasetError, ValueError) as error:
         return [str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")]
     problems: list[str] = []
     if count is not None and reader.rows != count:
@@ -928,7 +1028,7 @@ def split_problems(
                 problems.append(
                     str(error).replace(f"{path}: ", "").replace(f"{path} ", "the file ")
                 )
-        problems += _row_problems(path, reader.column, labels, encoding, magic)
+        problems += _row_problems(path, reader, labels, encoding, magic)
     except (OSError, pa.ArrowException) as exc:  # a page that does not decode
         problems.append(f"the file cannot be read through: {exc}")
     return problems[:_MAX_PROBLEMS]
@@ -1111,30 +1211,25 @@ def _detection_problems(
 
 def _row_problems(
     path: Path,
-    column: str,
+    reader: DatasetReader,
     labels: int | None,
     encoding: str | None,
     magic: tuple[bytes, ...] | None,
 ) -> list[str]:
     problems: list[str] = []
     row = 0
+    column, label_column = reader.column, reader.label_column
+    columns = [column] + ([label_column] if label_column else [])
     with pq.ParquetFile(path) as parquet:
-        for batch in parquet.iter_batches(batch_size=1024, columns=[column, "label"]):
-            images, classes = batch.column(column), batch.column("label")
-            if images.null_count or classes.null_count:
+        for batch in parquet.iter_batches(batch_size=1024, columns=columns):
+            images = batch.column(0)
+            classes = batch.column(1) if label_column else None
+            if images.null_count or classes is not None and classes.null_count:
                 problems.append(
                     f"rows {row} to {row + batch.num_rows - 1} include a null image or label"
                 )
-            values = classes.to_numpy(zero_copy_only=False)
-            wrong = values < 0
-            if labels is not None:
-                wrong |= values >= labels
-            bad = np.flatnonzero(wrong)
-            for index in bad[:_MAX_PROBLEMS]:
-                problems.append(
-                    f"row {row + int(index)} has label {int(values[index])}, but the dataset has "
-                    f"{labels} labels (a label is a class index from 0 to {(labels or 1) - 1})"
-                )
+            if classes is not None:
+                problems += _label_problems(reader.target, classes, row, labels)
             if magic is not None:
                 for index, image in enumerate(images.to_pylist()):
                     if image is not None and not image.startswith(magic):
@@ -1146,4 +1241,48 @@ def _row_problems(
             row += batch.num_rows
             if len(problems) >= _MAX_PROBLEMS:
                 break
+    return problems
+
+
+def _label_problems(target: str, column: pa.Array, row: int, labels: int | None) -> list[str]:
+    """The rows of a batch (the first is `row`) whose labels are wrong for `target`."""
+    problems = []
+    if target == "values":
+        lists = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+        if lists:
+            lengths = np.diff(column.offsets.to_numpy())
+            for index in np.flatnonzero(lengths != (labels or 1))[:_MAX_PROBLEMS]:
+                problems.append(
+                    f"row {row + int(index)}'s target has {int(lengths[index])} values, but the "
+                    f"dataset names {labels} (its labels)"
+                )
+            values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+            owner = np.repeat(np.arange(len(column)), lengths)
+        else:
+            if labels not in (None, 1):
+                problems.append(
+                    f"row {row}'s target is one number, but the dataset names {labels} values "
+                    "(its labels): give each row a list"
+                )
+            values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+            owner = np.arange(len(values))
+        for index in np.flatnonzero(~np.isfinite(values))[:1]:
+            problems.append(f"row {row + int(owner[index])}'s target is not finite (NaN or inf)")
+        return problems
+    if target == "classes":
+        values = column.flatten().to_numpy(zero_copy_only=False)
+        owner = np.repeat(np.arange(len(column)), np.diff(column.offsets.to_numpy()))
+        noun = "a class"
+    else:
+        values = column.to_numpy(zero_copy_only=False)
+        owner = np.arange(len(values))
+        noun = "label"
+    wrong = values < 0
+    if labels is not None:
+        wrong |= values >= labels
+    for index in np.flatnonzero(wrong)[:_MAX_PROBLEMS]:
+        problems.append(
+            f"row {row + int(owner[index])} has {noun} {int(values[index])}, but the dataset has "
+            f"{labels} labels (a label is a class index from 0 to {(labels or 1) - 1})"
+        )
     return problems

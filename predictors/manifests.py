@@ -844,14 +844,13 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
             parameters = entry.get("parameters")
             if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
-                if "layout" in parameters and data.get("task") != "semantic_segmentation":
-                    yield (
-                        ("outputs", index, "parameters", "layout"),
-                        (
-                            "is read for semantic_segmentation models only (where the per-pixel "
-                            f"class axis is); this is a {data.get('task')} model"
-                        ),
-                    )
+                for key, task, what in _TASK_PARAMETERS:
+                    if key in parameters and data.get("task") != task:
+                        yield (
+                            ("outputs", index, "parameters", key),
+                            f"is read for {task} models only ({what}); this is a "
+                            f"{data.get('task')} model",
+                        )
                 labels = parameters.get("labels")
                 if (
                     str(entry.get("type")).startswith("binary_")
@@ -874,8 +873,13 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[Path_,
         yield from _file_problems(path, uri, sha_path, sha, namespace)
 
 
-# Outputs that carry no class names: states, and a detector's boxes and scores.
-_UNLABELLED_OUTPUTS = ("state", "boxes", "scores")
+# Output parameters that one task reads: (key, task, what it says).
+_TASK_PARAMETERS = (
+    ("layout", "semantic_segmentation", "where the per-pixel class axis is"),
+    ("threshold", "multi_label_classification", "the probability from which a class is predicted"),
+)
+# Outputs that carry no class names: states, a detector's boxes and scores, and tensors.
+_UNLABELLED_OUTPUTS = ("state", "boxes", "scores", "tensor")
 # The most elements a constant input's value may hold.
 MAX_CONSTANT_ELEMENTS = 4096
 _INTEGER_TYPES = ("uint8", "int8", "int32", "int64")

@@ -22,6 +22,7 @@ to the evaluation loop by name.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -289,6 +290,12 @@ class JobOptions:
         "run a trained model although its labels are not the dataset's (refused otherwise, "
         "naming both label sets); the result shows the mismatch",
     )
+    latency_only: bool = _option(
+        False,
+        "time the model without scoring it: no labels are read and no accuracy is reported "
+        "(for models whose outputs have no labels, such as embeddings, tasks the loop does not "
+        "score, and datasets of any task); the result is kept off the accuracy leaderboards",
+    )
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -515,30 +522,63 @@ def _get(data: Mapping[str, Any], path: str, key: str, kind: type, optional: boo
 # The tasks the evaluation loop scores, and the data inputs (fed from the dataset) it knows.
 SCORED_TASKS = (
     "image_classification",
+    "multi_label_classification",
+    "regression",
     "sequence_labelling",
     "object_detection",
     "semantic_segmentation",
 )
 DETECTION_OUTPUTS = ("boxes", "scores", "classes")
+# Tasks whose headline metrics (a result's `top1` and `top5`) are errors in the target's units,
+# lower is better (every other task's are fractions from 0 to 1, higher is better).
+LOWER_IS_BETTER = ("regression",)
+
+
+def metric_problem(task: str, name: str, value: float | None) -> str | None:
+    """Why a result's headline metric `name` (top1, top5) cannot be what its task reports."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return f"{name} must be a finite number >= 0; got {value!r}"
+    if task not in LOWER_IS_BETTER and value > 1:
+        return f"{name} of a {task} result is a fraction from 0 to 1; got {value!r}"
+    return None
+
+
+# The scored output's types each task reads (detection and segmentation: see their checks).
+_SCORED_OUTPUTS = {
+    "image_classification": ("logits", "probabilities", "binary_probability", "binary_logit"),
+    "sequence_labelling": ("logits", "probabilities", "binary_probability", "binary_logit"),
+    # Each class through its own sigmoid (logits), or its own probability.
+    "multi_label_classification": ("logits", "probabilities"),
+    "regression": ("values",),
+}
 DATA_INPUTS = ("image", "tensor", "audio")
 
 
-def unsupported(data: Mapping[str, Any]) -> str | None:
-    """Why the evaluation loop cannot run a model manifest (its data) as it says, or None. The
-    hub asks this at launch (a 400 rather than a run that fails), and the loop again before
-    it runs."""
+def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str | None:
+    """Why the evaluation loop cannot run a model manifest (its data) as it says, or None;
+    `latency_only`: timed without scoring (`latency_only_problem`). The hub asks this at launch
+    (a 400 rather than a run that fails), and the loop again before it runs."""
     name, kind, task = data.get("name"), data.get("kind"), data.get("task")
     if kind != "model":
         return f"{name} is a {kind} manifest, not a model"
+    if latency_only:
+        return latency_only_problem(data)
+    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
+    if outputs and all(o.get("type") in ("tensor", "state") for o in outputs):
+        return (
+            f"{name}'s outputs are tensors, which are not scored (no labels): evaluate it for "
+            "latency only (latency_only, mlms evaluate --latency-only)"
+        )
     if task not in SCORED_TASKS:
         return (
             f"{name} is {'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model; the "
             "evaluation loop scores "
             f"{', '.join(SCORED_TASKS[:-1])} and {SCORED_TASKS[-1]} models (instance "
-            "segmentation scoring is not built yet)"
+            "segmentation scoring is not built yet); time it with latency_only"
         )
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
-    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
     fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
     if len(fed) != 1:
         return (
@@ -551,7 +591,7 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
         return _unsupported_detector(str(name), data, inputs, outputs)
     if task == "semantic_segmentation":
         return _unsupported_segmenter(str(name), data, inputs, outputs)
-    scored = [o for o in outputs if o.get("type") != "state"]
+    scored = [o for o in outputs if o.get("type") not in ("state", "tensor")]
     if len(scored) != 1:
         names = ", ".join(str(o.get("name")) for o in scored)
         return (
@@ -587,16 +627,42 @@ def unsupported(data: Mapping[str, Any]) -> str | None:
                 f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "
                 "sequence_labelling models, which run on ordered streams"
             )
-    if str(scored[0].get("type")) in DETECTION_OUTPUTS:
+    output_type = str(scored[0].get("type"))
+    readable = _SCORED_OUTPUTS.get(str(task), _SCORED_OUTPUTS["image_classification"])
+    if output_type not in readable:
+        kinds = (
+            readable[0] if len(readable) == 1 else f"{', '.join(readable[:-1])} or {readable[-1]}"
+        )
+        what = ", an object_detection output" if output_type in DETECTION_OUTPUTS else ""
         return (
-            f"{name}'s output {scored[0].get('name')} is {scored[0].get('type')}, an "
-            f"object_detection output; a {task} model's scored output is logits, "
-            "probabilities, binary_probability or binary_logit"
+            f"{name}'s output {scored[0].get('name')} is {output_type}{what}; "
+            f"{'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model's scored output is {kinds}"
         )
     elif (data.get("framework") or {}).get("name") == "tensorflow" and len(inputs) > 1:
         return (
             f"{name} is a tensorflow model of several inputs; the TensorFlow predictor feeds one "
             "input (export it to ONNX or TorchScript to run it with its state)"
+        )
+    return None
+
+
+def latency_only_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a model cannot be timed without scoring, or None. A latency-only evaluation feeds
+    one input from the dataset (an image or a tensor, in batches) and computes every output,
+    whatever its task or its outputs' types; it reads no labels and scores nothing."""
+    name = data.get("name")
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if len(inputs) != 1 or inputs[0].get("type") not in ("image", "tensor"):
+        kinds = ", ".join(f"{i.get('name')} ({i.get('type')})" for i in inputs) or "none"
+        return (
+            f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image or "
+            "tensor input in batches (streams, with their constant and state inputs, are timed "
+            "by their sequence_labelling evaluation)"
+        )
+    if data.get("postprocess"):
+        return (
+            f"{name}'s custom postprocess code reads the outputs for scoring, which a "
+            "latency-only evaluation does not do: leave it out to time the model"
         )
     return None
 

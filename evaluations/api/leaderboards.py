@@ -156,8 +156,9 @@ class LeaderboardList(generics.GenericAPIView[Any]):
             "ordering",
             OpenApiTypes.STR,
             enum=list(leaderboards.ORDERINGS),
-            description=f"sort by a column, `-` for descending (default: "
-            f"{leaderboards.DEFAULT_ORDERING}); rows without the value come last",
+            description=f"sort by a column, `-` for descending (default: the best first, "
+            f"{leaderboards.DEFAULT_ORDERING}; on a board of errors, a regression's, top1); rows "
+            "without the value come last",
         ),
         OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
     ],

@@ -402,9 +402,18 @@ class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
-    top1 = serializers.FloatField(min_value=0, max_value=1)
+    top1 = serializers.FloatField(
+        min_value=0,
+        allow_null=True,
+        help_text="the task's first metric: a fraction from 0 to 1 (top-1, mAP, mIoU, …), or "
+        "for regression the mean absolute error in the target's units; null for a "
+        "latency-only evaluation (nothing scored)",
+    )
     top5 = serializers.FloatField(
-        min_value=0, max_value=1, allow_null=True, help_text="null for five classes or fewer"
+        min_value=0,
+        allow_null=True,
+        help_text="the task's second metric (top-5, F1, pixel accuracy, …; for regression the "
+        "RMSE); null where it says nothing, as top-5 of five classes or fewer",
     )
     count = serializers.IntegerField(min_value=0)
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from django import template
 
+from predictors.protocol import LOWER_IS_BETTER
+
 register = template.Library()
 
 
@@ -15,6 +17,28 @@ def percent(fraction: Any, digits: int = 2) -> str:
     if not isinstance(fraction, int | float):
         return "—"
     return f"{fraction * 100:.{int(digits)}f} %"
+
+
+@register.filter
+def metric(value: Any, task: str = "") -> str:
+    """A result's headline metric for its task: a percentage (accuracies, mAP, mIoU), or for a
+    task whose metric is an error in the target's units (regression) the number itself."""
+    if not isinstance(value, int | float):
+        return "—"
+    if task in LOWER_IS_BETTER:
+        return f"{value:.4g}"
+    return percent(value)
+
+
+@register.filter
+def metric_delta(delta: Any, task: str = "") -> str:
+    """A difference of two headline metrics (`metric`): percentage points, or the error's."""
+    if not isinstance(delta, int | float):
+        return "—"
+    if task in LOWER_IS_BETTER:
+        sign = "+" if delta > 0 else ("−" if delta < 0 else "±")
+        return f"{sign}{abs(delta):.4g}"
+    return percent_points(delta)
 
 
 @register.filter

@@ -14,6 +14,7 @@ from evaluations import leaderboards
 from frontend import display
 from hub.api.manifests import filter_manifests
 from hub.models import Host, Manifest
+from predictors.protocol import LOWER_IS_BETTER
 from predictors.versioning import version_key
 
 
@@ -42,6 +43,11 @@ class CatalogEntry:
     @property
     def task_label(self) -> str:
         return display.task_name(self.latest.task)
+
+    @property
+    def metric_name(self) -> str:
+        """What `best_top1` is for the model's task (top-1, mAP, mIoU, MAE, …)."""
+        return display.accuracy_headings(self.latest.task)[0]
 
     @property
     def framework_labels(self) -> list[tuple[str, str]]:
@@ -132,7 +138,11 @@ def _best_published(names: list[str]) -> dict[str, tuple[float | None, float | N
     rows = (
         leaderboards.published()
         .filter(model_name__in=names)
-        .values("model_name")
-        .annotate(top1=Max("result__top1"), p50=Min("result__p50_ms_at_1"))
+        .values("model_name", "task")
+        .annotate(high=Max("result__top1"), low=Min("result__top1"), p50=Min("result__p50_ms_at_1"))
     )
-    return {row["model_name"]: (row["top1"], row["p50"]) for row in rows}
+    # The best is the lowest for a task whose headline metric is an error (regression).
+    return {
+        row["model_name"]: (row["low" if row["task"] in LOWER_IS_BETTER else "high"], row["p50"])
+        for row in rows
+    }

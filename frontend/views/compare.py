@@ -38,6 +38,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         {
             "report": report,
             "columns": report["evaluations"],
+            "headings": display.accuracy_headings(report["task"]),
             "plots": _plots(report),
             "all_url": "?" + urlencode({"evaluations": ids_text, "all": "0" if show_all else "1"}),
             "show_all": show_all,

@@ -114,6 +114,7 @@ _REPRODUCED = (
     "threads",
     "cold_start",
     "allow_label_mismatch",
+    "latency_only",
 )
 
 

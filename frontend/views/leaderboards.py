@@ -14,7 +14,7 @@ from evaluations import leaderboards
 from frontend import display
 from hub.errors import Invalid
 from predictors.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES
+from predictors.protocol import DEVICES, LOWER_IS_BETTER
 
 # The most points the accuracy-against-latency plot draws (the most accurate first).
 PLOT_POINTS = 2000
@@ -29,7 +29,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 def board(request: HttpRequest, task: str, dataset: str) -> HttpResponse:
-    if not leaderboards.published().filter(task=task, dataset_name=dataset).exists():
+    if not leaderboards.scored().filter(task=task, dataset_name=dataset).exists():
         raise Http404(f"No leaderboard for {dataset} ({task}).")
     params = {
         name: value
@@ -48,7 +48,7 @@ def board(request: HttpRequest, task: str, dataset: str) -> HttpResponse:
     rows = leaderboards.rows(page.object_list)
     for row in rows:
         row["framework_name"] = display.framework_name(row["framework"])
-    ordering = params.get("ordering", leaderboards.DEFAULT_ORDERING)
+    ordering = params.get("ordering", leaderboards.default_ordering(task))
     return render(
         request,
         "frontend/leaderboard.html",
@@ -66,7 +66,9 @@ def board(request: HttpRequest, task: str, dataset: str) -> HttpResponse:
             "frameworks": [(f, display.framework_name(f)) for f in FRAMEWORKS],
             "devices": DEVICES,
             "hardware": leaderboards.hardware_choices(task, dataset),
-            "plot": _plot(entries.rows),
+            "plot": _plot(entries.rows, task),
+            "task": task,
+            "lower_is_better": task in LOWER_IS_BETTER,
             "tolerance": leaderboards.TOLERANCE_TEXT,
             "csv_url": reverse("api-leaderboard", kwargs={"task": task, "dataset": dataset})
             + "?"
@@ -102,8 +104,11 @@ def _columns(params: dict[str, str], ordering: str, task: str) -> list[dict[str,
         if current:
             next_ordering = name if descending else f"-{name}"
         else:
-            # Higher is better for accuracy and throughput; lower for latency.
-            next_ordering = f"-{name}" if name in ("top1", "top5", "throughput", "date") else name
+            # Higher is better for accuracy and throughput; lower for latency and errors.
+            better_high = ("throughput", "date") + (
+                () if task in LOWER_IS_BETTER else ("top1", "top5")
+            )
+            next_ordering = f"-{name}" if name in better_high else name
         columns.append(
             {
                 "name": name,
@@ -116,17 +121,21 @@ def _columns(params: dict[str, str], ordering: str, task: str) -> list[dict[str,
     return columns
 
 
-def _plot(entries: Any) -> dict[str, Any]:
-    """The accuracy-against-latency plot: a point per row (p50 at batch size 1, top-1), by
-    framework, and the Pareto front."""
+def _plot(entries: Any, task: str) -> dict[str, Any]:
+    """The accuracy-against-latency plot: a point per row (p50 at batch size 1, top-1 in
+    percent; a regression's MAE as it is), by framework, and the Pareto front."""
+    errors = task in LOWER_IS_BETTER
+    scale = 1 if errors else 100
     points = list(
         entries.filter(result__p50_ms_at_1__isnull=False)
-        .order_by("-result__top1", "result__p50_ms_at_1")
+        .order_by("result__top1" if errors else "-result__top1", "result__p50_ms_at_1")
         .values_list(
             "pk", "model_name", "framework", "hardware", "result__p50_ms_at_1", "result__top1"
         )[:PLOT_POINTS]
     )
-    front = set(leaderboards.pareto_front((p[0], p[4], p[5]) for p in points))
+    front = set(
+        leaderboards.pareto_front(((p[0], p[4], p[5]) for p in points), lower_is_better=errors)
+    )
     url = reverse("evaluation", kwargs={"pk": _PLACEHOLDER})
     series: dict[str, dict[str, list[Any]]] = {}
     for pk, model, framework, hardware, latency, top1 in points:
@@ -134,12 +143,16 @@ def _plot(entries: Any) -> dict[str, Any]:
             display.framework_name(framework), {"x": [], "y": [], "text": [], "url": []}
         )
         entry["x"].append(latency)
-        entry["y"].append(round(top1 * 100, 3))
+        entry["y"].append(round(top1 * scale, 3))
         entry["text"].append(f"{model} · {display.framework_name(framework)} · {hardware}")
         entry["url"].append(url.replace(_PLACEHOLDER, str(pk)))
-    pareto = sorted((p[4], round(p[5] * 100, 3)) for p in points if p[0] in front)
+    pareto = sorted((p[4], round(p[5] * scale, 3)) for p in points if p[0] in front)
     return {
         "series": series,
         "front": {"x": [x for x, _ in pareto], "y": [y for _, y in pareto]},
         "shown": len(points),
+        # The vertical axis: the board's first accuracy column, in percent unless an error.
+        "metric": display.accuracy_headings(task)[0],
+        "unit": "" if errors else "%",
+        "lower_is_better": errors,
     }

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -23,6 +24,7 @@ from hub import actions
 from hub.errors import DomainError
 from hub.models import Manifest
 from predictors import manifests as spec
+from predictors.protocol import LOWER_IS_BETTER
 from predictors.versioning import version_key
 
 
@@ -116,7 +118,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             "framework_name": display.framework_name(chosen.framework),
             "task_name": display.task_name(chosen.task),
             "evaluations": _evaluations_of(request, chosen.name),
-            "published": _published_of(chosen.name),
+            "published": _published_of(chosen.name, chosen.task),
         },
     )
 
@@ -165,13 +167,19 @@ def _evaluations_of(request: HttpRequest, model_name: str) -> list[Evaluation]:
     return list(mine.select_related("result", "host")[:20])
 
 
-def _published_of(model_name: str) -> list[dict[str, Any]]:
+def _published_of(model_name: str, task: str) -> list[dict[str, Any]]:
     """The model's published results, as its leaderboard rows (the most accurate first)."""
     entries = leaderboards.published().filter(model_name=model_name)
     rows = leaderboards.rows(
         leaderboards.with_hardware(entries)
         .select_related("result", "host")
-        .order_by("-result__top1", "result__p50_ms_at_1")[:20]
+        .order_by(
+            # The best first; latency-only results (no accuracy) last.
+            F("result__top1").asc(nulls_last=True)
+            if task in LOWER_IS_BETTER
+            else F("result__top1").desc(nulls_last=True),
+            "result__p50_ms_at_1",
+        )[:20]
     )
     for row in rows:
         row["framework_name"] = display.framework_name(row["framework"])

@@ -112,6 +112,8 @@ class FixedBatches:
         self.keep_inputs = False
         # A binary classifier's one number per input, read as both labels' probabilities.
         self.binary = spec.output_type in ("binary_probability", "binary_logit")
+        # How `_read`'s scores are ranked into predictions (`postprocess`'s output type).
+        self.read_type = "probabilities" if self.binary else spec.output_type
         self.options = options
         self.spec = spec
         self.labels = labels
@@ -266,15 +268,18 @@ class FixedBatches:
                 custom_outputs(self.custom_postprocess, outputs, len(labels))
                 for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
             ]
-        if self.binary:  # one number per input: the probabilities of both labels
-            stage_outputs = [
-                probabilities(np.asarray(outputs), self.spec.output_type)
-                for outputs in stage_outputs
-            ]
+        stage_outputs = [self._read(outputs) for outputs in stage_outputs]
         for batch_outputs in stage_outputs:
             self._predictions.extend(self._postprocess(batch_outputs))
         self._outputs.extend(stage_outputs)
         self._labels.extend(stage.labels)
+
+    def _read(self, outputs: Any) -> Any:
+        """A batch of the scored output as `_score` reads it: as it is, but a binary
+        classifier's one number per input, read as both labels' probabilities."""
+        if self.binary:
+            return probabilities(np.asarray(outputs), self.spec.output_type)
+        return outputs
 
     def _score(self) -> tuple[dict[str, Any], int]:
         """The accuracy of what `_collect` kept, and the count of inputs; the first batch
@@ -645,7 +650,7 @@ class FixedBatches:
     def _postprocess(self, outputs: np.ndarray) -> list[list[tuple[int, str, float]]]:
         return postprocess(
             outputs,
-            output_type="probabilities" if self.binary else self.spec.output_type,  # type: ignore[arg-type]
+            output_type=self.read_type,  # type: ignore[arg-type]
             top_k=int(self.spec.output_parameters.get("top_k", 5)),
             labels=self.labels,
         )

@@ -39,6 +39,8 @@ class EvaluationOptions:
     # Run a trained model whose labels are not the dataset's (`predictors.labels`); the
     # result's notes show the mismatch.
     allow_label_mismatch: bool = False
+    # Time the model without scoring it (`predictors.evaluation.latency`): no labels are read.
+    latency_only: bool = False
     # Run the manifest's custom processing code (`predictors.custom_code`): set only inside a
     # predictor container whose agent opts in; elsewhere a manifest with code is refused.
     custom_code: bool = False

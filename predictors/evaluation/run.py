@@ -21,6 +21,7 @@ from predictors.data import (
     MaskReader,
     StreamReader,
     lockstep_calls,
+    target_of,
 )
 from predictors.evaluation import detection, segmentation, streams
 from predictors.evaluation.errors import EvaluationError
@@ -31,7 +32,10 @@ from predictors.evaluation.fixed_batches import (
     Progress,
     _ModelSpec,
 )
+from predictors.evaluation.latency import LatencyOnly
+from predictors.evaluation.multilabel import MultiLabel
 from predictors.evaluation.options import EvaluationOptions
+from predictors.evaluation.regression import Regression
 from predictors.evaluation.sinks import SpanList, SpanSink
 from predictors.evaluation.summaries import _notes, _trace_notes
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
@@ -49,6 +53,12 @@ from predictors.processing import (
 )
 from predictors.protocol import at_least, data_input_name, scored_output_name, unsupported
 from predictors.tracing import Span
+
+# The scenarios of the tasks scored like classification, input by input, with other targets.
+_TARGET_SCENARIOS: dict[str, type[FixedBatches]] = {
+    "multi_label_classification": MultiLabel,
+    "regression": Regression,
+}
 
 Fetch = Callable[[str, str | None], Path]
 """`fetch(url, sha256)`: a local file for a manifest's URL (e.g. `DataManager.fetch`)."""
@@ -95,7 +105,7 @@ def evaluate(
     started = datetime.now(UTC)
     if options.overrides:
         model = apply_overrides(model.data, list(options.overrides))
-    spec = _model_spec(model)
+    spec = _model_spec(model, options.latency_only)
     split = split_entry(dataset, options.split)
     split_file = fetch(split["path"], split.get("sha256"))
     predictor_type = predictor_class(model.framework)
@@ -106,16 +116,19 @@ def evaluate(
     preprocessor: Any = preprocessor_for(spec.input)
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
-    labels = load_labels(spec.output_parameters, lambda url: fetch(url, None))
+    timing = options.latency_only
+    # Labels are read to score; a latency-only evaluation reads none (its outputs may have none).
+    labels = [] if timing else load_labels(spec.output_parameters, lambda url: fetch(url, None))
     dataset_labels = (
         load_labels(dataset.data, lambda url: fetch(url, None))
-        if "labels" in dataset.data or "labels_path" in dataset.data
+        if not timing and ("labels" in dataset.data or "labels_path" in dataset.data)
         else None
     )
-    _check_labels(model, dataset, labels, dataset_labels, options)
-    streaming = model.task == "sequence_labelling"
-    detecting = model.task == "object_detection"
-    segmenting = model.task == "semantic_segmentation"
+    if not timing:
+        _check_labels(model, dataset, labels, dataset_labels, options)
+    streaming = model.task == "sequence_labelling" and not timing
+    detecting = model.task == "object_detection" and not timing
+    segmenting = model.task == "semantic_segmentation" and not timing
     readers: list[Any]
     if streaming or detecting or segmenting:
         streams.check_trace_level(options.trace_level, model.task)
@@ -143,8 +156,16 @@ def evaluate(
             calls[0] if ports.states else 0
         )
     else:
+        target = "none" if timing else target_of(model.task)
         readers = [
-            DatasetReader(split_file, size, limit=options.limit) for size in options.batch_sizes
+            DatasetReader(
+                split_file,
+                size,
+                limit=options.limit,
+                target=target,
+                classes=len(labels) if target != "class" else None,
+            )
+            for size in options.batch_sizes
         ]
         total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
     if readers[0].count == 0:
@@ -180,7 +201,9 @@ def evaluate(
             if detecting
             else segmentation.Segmentation
             if segmenting
-            else FixedBatches
+            else LatencyOnly
+            if timing
+            else _TARGET_SCENARIOS.get(model.task, FixedBatches)
         )
         loop = scenario(
             model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
@@ -191,6 +214,8 @@ def evaluate(
             loop.configure(preprocessor)
         elif isinstance(loop, segmentation.Segmentation):
             loop.configure(preprocessor, dataset.data.get("ignore_label"))
+        elif isinstance(loop, (MultiLabel, Regression, LatencyOnly)):
+            loop.configure()
         loop.stage_span("load", load_start, load_end, {})
         if at_least(options.trace_level, "hardware"):
             sampler = CounterSampler(
@@ -251,6 +276,8 @@ def evaluate(
         if detecting
         else "class_shares"
         if segmenting
+        else "tensor"
+        if timing
         else spec.output_type,
         "device": options.device,
         "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
@@ -263,6 +290,7 @@ def evaluate(
             "cold_start": options.cold_start,
             "overrides": list(options.overrides),
             "trace_level": options.trace_level,
+            "latency_only": timing,
         },
         "load_ms": load_ns / 1e6,
         "accuracy": per_batch_size[0]["accuracy"],
@@ -284,12 +312,19 @@ def evaluate(
             ),
             **({"profiler": profiler_summary} if profiler_summary else {}),
         },
-        "notes": _notes(
-            model,
-            dataset,
-            labels,
-            dataset_labels,
-            len(labels) if detecting or segmenting else first.outputs.shape[1],
+        "notes": (
+            [
+                "latency only: the model was timed, not scored (no labels read, no accuracy); "
+                "its every output was computed in each call"
+            ]
+            if timing
+            else _notes(
+                model,
+                dataset,
+                labels,
+                dataset_labels,
+                len(labels) if detecting or segmenting else first.outputs.shape[1],
+            )
         )
         + _trace_notes(options, predictor_type, sampler),
         "started_at": started.isoformat(timespec="seconds"),
@@ -324,8 +359,8 @@ def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
     return entry
 
 
-def _model_spec(model: Manifest) -> _ModelSpec:
-    problem = unsupported(model.data)
+def _model_spec(model: Manifest, latency_only: bool = False) -> _ModelSpec:
+    problem = unsupported(model.data, latency_only=latency_only)
     if problem:
         raise EvaluationError(problem)
     # The input fed from the dataset, and the output scored (whose parameters name the labels).

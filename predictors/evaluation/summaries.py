@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     """How far two evaluations of the same inputs agree: the share of inputs with the same
-    top-1 class, and the largest absolute difference between their raw outputs."""
+    top-1 class (None for a regression's values and a latency-only run's outputs, which have
+    no best class), and the largest absolute difference between their raw outputs."""
     names = [e.result["framework"]["name"] for e in (a, b)]
     if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
         raise EvaluationError(
@@ -38,6 +39,17 @@ def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     else:
         same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
     difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
+    if a.result.get("output_type") in ("values", "tensor"):
+        # A regression's values, a latency-only run's first output (None where too large to
+        # keep): no best class to agree on.
+        return {
+            "frameworks": names,
+            "count": int(len(a.outputs)),
+            "top1_agreement": None,
+            "top1_disagreements": None,
+            "max_abs_diff": float(difference.max()) if difference.size else None,
+            "output_type": a.result["output_type"],
+        }
     return {
         "frameworks": names,
         "count": int(same.size),

@@ -24,6 +24,12 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/shapes-masks/1.0.0/{train,validation}.parquet`` (shapes with their masks) and
   ``models/shapes-segmenter/1.0.0/{shapes-segmenter.onnx,shapes-segmenter.pt,labels.txt}``, a
   semantic segmentation model (``segmentation.py``)
+- ``datasets/shapes-sets/1.0.0/{train,validation}.parquet`` (images labelled with the kinds of
+  shape they hold) and ``models/shapes-tagger/1.0.0/{shapes-tagger.onnx,shapes-tagger.pt,
+  labels.txt}``, a multi-label classifier (``multilabel.py``)
+- ``datasets/diabetes/1.0.0/{train,validation}.parquet`` (scikit-learn's diabetes data) and
+  ``models/diabetes-mlp/1.0.0/{diabetes-mlp.onnx,diabetes-mlp.pt,labels.txt}``, a regression
+  model (``regression.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -134,6 +140,22 @@ ENTRIES: tuple[Entry, ...] = (
         ("shapes-segmenter.onnx", "shapes-segmenter.pt", "labels.txt"),
         requires="datasets/shapes-masks",
         builder="segmentation",
+    ),
+    Entry("dataset", "shapes-sets", ("train.parquet", "validation.parquet"), builder="multilabel"),
+    Entry(
+        "model",
+        "shapes-tagger",
+        ("shapes-tagger.onnx", "shapes-tagger.pt", "labels.txt"),
+        requires="datasets/shapes-sets",
+        builder="multilabel",
+    ),
+    Entry("dataset", "diabetes", ("train.parquet", "validation.parquet"), builder="regression"),
+    Entry(
+        "model",
+        "diabetes-mlp",
+        ("diabetes-mlp.onnx", "diabetes-mlp.pt", "labels.txt"),
+        requires="datasets/diabetes",
+        builder="regression",
     ),
     _pretrained("silero-vad"),
 )

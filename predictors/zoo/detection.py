@@ -129,15 +129,15 @@ def to_parquet(images: list[bytes], boxes: list, classes: list) -> bytes:
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import VERSION, Staging
+    from predictors.zoo.store import stage_splits
 
     splits = {name: make_split(name) for name in COUNTS}
-    with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
-        for name, split in splits.items():
-            staging.write(f"{name}.parquet", to_parquet(*split))
-        files = staging.commit()
-    for record, split in zip(files, splits.values(), strict=True):
-        record["count"] = len(split[0])
+    files = stage_splits(
+        store,
+        DATASET,
+        {name: to_parquet(*split) for name, split in splits.items()},
+        {name: len(split[0]) for name, split in splits.items()},
+    )
     return {"files": files, "encoding": "png", "labels": list(LABELS)}
 
 

@@ -21,7 +21,9 @@ import json
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -230,3 +232,27 @@ def run_keras(path: Path, x_nhwc: np.ndarray, batch_size: int = 256) -> np.ndarr
             for start in range(0, len(x_nhwc), batch_size)
         ]
     )
+
+
+def stage_exports(
+    staging: Any,
+    name: str,
+    model: nn.Module,
+    example: torch.Tensor,
+    labels: Sequence[str],
+    x: np.ndarray,
+    *,
+    spatial: bool = False,
+) -> tuple[np.ndarray, float]:
+    """Write `model` as ONNX and TorchScript (``<name>.onnx``, ``<name>.pt``) and its
+    ``labels.txt`` into `staging` (a ``store.Staging``); run both exports on `x` in their own
+    runtimes and refuse them if they differ by 1e-3 or more. The ONNX outputs, and the largest
+    difference."""
+    onnx_path = staging.write(f"{name}.onnx", onnx_bytes(model, example, spatial=spatial))
+    script_path = staging.write(f"{name}.pt", torchscript_bytes(model, example))
+    staging.write("labels.txt", "".join(f"{label}\n" for label in labels).encode())
+    onnx = run_onnx(onnx_path, x)
+    delta = float(np.abs(onnx - run_torchscript(script_path, x)).max())
+    if not delta < 1e-3:
+        raise RuntimeError(f"{name}: exports disagree (max |Δ output| {delta:.3g})")
+    return onnx, delta

@@ -112,15 +112,15 @@ def to_parquet(images: list[bytes], masks: list[bytes]) -> bytes:
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import VERSION, Staging
+    from predictors.zoo.store import stage_splits
 
     splits = {name: make_split(name) for name in COUNTS}
-    with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
-        for name, split in splits.items():
-            staging.write(f"{name}.parquet", to_parquet(*split))
-        files = staging.commit()
-    for record, split in zip(files, splits.values(), strict=True):
-        record["count"] = len(split[0])
+    files = stage_splits(
+        store,
+        DATASET,
+        {name: to_parquet(*split) for name, split in splits.items()},
+        {name: len(split[0]) for name, split in splits.items()},
+    )
     return {"files": files, "encoding": "png", "labels": list(LABELS), "ignore_label": IGNORE}
 
 
@@ -198,18 +198,7 @@ def build_model(store: str) -> dict:
     x, y = _arrays(*make_split("validation"))
     example = torch.from_numpy(x[:1])
     with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
-        paths = {
-            "onnxruntime": staging.write(
-                f"{MODEL}.onnx", export.onnx_bytes(model, example, spatial=True)
-            ),
-            "pytorch": staging.write(f"{MODEL}.pt", export.torchscript_bytes(model, example)),
-        }
-        staging.write("labels.txt", "".join(f"{label}\n" for label in LABELS).encode())
-        onnx = export.run_onnx(paths["onnxruntime"], x)
-        torchscript = export.run_torchscript(paths["pytorch"], x)
-        delta = float(np.abs(onnx - torchscript).max())
-        if not delta < 1e-3:
-            raise RuntimeError(f"{MODEL}: exports disagree (max |Δ logits| {delta:.3g})")
+        onnx, delta = export.stage_exports(staging, MODEL, model, example, LABELS, x, spatial=True)
         predicted = onnx.argmax(axis=1)
         scored = y != IGNORE
         pixel_accuracy = float(np.mean(predicted[scored] == y[scored]))

@@ -78,7 +78,9 @@ def _agents_hub(folder: Path, **settings: str) -> Iterator[LiveHub]:
     from tests.predictors.zoo_store import zoo_store
 
     env = {
-        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn", "toggle-gru", "shapes-detector"))),
+        "ARTIFACT_ROOT": str(
+            zoo_store(("digits", "digits-cnn", "toggle-gru", "shapes-detector", "diabetes-mlp"))
+        ),
         "HOST_LIVE_SECONDS": "5",
         "EVALUATION_SWEEP_SECONDS": "1",
         "EVALUATION_MAX_ATTEMPTS": "3",

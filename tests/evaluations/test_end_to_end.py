@@ -171,6 +171,36 @@ def test_a_detectors_map_on_the_hub_is_pycocotools_on_the_predictions_it_stored(
     assert abs(float(coco.stats[0]) - reported) < 2e-3, (coco.stats[0], reported)
 
 
+def test_a_regression_and_a_latency_only_run_go_through_the_hub(hub: LiveHub) -> None:
+    """The zoo's diabetes-mlp through the hub and an agent: its error, in the target's units,
+    is the mean absolute difference of the values the hub stored and the dataset's targets. And
+    digits-cnn timed without scoring: a result without accuracy, with its latency."""
+    import pyarrow.parquet as pq
+
+    regression = hub.launch(model="diabetes-mlp", dataset="diabetes", batch_sizes=[1, 32])
+    timed = hub.launch(batch_sizes=[1], limit=64, latency_only=True)
+    body = hub.finished(regression)
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    accuracy = body["result"]["details"]["accuracy"]
+    assert body["result"]["accuracy"]["top1"] == accuracy["mae"] > 1  # no fraction
+    assert body["history"][-1]["reason"].startswith(f"MAE {accuracy['mae']:.4g}, RMSE ")
+    status, stored = hub.get(f"evaluations/{regression}/?predictions=1")
+    assert status == 200, stored
+    values = [row[0] for row in stored["result"]["predictions"]["probabilities"]]
+    targets = pq.read_table(
+        Path(hub.env["ARTIFACT_ROOT"]) / "datasets/diabetes/1.0.0/validation.parquet"
+    ).column("target")
+    errors = [abs(v - t) for v, t in zip(values, targets.to_pylist(), strict=True)]
+    assert abs(sum(errors) / len(errors) - accuracy["mae"]) < 1e-3
+
+    body = hub.finished(timed)
+    assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    result = body["result"]
+    assert result["accuracy"] == {"top1": None, "top5": None, "count": 64}
+    assert result["latency"]["1"]["count"] == 64 and result["throughput"]["1"] > 0
+    assert body["history"][-1]["reason"].startswith("latency only (not scored): 64 inputs timed")
+
+
 def test_a_coco_dataset_sent_to_the_hub_scores_as_the_zoos_split(
     hub: LiveHub, tmp_path: Path
 ) -> None:

@@ -227,8 +227,9 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "outliner",
             "instances",
             "outliner is an instance_segmentation model; the evaluation loop scores "
-            "image_classification, sequence_labelling, object_detection and "
-            "semantic_segmentation models (instance segmentation scoring is not built yet)",
+            "image_classification, multi_label_classification, regression, "
+            "sequence_labelling, object_detection and semantic_segmentation models (instance "
+            "segmentation scoring is not built yet); time it with latency_only",
         ),
         (
             "segmenter",

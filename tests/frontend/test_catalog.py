@@ -24,6 +24,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(page.get_by_role("heading", name="Catalog")).to_be_visible()
     assert _names(page) == [
         "alexnet",
+        "diabetes-mlp",
         "digits-cnn",
         "mobilenet-v2",
         "resnet-18",
@@ -31,6 +32,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "shapes-color",
         "shapes-detector",
         "shapes-segmenter",
+        "shapes-tagger",
         "silero-vad",
         "text-direction",
         "toggle-gru",
@@ -41,7 +43,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(7)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(9)
     shoot(page, "catalog")
 
 
@@ -75,7 +77,13 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
 
     expect(page.locator("#models tr.empty")).to_contain_text("No model matches these filters")
     page.get_by_role("link", name="Clear").click()
-    assert len(_names(page)) == 11
+    assert len(_names(page)) == 13
+
+    # The tasks of the zoo's models, each a filter of its own.
+    page.get_by_label("Task", exact=True).select_option("regression")
+    page.get_by_role("button", name="Filter").click()
+    assert _names(page) == ["diabetes-mlp"]
+    expect(page.locator("#models tbody tr[data-name]")).to_contain_text("Regression")
 
 
 def test_a_private_model_is_in_its_owners_catalog_only(

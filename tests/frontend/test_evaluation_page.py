@@ -247,6 +247,33 @@ def test_the_page_follows_an_evaluation_live_over_the_websocket(
             ],
             ["Top-1"],
         ),
+        (
+            {
+                "model": {"task": "multi_label_classification"},
+                "accuracy": {
+                    "map": 0.9772,
+                    "map_micro": 0.9801,
+                    "f1_micro": 0.9194,
+                    "f1_macro": 0.918,
+                    "exact_match": 0.8275,
+                    "hamming_loss": 0.0431,
+                    "threshold": 0.5,
+                    "average_precision": {"circle": 0.972, "ring": None},
+                },
+            },
+            0.9194,
+            ["mAP", "0.9772", "F1 (micro)", "0.9194", "Exact match", "82.75 %", "AP ring"],
+            ["Top-1"],
+        ),
+        (
+            {
+                "model": {"task": "regression"},
+                "accuracy": {"mae": 46.82, "rmse": 59.11, "r2": 0.3706, "max_error": 151.3},
+            },
+            0.9,
+            ["MAE", "46.82", "RMSE", "59.11", "R²", "0.3706", "Max error", "151.3"],
+            ["Top-1", "%"],
+        ),
         ({"model": {"task": "image_classification"}}, None, ["Top-1", "50.00 %"], ["Top-5"]),
     ],
 )
@@ -269,3 +296,26 @@ def test_the_result_shows_the_metrics_of_its_task(  # type: ignore[no-untyped-de
         expect(accuracy).to_contain_text(text)
     for text in absent:
         expect(accuracy).not_to_contain_text(text)
+
+
+def test_a_latency_only_result_says_it_was_not_scored(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, agent, hosts, make_client, broker
+) -> None:
+    evaluation_id = launched_id(
+        launch(make_client(alice), batch_sizes=[1], limit=2, latency_only=True)
+    )
+    broker.drain("onnxruntime.cpu")
+    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+    body = result_body(claimed.json()["claim"], (1,))
+    body["accuracy"] = {"top1": None, "top5": None, "count": 2}
+    body["details"] = {"device": "cpu", "model": {"task": "image_classification"}}
+    assert post_result(agent, evaluation_id, body).status_code == 201
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    accuracy = page.locator("#accuracy")
+    expect(accuracy).to_contain_text("not scored (latency only)")
+    expect(accuracy).to_contain_text("Inputs timed")
+    expect(accuracy).not_to_contain_text("Top-1")
+    # Its latency is all there is, and it is there.
+    expect(page.locator("#latency tbody tr")).to_have_count(1)

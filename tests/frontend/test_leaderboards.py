@@ -118,6 +118,8 @@ def test_an_anonymous_visitor_reads_a_board_with_its_plot(page, board, shoot) ->
     expect(page.locator("#pareto-plot")).to_have_attribute("data-drawn", "3")
     expect(page.locator("#pareto-plot .main-svg").first).to_be_attached()
     assert page.locator("#pareto-plot .scatterlayer .trace").count() == 4
+    # The vertical axis is the board's first accuracy column, by its task's name.
+    expect(page.locator("#pareto-plot .ytitle")).to_have_text("Top-1 (%)")
     legend = page.locator("#pareto-plot .legend").text_content() or ""
     for name in ("PyTorch", "TensorFlow", "ONNX Runtime", "Pareto front"):
         assert name in legend

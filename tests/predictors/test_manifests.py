@@ -187,10 +187,20 @@ ZOO = {
     ("model", "shapes-segmenter", "onnxruntime"),
     ("model", "shapes-segmenter", "pytorch"),
     ("dataset", "shapes-masks", ""),
+    # Multi-label classification (predictors/zoo/multilabel.py).
+    ("model", "shapes-tagger", "onnxruntime"),
+    ("model", "shapes-tagger", "pytorch"),
+    ("dataset", "shapes-sets", ""),
+    # Regression, on scikit-learn's diabetes data (predictors/zoo/regression.py).
+    ("model", "diabetes-mlp", "onnxruntime"),
+    ("model", "diabetes-mlp", "pytorch"),
+    ("dataset", "diabetes", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
 SEMANTIC_SEGMENTATION = {"shapes-segmenter", "shapes-masks"}
+MULTI_LABEL = {"shapes-tagger", "shapes-sets"}
+REGRESSION = {"diabetes-mlp", "diabetes"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
@@ -217,6 +227,10 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
             if manifest.name in OBJECT_DETECTION
             else "semantic_segmentation"
             if manifest.name in SEMANTIC_SEGMENTATION
+            else "multi_label_classification"
+            if manifest.name in MULTI_LABEL
+            else "regression"
+            if manifest.name in REGRESSION
             else "image_classification"
         )
 
@@ -243,9 +257,12 @@ def test_builtin_processing_parameters() -> None:
             "silero-vad",
             "shapes-detector",
             "shapes-segmenter",
+            "shapes-tagger",
+            "diabetes-mlp",
         ):
             continue  # text-direction: its package's own processing (test_pretrained.py);
-            # toggle-gru: tensor, constant and state inputs (test_streams.py)
+            # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
+            # their task's tests
         (image,) = manifest.data["inputs"]
         parameters = image["parameters"]
         assert image["type"] == "image"

@@ -123,6 +123,36 @@
         metrics.push(["IoU " + label, typeof value === "number" ? value.toFixed(4) : "—"]);
       });
     }
+    if ((details.model || {}).task === "multi_label_classification" && details.accuracy) {
+      // scikit-learn's: mAP needs no threshold; the rest count a class where its
+      // probability reaches the output's threshold.
+      var tags = details.accuracy;
+      var four = function (v) { return typeof v === "number" ? v.toFixed(4) : "—"; };
+      metrics = [["mAP", four(tags.map)], ["mAP (micro)", four(tags.map_micro)],
+        ["F1 (micro)", four(tags.f1_micro)], ["F1 (macro)", four(tags.f1_macro)],
+        ["Exact match", percent(tags.exact_match)], ["Hamming loss", four(tags.hamming_loss)],
+        ["Threshold", String(tags.threshold)], ["Inputs", result.accuracy.count]];
+      Object.keys(tags.average_precision || {}).forEach(function (label) {
+        metrics.push(["AP " + label, four(tags.average_precision[label])]);
+      });
+    }
+    if ((details.model || {}).task === "regression" && details.accuracy) {
+      // Errors in the target's units (lower is better), and R² (1 is a perfect fit).
+      var fit = details.accuracy;
+      var sig = function (v) { return typeof v === "number" ? Number(v.toPrecision(4)).toString() : "—"; };
+      metrics = [["MAE", sig(fit.mae)], ["RMSE", sig(fit.rmse)], ["R²", sig(fit.r2)],
+        ["Max error", sig(fit.max_error)], ["Inputs", result.accuracy.count]];
+      var values = Object.keys(fit.per_value || {});
+      if (values.length > 1) {
+        values.forEach(function (label) {
+          metrics.push(["MAE " + label, sig(fit.per_value[label].mae)]);
+        });
+      }
+    }
+    if (result.accuracy.top1 === null) {
+      // A latency-only evaluation: timed, not scored.
+      metrics = [["Accuracy", "not scored (latency only)"], ["Inputs timed", result.accuracy.count]];
+    }
     metrics.forEach(function (metric) {
       var box = el("div", null, "metric-box");
       box.append(el("span", metric[0], "label"), el("strong", metric[1], "value"));

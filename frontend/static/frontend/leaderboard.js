@@ -22,7 +22,8 @@
       text: s.text,
       customdata: s.url,
       marker: { size: 10, opacity: 0.85 },
-      hovertemplate: "%{text}<br>p50 %{x:.3f} ms · top-1 %{y:.2f} %<extra></extra>",
+      hovertemplate: "%{text}<br>p50 %{x:.3f} ms · " + plot.metric + " %{y:.4~g}" +
+        (plot.unit ? " " + plot.unit : "") + "<extra></extra>",
     }));
     traces.push({
       type: "scatter",
@@ -42,7 +43,11 @@
         dtick: "D2",
         zeroline: false,
       },
-      yaxis: { title: { text: "top-1 accuracy (%)" } },
+      yaxis: {
+        title: { text: plot.metric + (plot.unit ? " (" + plot.unit + ")" : "") },
+        // An error (a regression's MAE): the best at the top, as accuracies are.
+        autorange: plot.lower_is_better ? "reversed" : true,
+      },
       legend: { orientation: "h", y: -0.2 },
       hovermode: "closest",
     };
