@@ -38,7 +38,14 @@ from predictors import manifests as spec
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
-from predictors.protocol import ResultUpload, metric_problem, scored_output_name, unsupported
+from predictors.protocol import (
+    BOTH_METRICS,
+    ResultUpload,
+    metric_names,
+    metric_problem,
+    scored_output_name,
+    unsupported,
+)
 from traces import finishing
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
@@ -443,7 +450,7 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
         try:
             result = _store_result(evaluation, upload, predictions_path)
             evaluation.progress_done = evaluation.progress_total
-            reason = _accuracy_words(result)
+            reason = _accuracy_words(result, evaluation.task)
             if evaluation.cancel_requested:
                 # The cancel raced the end of the run and lost: say so rather than drop it.
                 reason += "; a cancel was requested, but the run finished before the agent saw it"
@@ -471,6 +478,13 @@ def _check_accuracy(evaluation: Evaluation, accuracy: dict[str, Any]) -> None:
             path="accuracy.top1",
             code=EvaluationErrorCode.RESULT_MISMATCH,
         )
+    if not timing and evaluation.task in BOTH_METRICS and accuracy.get("top5") is None:
+        first, second = metric_names(evaluation.task)
+        raise Invalid(
+            f"is required: a {evaluation.task} result gives its {second} beside its {first}",
+            path="accuracy.top5",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
     for name in ("top1", "top5"):
         problem = metric_problem(evaluation.task, name, accuracy.get(name))
         if problem:
@@ -479,10 +493,10 @@ def _check_accuracy(evaluation: Evaluation, accuracy: dict[str, Any]) -> None:
             )
 
 
-def _accuracy_words(result: Result) -> str:
-    """The result's accuracy in a sentence (the evaluation's last status reason)."""
+def _accuracy_words(result: Result, task: str) -> str:
+    """The result's accuracy in a sentence, by its evaluation's task (its last status
+    reason)."""
     details = result.details if isinstance(result.details, dict) else {}
-    task = (details.get("model") or {}).get("task")
     if result.top1 is None:
         at_1 = f", p50 {result.p50_ms_at_1:.3f} ms at batch size 1" if result.p50_ms_at_1 else ""
         return f"latency only (not scored): {result.count} inputs timed{at_1}"

@@ -339,6 +339,17 @@ def _class_count(evaluation: Evaluation) -> int | None:
     return len(labels) if isinstance(labels, list) else None
 
 
+def _stored(classes: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
+    """[n, count] of the stored values at their classes, as they are (0 where none is stored):
+    a multi-label classifier's own probabilities, a regression's values."""
+    n, k = classes.shape
+    stored = np.zeros((n, count), dtype=np.float64)
+    valid = (classes >= 0) & (classes < count)
+    rows = np.repeat(np.arange(n), k).reshape(n, k)
+    stored[rows[valid], classes[valid]] = values[valid]
+    return stored
+
+
 def _dense(classes: np.ndarray, probabilities: np.ndarray, count: int) -> np.ndarray:
     """[n, count] distributions from top-k rows: the stored probabilities, and the rest of the
     mass spread evenly over the classes not stored."""
@@ -419,14 +430,17 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
                     rows.append(row)
                     continue
                 width = count or int(max(predicted[1].max(), base_predicted[1].max()) + 1)
-                p = _dense(base_predicted[1][:n], base_predicted[2][:n], width)
-                q = _dense(predicted[1][:n], predicted[2][:n], width)
                 if independent:
+                    # Each value as stored: no distribution to fill in or normalise.
+                    p = _stored(base_predicted[1][:n], base_predicted[2][:n], width)
+                    q = _stored(predicted[1][:n], predicted[2][:n], width)
                     row["max_abs_difference"] = float(np.abs(p - q).max())
                     if task == "regression":
                         row["agreement"] = row["disagreeing_inputs"] = None
                     rows.append(row)
                     continue
+                p = _dense(base_predicted[1][:n], base_predicted[2][:n], width)
+                q = _dense(predicted[1][:n], predicted[2][:n], width)
                 kl, js = _divergences(p, q)
                 row.update(
                     kl_mean=float(kl.mean()),

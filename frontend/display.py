@@ -13,6 +13,7 @@ from typing import Any
 from django.urls import reverse
 
 from hub.models import Artifact, Manifest
+from predictors.protocol import metric_names
 
 REPO = "repo://"
 
@@ -74,22 +75,12 @@ def framework_name(name: str) -> str:
     return FRAMEWORK_NAMES.get(name, name)
 
 
-# What a result's two accuracy columns (`top1`, `top5`) hold, by task.
-_ACCURACY_HEADINGS = {
-    "sequence_labelling": ("Accuracy", "Top-5"),
-    "object_detection": ("mAP", "mAP@.5"),
-    "semantic_segmentation": ("mIoU", "Pixel accuracy"),
-    "multi_label_classification": ("mAP", "F1 (micro)"),
-    "regression": ("MAE", "RMSE"),
-}
-
-
 def accuracy_headings(task: str) -> tuple[str, str]:
     """The headings of a result's `top1` and `top5` for a task: top-1 and top-5 accuracy for
     classification, frame accuracy for sequence labelling, COCO's mAP (IoU .50:.95) and mAP at
     IoU .50 for detection, mean IoU and pixel accuracy for segmentation, mAP and micro F1 for
     multi-label classification, the mean absolute and root mean squared errors for regression."""
-    return _ACCURACY_HEADINGS.get(task, ("Top-1", "Top-5"))
+    return metric_names(task)
 
 
 def task_name(task: str) -> str:

@@ -38,7 +38,13 @@ from predictors.evaluation import (
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
 from predictors.predictor import predictor_class, registered
-from predictors.protocol import TRACE_LEVELS, JobOptions, ProtocolError, device_kind
+from predictors.protocol import (
+    TRACE_LEVELS,
+    JobOptions,
+    ProtocolError,
+    device_kind,
+    metrics_text,
+)
 from predictors.zoo.build import default_store
 
 __all__ = ["main"]
@@ -390,10 +396,6 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _fraction(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else "-"
-
-
 def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
     accuracy = entry["accuracy"]
     if accuracy is None:  # latency only: nothing scored
@@ -655,7 +657,13 @@ def format_remote(report: dict[str, Any]) -> str:
         lines.append(
             f"{evaluation['id']}  {evaluation['model']['name']} {evaluation['model']['version']} on "
             f"{evaluation['framework']} {evaluation.get('framework_version') or ''}, host {evaluation.get('host')}: "
-            f"top-1 {_fraction(accuracy.get('top1'))}, top-5 {_fraction(accuracy.get('top5'))}"
+            + (
+                metrics_text(
+                    str(evaluation.get("task") or ""), accuracy.get("top1"), accuracy.get("top5")
+                )
+                if accuracy
+                else "no result"
+            )
         )
         lines.append(
             f"  {'batch':>5} {'mean ms':>9} {'p50':>9} {'p90':>9} {'p99':>9} {'inputs/s':>10}"

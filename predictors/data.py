@@ -525,6 +525,8 @@ class DatasetReader:
             hot = np.zeros((rows, classes), np.uint8)
             if column is not None and rows:
                 rows_of = np.repeat(np.arange(rows), np.diff(column.offsets.to_numpy()))
+                if column.flatten().null_count:
+                    raise DatasetError(f"{self.path} has a row with a null class in its label")
                 values = column.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
                 if values.size and (values.min() < 0 or values.max() >= classes):
                     wrong = values[(values < 0) | (values >= classes)][0]
@@ -1270,8 +1272,12 @@ def _label_problems(target: str, column: pa.Array, row: int, labels: int | None)
             problems.append(f"row {row + int(owner[index])}'s target is not finite (NaN or inf)")
         return problems
     if target == "classes":
-        values = column.flatten().to_numpy(zero_copy_only=False)
+        flat = column.flatten()
         owner = np.repeat(np.arange(len(column)), np.diff(column.offsets.to_numpy()))
+        if flat.null_count:
+            index = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+            return [f"row {row + int(owner[index])} has a null class in its label"]
+        values = flat.to_numpy(zero_copy_only=False)
         noun = "a class"
     else:
         values = column.to_numpy(zero_copy_only=False)

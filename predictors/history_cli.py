@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from predictors.hub_client import HubClient
+from predictors.protocol import metric_names, metric_text, metrics_text
 
 __all__ = ["add_commands", "run"]
 
@@ -121,7 +122,7 @@ def _listing(page: dict[str, Any], batch_size: str | None) -> str:
     results = page.get("results") or []
     if not results:
         return "no evaluations match"
-    header = ["id", "model", "framework", "dataset", "device", "host", "status", "top-1"]
+    header = ["id", "model", "framework", "dataset", "device", "host", "status", "result"]
     rows = [header]
     for item in results:
         accuracy = item.get("accuracy") or {}
@@ -134,8 +135,7 @@ def _listing(page: dict[str, Any], batch_size: str | None) -> str:
                 str(item.get("device") or ""),
                 str(item.get("host") or "-"),
                 str(item["status"]),
-                (f"{accuracy['top1']:.2%}" if accuracy.get("top1") is not None else "-")
-                + (" (not trained)" if item.get("untrained") else ""),
+                _first_metric(item, accuracy) + (" (not trained)" if item.get("untrained") else ""),
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -147,6 +147,16 @@ def _listing(page: dict[str, Any], batch_size: str | None) -> str:
     if batch_size:
         lines.append(f"(filtered to evaluations with a result at batch size {batch_size})")
     return "\n".join(lines)
+
+
+def _first_metric(item: dict[str, Any], accuracy: dict[str, Any]) -> str:
+    """The list's result column: the task's first metric, named unless it is a top-1."""
+    task = str(item.get("task") or "")
+    if item.get("status") == "succeeded" and accuracy and accuracy.get("top1") is None:
+        return "latency only"
+    value = metric_text(task, accuracy.get("top1"))
+    name = metric_names(task)[0]
+    return value if name == "Top-1" or value == "-" else f"{value} {name}"
 
 
 def _detail(evaluation: dict[str, Any]) -> str:
@@ -163,10 +173,9 @@ def _detail(evaluation: dict[str, Any]) -> str:
     result = evaluation.get("result")
     if result:
         accuracy = result["accuracy"]
+        task = str(evaluation.get("task") or "")
         lines.append(
-            f"  accuracy   top-1 {accuracy['top1']:.2%}"
-            + (f", top-5 {accuracy['top5']:.2%}" if accuracy.get("top5") is not None else "")
-            + " on "
+            f"  accuracy   {metrics_text(task, accuracy.get('top1'), accuracy.get('top5'))} on "
             f"{accuracy['count']} inputs"
             + (
                 " (the model is marked not trained: its accuracy means nothing)"

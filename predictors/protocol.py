@@ -534,6 +534,49 @@ DETECTION_OUTPUTS = ("boxes", "scores", "classes")
 LOWER_IS_BETTER = ("regression",)
 
 
+# What a result's two headline metrics (`top1`, `top5`) hold, by task (top-1 and top-5 accuracy
+# for every other).
+METRIC_NAMES = {
+    "sequence_labelling": ("Accuracy", "Top-5"),
+    "object_detection": ("mAP", "mAP@.5"),
+    "semantic_segmentation": ("mIoU", "Pixel accuracy"),
+    "multi_label_classification": ("mAP", "F1 (micro)"),
+    "regression": ("MAE", "RMSE"),
+}
+# Tasks whose scored results hold both metrics (where `top5` is never null).
+BOTH_METRICS = (
+    "object_detection",
+    "semantic_segmentation",
+    "multi_label_classification",
+    "regression",
+)
+
+
+def metric_names(task: str) -> tuple[str, str]:
+    """The names of a task's two headline metrics (`METRIC_NAMES`)."""
+    return METRIC_NAMES.get(task, ("Top-1", "Top-5"))
+
+
+def metric_text(task: str, value: float | None) -> str:
+    """A headline metric in words: a percentage, or a regression's error as the number it is;
+    "-" where there is none."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if task in LOWER_IS_BETTER else f"{value:.2%}"
+
+
+def metrics_text(task: str, top1: float | None, top5: float | None) -> str:
+    """A result's headline metrics in words, named by its task ("top-1 96.20%, top-5 99.10%",
+    "MAE 46.82, RMSE 59.11"); a latency-only result's "latency only (not scored)"."""
+    if top1 is None:
+        return "latency only (not scored)"
+    first, second = (n.lower() if n.startswith("Top") else n for n in metric_names(task))
+    words = f"{first} {metric_text(task, top1)}"
+    if top5 is not None:
+        words += f", {second} {metric_text(task, top5)}"
+    return words
+
+
 def metric_problem(task: str, name: str, value: float | None) -> str | None:
     """Why a result's headline metric `name` (top1, top5) cannot be what its task reports."""
     if value is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from predictors.protocol import LOWER_IS_BETTER
+from predictors.protocol import LOWER_IS_BETTER, metric_names
 
 register = template.Library()
 
@@ -28,6 +28,12 @@ def metric(value: Any, task: str = "") -> str:
     if task in LOWER_IS_BETTER:
         return f"{value:.4g}"
     return percent(value)
+
+
+@register.filter
+def metric_name(task: str) -> str:
+    """The name of a task's first metric (Top-1, mAP, mIoU, MAE, …)."""
+    return metric_names(str(task))[0]
 
 
 @register.filter

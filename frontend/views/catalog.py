@@ -115,7 +115,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "dataset": [(d, d) for d in sorted(dataset_names)],
     }
     model_entries = entries(list(models))
-    best = _best_published([entry.name for entry in model_entries])
+    best = _best_published({entry.name: entry.latest.task for entry in model_entries})
     for entry in model_entries:
         entry.best_top1, entry.best_p50_ms = best.get(entry.name, (None, None))
     return render(
@@ -132,12 +132,13 @@ def catalog(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _best_published(names: list[str]) -> dict[str, tuple[float | None, float | None]]:
-    """Per model name, the best published top-1 and the lowest published p50 latency at batch
-    size 1 (over every framework, dataset and host)."""
+def _best_published(tasks: dict[str, str]) -> dict[str, tuple[float | None, float | None]]:
+    """Per model name (`tasks`: each name's task, its latest version's), the best published
+    result of that task's first metric and the lowest published p50 latency at batch size 1 (over
+    every framework, dataset and host)."""
     rows = (
         leaderboards.published()
-        .filter(model_name__in=names)
+        .filter(model_name__in=list(tasks))
         .values("model_name", "task")
         .annotate(high=Max("result__top1"), low=Min("result__top1"), p50=Min("result__p50_ms_at_1"))
     )
@@ -145,4 +146,5 @@ def _best_published(names: list[str]) -> dict[str, tuple[float | None, float | N
     return {
         row["model_name"]: (row["low" if row["task"] in LOWER_IS_BETTER else "high"], row["p50"])
         for row in rows
+        if row["task"] == tasks[row["model_name"]]
     }

@@ -119,6 +119,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             "task_name": display.task_name(chosen.task),
             "evaluations": _evaluations_of(request, chosen.name),
             "published": _published_of(chosen.name, chosen.task),
+            "metric_heading": display.accuracy_headings(chosen.task)[0],
         },
     )
 

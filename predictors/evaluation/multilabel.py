@@ -11,7 +11,8 @@ Metrics by scikit-learn (`multilabel_metrics`): `map`, the mean over the classes
 the split of each class's average precision (`average_precision_score`, the area under its
 precision-recall curve: no threshold); `map_micro`, over every (input, class) pair at once;
 and, with a class predicted where its probability reaches the output's `threshold` (default
-0.5): micro and macro F1, micro precision and recall, `exact_match` (the share of inputs whose
+0.5): micro F1, macro F1 (over the classes that occur in the split or the predictions),
+micro precision and recall, `exact_match` (the share of inputs whose
 predicted set is exactly their set: `accuracy_score`) and `hamming_loss`. `top1` is `map` and
 `top5` is the micro F1 (the result's two accuracy columns, labelled by task where they are
 shown).
@@ -74,6 +75,16 @@ def multilabel_metrics(
         else 0.0
     )
     f1_micro = float(metrics.f1_score(truth, predicted, average="micro", zero_division=0))
+    # Macro F1 over the classes that occur in the split or in the predictions: a class absent
+    # from both has no F1 to average (and would count as 0).
+    occurring = np.flatnonzero(present | (predicted.sum(axis=0) > 0))
+    f1_macro = (
+        float(
+            metrics.f1_score(truth, predicted, average="macro", labels=occurring, zero_division=0)
+        )
+        if occurring.size
+        else None
+    )
     return {
         "top1": mean_ap,
         "top5": f1_micro,
@@ -81,7 +92,7 @@ def multilabel_metrics(
         "map": mean_ap,
         "map_micro": micro_ap,
         "f1_micro": f1_micro,
-        "f1_macro": float(metrics.f1_score(truth, predicted, average="macro", zero_division=0)),
+        "f1_macro": f1_macro,
         "precision_micro": float(
             metrics.precision_score(truth, predicted, average="micro", zero_division=0)
         ),

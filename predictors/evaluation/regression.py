@@ -8,8 +8,8 @@ target `values`).
 
 Metrics by scikit-learn (`regression_metrics`): `mae` (mean absolute error), `rmse` (root mean
 squared error), `r2` (the coefficient of determination; None for fewer than two inputs, where
-it is not defined) and `max_error`, averaged uniformly over the k values, and each value's own
-(`per_value`). `top1` is the MAE and `top5` the RMSE (the result's two accuracy columns,
+it is not defined), averaged uniformly over the k values, `max_error` (the largest absolute
+error of any value), and each value's own (`per_value`). `top1` is the MAE and `top5` the RMSE (the result's two accuracy columns,
 labelled by task where they are shown): for regression, lower is better.
 """
 

@@ -26,37 +26,29 @@ if TYPE_CHECKING:
 def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     """How far two evaluations of the same inputs agree: the share of inputs with the same
     top-1 class (None for a regression's values and a latency-only run's outputs, which have
-    no best class), and the largest absolute difference between their raw outputs."""
+    no best class), and the largest absolute difference between their raw outputs (None where
+    a latency-only run kept no output)."""
     names = [e.result["framework"]["name"] for e in (a, b)]
     if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
         raise EvaluationError(
             f"{names[0]} and {names[1]} did not evaluate the same inputs "
             f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
         )
-    if a.result.get("output_type") == "detections":
+    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
+    output_type = a.result.get("output_type")
+    same: np.ndarray | None = None
+    if output_type == "detections":
         # Each image's best detection (x, y, w, h, score, class): the same class.
         same = a.outputs[:, 5] == b.outputs[:, 5]
-    else:
+    elif output_type not in ("values", "tensor"):
         same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
-    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
-    if a.result.get("output_type") in ("values", "tensor"):
-        # A regression's values, a latency-only run's first output (None where too large to
-        # keep): no best class to agree on.
-        return {
-            "frameworks": names,
-            "count": int(len(a.outputs)),
-            "top1_agreement": None,
-            "top1_disagreements": None,
-            "max_abs_diff": float(difference.max()) if difference.size else None,
-            "output_type": a.result["output_type"],
-        }
     return {
         "frameworks": names,
-        "count": int(same.size),
-        "top1_agreement": float(same.mean()),
-        "top1_disagreements": int(same.size - same.sum()),
-        "max_abs_diff": float(difference.max()),
-        "output_type": a.result["output_type"],
+        "count": int(len(a.outputs)),
+        "top1_agreement": None if same is None else float(same.mean()),
+        "top1_disagreements": None if same is None else int(same.size - same.sum()),
+        "max_abs_diff": float(difference.max()) if difference.size else None,
+        "output_type": output_type,
     }
 
 

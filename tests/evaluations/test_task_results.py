@@ -185,3 +185,35 @@ def test_a_model_without_labels_is_launched_for_latency_only(bob_client, hosts) 
     launched_id(launch(bob_client, model="embedder", latency_only=True))
     refused = launch(bob_client, model="embedder", latency_only="maybe")
     assert refused.status_code == 400 and error_of(refused)["path"] == "latency_only"
+
+
+def test_two_regressions_compare_by_their_values_and_need_both_errors(
+    bob_client, agent, hosts
+) -> None:
+    _regression(bob_client)
+    ids = []
+    for host, values in ((hosts["cpu-1"], [150.0, 80.0]), (hosts["cpu-2"], [10.0, 300.0])):
+        evaluation_id = launched_id(
+            launch(bob_client, model="fit", dataset="levels", batch_sizes=[1])
+        )
+        claimed = claim(agent, evaluation_id, host).json()
+        body = result_body(claimed["claim"])
+        body["accuracy"] = {"top1": 40.0, "top5": None, "count": 2}
+        refused = post_result(agent, evaluation_id, body)  # a regression gives both errors
+        assert refused.status_code == 400
+        assert error_of(refused)["path"] == "accuracy.top5"
+        body["accuracy"]["top5"] = 45.0
+        body["predictions"] = {
+            "top_k": 1,
+            "labels": [-1, -1],
+            "classes": [[0], [0]],
+            "probabilities": [[values[0]], [values[1]]],
+        }
+        assert post_result(agent, evaluation_id, body).status_code == 201
+        ids.append(evaluation_id)
+    compared = bob_client.get("/api/v1/compare/", {"evaluations": ",".join(ids)}).json()
+    other = compared["accuracy"]["rows"][1]
+    # The values as stored, not as a distribution: |80 - 300| = 220.
+    assert other["max_abs_difference"] == 220.0
+    assert other["agreement"] is None and other["kl_mean"] is None
+    assert compared["accuracy"]["distributions"].startswith("none: a regression's values")

@@ -123,6 +123,19 @@ def test_a_feature_extractor_is_timed_in_both_frameworks_and_its_outputs_compare
     assert agreement["top1_agreement"] is None and agreement["max_abs_diff"] < 1e-4
 
 
+def test_an_output_too_large_to_keep_is_timed_and_not_compared(
+    run_evaluation: RunEvaluation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from predictors.evaluation import latency
+
+    monkeypatch.setattr(latency, "KEPT_VALUES", 8)  # the embedding (16 values) is too large
+    onnx = run_evaluation(model=_extractor("onnxruntime"), batch_sizes=[16], limit=32)
+    torchscript = run_evaluation(model=_extractor("pytorch"), batch_sizes=[16], limit=32)
+    assert onnx.outputs.shape == (32, 0)
+    agreement = compare(onnx, torchscript)
+    assert agreement["max_abs_diff"] is None and agreement["count"] == 32
+
+
 def test_every_output_is_computed_in_each_timed_call(run_evaluation: RunEvaluation) -> None:
     import onnxruntime as ort
 

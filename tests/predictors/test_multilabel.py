@@ -19,7 +19,7 @@ from sklearn import metrics
 from predictors import manifests
 from predictors.catalog import Catalog
 from predictors.data import DatasetError, DatasetReader, split_problems
-from predictors.evaluation.multilabel import sigmoid_probabilities
+from predictors.evaluation.multilabel import multilabel_metrics, sigmoid_probabilities
 from predictors.evaluation.summaries import compare
 from predictors.protocol import unsupported
 from tests.predictors.conftest import RunEvaluation
@@ -104,6 +104,18 @@ def test_a_higher_threshold_predicts_fewer_classes(run_evaluation: RunEvaluation
     assert tight.result["accuracy"]["recall_micro"] < loose.result["accuracy"]["recall_micro"]
 
 
+def test_macro_f1_averages_the_classes_that_occur_only() -> None:
+    # A perfect model on a split where the third class never occurs (nor is predicted).
+    truth = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0]], np.uint8)
+    scores = truth.astype(np.float64) * 0.9 + 0.05
+    found = multilabel_metrics(scores, truth, ["a", "b", "c"], 0.5)
+    assert found["f1_macro"] == 1.0 and found["map"] == 1.0 and found["exact_match"] == 1.0
+    assert found["average_precision"]["c"] is None and found["classes_scored"] == 2
+    # A class predicted where it never occurs counts, as a miss.
+    scores[0, 2] = 0.9
+    assert multilabel_metrics(scores, truth, ["a", "b", "c"], 0.5)["f1_macro"] < 1.0
+
+
 def test_sigmoid_reads_logits_without_overflow_and_keeps_probabilities() -> None:
     logits = np.array([[-1000.0, 0.0, 1000.0]], np.float32)
     assert sigmoid_probabilities(logits, "logits").tolist() == [[0.0, 0.5, 1.0]]
@@ -135,6 +147,7 @@ def test_a_multi_label_split_is_read_as_rows_of_classes(tmp_path: Path) -> None:
         (pa.array([1, 2], pa.int64()), "not a list of class indices"),
         (pa.array([["a"], ["b"]], pa.list_(pa.string())), "not a list of class indices"),
         (pa.array([[0], None], pa.list_(pa.int64())), "include a null image or label"),
+        (pa.array([[0], [1, None]], pa.list_(pa.int64())), "row 1 has a null class in its label"),
     ],
 )
 def test_a_multi_label_split_is_checked_row_by_row(

@@ -49,9 +49,13 @@
     const top1 = row.querySelector('[data-field="top1"]');
     if (top1 && evaluation.accuracy) {
       const value = evaluation.accuracy.top1;
-      // A regression's first metric is its mean absolute error, in the target's units.
-      top1.textContent = evaluation.task === "regression" && typeof value === "number"
-        ? Number(value.toPrecision(4)).toString() : percent(value);
+      if (value === null && evaluation.status === "succeeded") {
+        top1.textContent = "latency only";  // timed, not scored
+      } else {
+        // A regression's first metric is its mean absolute error, in the target's units.
+        top1.textContent = evaluation.task === "regression" && typeof value === "number"
+          ? Number(value.toPrecision(4)).toString() : percent(value);
+      }
     }
     const box = row.querySelector('input[name="evaluations"]');
     if (box && evaluation.status === "succeeded") {
