@@ -9,7 +9,7 @@ PORT ?= 8000
 PG_URL ?= postgres://postgres@127.0.0.1:5432/mlmodelscope
 REDIS_URL ?= redis://127.0.0.1:6379
 
-.PHONY: run test test-sqlite test-postgres lint venv chromium espeak zoo migrate clean help \
+.PHONY: run test test-sqlite test-postgres test-zoo lint venv chromium espeak zoo migrate clean help \
 	engine images compose-up compose-down constraints
 
 help:
@@ -108,12 +108,12 @@ lint: venv
 PYTEST_FLAGS ?= --durations=25
 
 test-sqlite: venv
-	@echo "=== test suite on SQLite (embedded default) ==="
+	@echo "=== test suite on SQLite (embedded default), $$(date +%T) ==="
 	env -u DATABASE_URL -u CELERY_BROKER_URL -u CHANNEL_LAYER_URL $(BIN)/python -m pytest $(PYTEST_FLAGS)
 
 test-postgres: venv
 	@if $(BIN)/python -m tests.services postgres redis; then \
-	  echo "=== test suite on PostgreSQL + Redis ==="; \
+	  echo "=== test suite on PostgreSQL + Redis, $$(date +%T) ==="; \
 	  DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL)/0 CHANNEL_LAYER_URL=$(REDIS_URL)/1 \
 	    $(BIN)/python -m pytest $(PYTEST_FLAGS); \
 	elif [ "$$CI" = "true" ]; then \
@@ -129,7 +129,19 @@ test-images: venv
 	elif [ "$$CI" = "true" ]; then echo "CI: a Docker engine is required" >&2; exit 1; \
 	else echo "=== no Docker engine: the docker tests will be skipped ==="; fi
 
-test: chromium espeak lint test-images test-sqlite test-postgres
+# The zoo entries the suite evaluates, built where the tests look for them (tests/artifacts,
+# `tests/predictors/zoo_store.py`) while the images build and the linters run.
+TEST_ZOO := digits-cnn shapes-color resnet-18 text-direction toggle-gru silero-vad \
+	shapes-detector shapes-segmenter shapes-tagger diabetes-mlp
+
+test-zoo: venv espeak
+	$(BIN)/python -m predictors.zoo build --store tests/artifacts --only $(TEST_ZOO) > /dev/null
+
+test: chromium espeak
+	@echo "=== make test, $$(date +%T): linters, images and the test zoo, side by side ==="
+	$(MAKE) -j3 --output-sync=target lint test-images test-zoo
+	$(MAKE) test-sqlite
+	$(MAKE) test-postgres
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache .mypy_cache .ruff_cache
