@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import datasets_cli, history_cli, introspection
+from predictors import datasets_cli, history_cli, introspection, study
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
@@ -206,6 +206,7 @@ def _parser() -> _Parser:
     )
     history_cli.add_commands(commands)
     datasets_cli.add_commands(commands)
+    study.add_commands(commands)
     commands.add_parser(
         "agent",
         help="serve evaluations for a hub on this host (see `mlms agent --help`)",
@@ -545,6 +546,10 @@ def format_table(report: dict[str, Any]) -> str:
         shown = ", ".join(f"{k} {v}" for k, v in settings.items())
         out.append(f"{result['framework']['name']}: {shown}")
         out += [f"note: {note}" for note in result["notes"]]
+        out += [
+            f"warning ({warning['code']}): {warning['message']}"
+            for warning in result.get("hygiene") or []
+        ]
     return "\n".join(out)
 
 
@@ -690,6 +695,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "datasets":
             print(datasets_cli.run(args))
+            return 0
+        if args.command == "study":
+            print(study.run(args))
             return 0
         report = run_remote(args) if args.hub else run_evaluate(args)
     except (UsageError, history_cli.HistoryUsageError) as exc:

@@ -14,6 +14,7 @@ import numpy as np
 from predictors.custom_code import CustomCode, custom_outputs
 from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
+from predictors.evaluation.hygiene import batch_size_warnings
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanSink
 from predictors.evaluation.summaries import (
@@ -122,6 +123,8 @@ class FixedBatches:
         self.cancelled = cancelled
         self.done = 0
         self.checked = False
+        # The first batch timed, kept for the untraced calibration of the tracing overhead.
+        self.sample: np.ndarray | None = None
         self.first: _FirstPass | None = None
         self.spans: list[Span] = []
         # At trace level framework: the batch span id of every predict call, in call order (0
@@ -189,6 +192,7 @@ class FixedBatches:
         postprocess_ns = 0
         reused: list[_Staged] | None = None
         warm = options.warmup
+        self.first_call_ns: int | None = None
         for repetition in range(options.repeat):
             stages: Iterator[_Staged] | list[_Staged]
             if reused is not None:
@@ -205,6 +209,7 @@ class FixedBatches:
                     reused = [stage] if staged == 1 else None
                 if not self.checked:
                     self._check_input(stage.batches[0])
+                    self.sample = stage.batches[0]
                 with self.predictor.inference_context():
                     if warm:
                         warm_start = time.perf_counter_ns()
@@ -246,6 +251,13 @@ class FixedBatches:
             # Full batches only; a split smaller than one batch has none, and is timed as is.
             "latency": latency_summary(full or durations),
             "latency_batches": "full" if full else "partial",
+            "hygiene": batch_size_warnings(batch_size, full or durations),
+            # The first call at this batch size, cold (the warm-up's first, or with no warm-up
+            # the first timed one), apart from the warm latency above.
+            "first_call_ms": (
+                self.first_call_ns if self.first_call_ns is not None else durations[0]
+            )
+            / 1e6,
             "throughput_ips": inputs / (wall_ns / 1e9),
             "timed_inputs": inputs,
             "timed_wall_ms": wall_ns / 1e6,
@@ -393,13 +405,17 @@ class FixedBatches:
             )
 
     def _warm_up(self, batches: list[np.ndarray], count: int) -> None:
+        """`count` untimed calls; the first is timed apart (the cold call, `first_call_ns`)."""
         for index in range(count):
             self._stop_if_cancelled()
+            start = time.perf_counter_ns()
             self._predict(batches[index % len(batches)])
             if self.layers:
                 self.calls.append(0)
             if self.options.device != "cpu":
                 self.predictor.synchronize()
+            if index == 0:
+                self.first_call_ns = time.perf_counter_ns() - start
             self.done += 1
             if self.progress is not None:
                 self.progress(self.done, self.total)

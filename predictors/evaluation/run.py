@@ -32,6 +32,7 @@ from predictors.evaluation.fixed_batches import (
     Progress,
     _ModelSpec,
 )
+from predictors.evaluation.hygiene import Watch, overhead_warnings, tracing_overhead
 from predictors.evaluation.latency import LatencyOnly
 from predictors.evaluation.multilabel import MultiLabel
 from predictors.evaluation.options import EvaluationOptions
@@ -43,6 +44,7 @@ from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
 from predictors.manifests import Manifest, apply_overrides
 from predictors.predictor import (
+    Predictor,
     PredictorError,
     PredictorOptions,
     predictor_class,
@@ -171,6 +173,8 @@ def evaluate(
     if readers[0].count == 0:
         raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
 
+    # The machine's state from here to the end of the run (`hygiene`).
+    watch = Watch.start()
     random.seed(options.seed)
     np.random.seed(options.seed)
     graph_file = fetch(spec.graph_path, spec.graph_sha256)
@@ -223,6 +227,7 @@ def evaluate(
             )
             sampler.start()
         per_batch_size = []
+        watch.timing()
         streams_layers = loop.layers and predictor.layers_as_they_come()
         for reader in readers:
             per_batch_size.append(loop.run(reader, preprocessor))
@@ -256,6 +261,16 @@ def evaluate(
 
     first = loop.first
     assert first is not None
+    overhead = tracing_overhead(
+        loop,
+        per_batch_size[0],
+        lambda: _untraced(model, predictor_type, options, graph_file, weights_file),
+    )
+    hygiene = (
+        watch.finish(options.threads)
+        + [warning for entry in per_batch_size for warning in entry["hygiene"]]
+        + overhead_warnings(overhead)
+    )
     result = {
         "model": {
             "name": model.name,
@@ -293,6 +308,8 @@ def evaluate(
             "latency_only": timing,
         },
         "load_ms": load_ns / 1e6,
+        # What makes these numbers less defensible, as labelled warnings (`hygiene`).
+        "hygiene": hygiene,
         "accuracy": per_batch_size[0]["accuracy"],
         **(
             {"accuracy_state_reset": per_batch_size[0]["accuracy_state_reset"]}
@@ -302,6 +319,8 @@ def evaluate(
         "batch_sizes": per_batch_size,
         "trace": {
             "level": options.trace_level,
+            # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).
+            "overhead": overhead,
             "spans": loop.written,
             "levels": dict(loop.level_counts),
             **({"layer_spans": loop.layer_spans} if loop.layers else {}),
@@ -357,6 +376,31 @@ def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
         )
     entry: dict[str, Any] = splits[split]
     return entry
+
+
+def _untraced(
+    model: Manifest,
+    predictor_type: type[Predictor],
+    options: EvaluationOptions,
+    graph_file: Path,
+    weights_file: Path | None,
+) -> Predictor:
+    """The model loaded again as the run loaded it, but tracing nothing (the calibration of
+    the tracing overhead)."""
+    untraced = predictor_type()
+    untraced.load(
+        model,
+        PredictorOptions(
+            graph_file=graph_file,
+            weights_file=weights_file,
+            device=options.device,
+            threads=options.threads,
+            seed=options.seed,
+            trace_level="none",
+            graph_optimization=options.graph_optimization,
+        ),
+    )
+    return untraced
 
 
 def _model_spec(model: Manifest, latency_only: bool = False) -> _ModelSpec:

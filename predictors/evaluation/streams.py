@@ -49,6 +49,7 @@ from predictors.custom_code import custom_outputs
 from predictors.data import StreamReader, lockstep_calls
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.fixed_batches import FixedBatches, _FirstPass
+from predictors.evaluation.hygiene import batch_size_warnings
 from predictors.evaluation.summaries import latency_summary, probabilities, sequence_metrics
 from predictors.manifests import Manifest
 from predictors.predictor import PredictorError
@@ -242,6 +243,7 @@ class Streams(FixedBatches):
             "accuracy": metrics,
             "latency": latency_summary(full or durations),
             "latency_batches": "full" if full else "partial",
+            "hygiene": batch_size_warnings(width, full or durations),
             "throughput_ips": inputs / (wall_ns / 1e9),
             "timed_inputs": inputs,
             "timed_wall_ms": wall_ns / 1e6,

@@ -178,7 +178,7 @@ def test_a_regression_and_a_latency_only_run_go_through_the_hub(hub: LiveHub) ->
     import pyarrow.parquet as pq
 
     regression = hub.launch(model="diabetes-mlp", dataset="diabetes", batch_sizes=[1, 32])
-    timed = hub.launch(batch_sizes=[1], limit=64, latency_only=True)
+    timed = hub.launch(batch_sizes=[1], limit=64, latency_only=True, threads=64)
     body = hub.finished(regression)
     assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
     accuracy = body["result"]["details"]["accuracy"]
@@ -199,6 +199,9 @@ def test_a_regression_and_a_latency_only_run_go_through_the_hub(hub: LiveHub) ->
     assert result["accuracy"] == {"top1": None, "top5": None, "count": 64}
     assert result["latency"]["1"]["count"] == 64 and result["throughput"]["1"] > 0
     assert body["history"][-1]["reason"].startswith("latency only (not scored): 64 inputs timed")
+    # 64 threads on this machine's few cores: the result says so (measurement hygiene).
+    (crowded,) = [w for w in result["details"]["hygiene"] if w["code"] == "threads_over_cores"]
+    assert crowded["threads"] == 64 and crowded["cores"] < 64
 
 
 def test_a_coco_dataset_sent_to_the_hub_scores_as_the_zoos_split(

@@ -319,3 +319,56 @@ def test_a_latency_only_result_says_it_was_not_scored(  # type: ignore[no-untype
     expect(accuracy).not_to_contain_text("Top-1")
     # Its latency is all there is, and it is there.
     expect(page.locator("#latency tbody tr")).to_have_count(1)
+
+
+def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, agent, hosts, make_client, broker
+) -> None:
+    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
+    broker.drain("onnxruntime.cpu")
+    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+    body = result_body(claimed.json()["claim"], (1,))
+    body["details"] = {
+        "device": "cpu",
+        "model": {"task": "image_classification"},
+        "batch_sizes": [{"batch_size": 1, "first_call_ms": 12.5}],
+        "trace": {
+            "level": "model",
+            "overhead": {
+                "measured": True,
+                "level": "model",
+                "batch_size": 1,
+                "calls": 32,
+                "traced_p50_ms": 1.4,
+                "untraced_p50_ms": 1.25,
+                "overhead": 0.12,
+            },
+        },
+        "hygiene": [
+            {
+                "code": "threads_over_cores",
+                "message": "16 threads on 2 usable cores: the threads take turns",
+                "threads": 16,
+                "cores": 2,
+            },
+            {
+                "code": "others_busy",
+                "message": "other processes used 74% of the machine's CPU time during the run",
+                "share": 0.74,
+            },
+        ],
+    }
+    assert post_result(agent, evaluation_id, body).status_code == 201
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    warnings = page.locator("#hygiene li")
+    expect(warnings).to_have_count(2)
+    expect(warnings.first).to_contain_text("threads over cores: 16 threads on 2 usable cores")
+    expect(page.locator('#hygiene li[data-code="others_busy"]')).to_contain_text("74%")
+    # The cold first call, apart from the warm latency.
+    expect(page.locator('#latency tr[data-batch-size="1"]')).to_contain_text("12.5")
+    expect(page.locator("#tracing-overhead")).to_have_text(
+        "Tracing overhead at level model: +12.0 % (p50 1.400 ms traced, 1.250 ms untraced, "
+        "batch size 1, 32 calls)"
+    )

@@ -192,7 +192,8 @@ def evaluation_defaults() -> dict[str, Any]:
 def test_warmup_repeats_and_batches_are_counted_per_batch_size(
     fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    evaluation = run_evaluation(batch_sizes=(1, 4), warmup=2, repeat=3)
+    # Untraced: no calibration of the tracing overhead loads the model again.
+    evaluation = run_evaluation(batch_sizes=(1, 4), warmup=2, repeat=3, trace_level="none")
 
     # batch size 1: 2 warm-ups, then 3 passes of 10; batch size 4: 2 warm-ups on the first
     # staged batches, then 3 passes of 4 + 4 + 2.
@@ -377,10 +378,10 @@ def test_cancellation_stops_the_loop_and_closes_the_model(
 def test_staging_in_small_stages_gives_the_same_result(
     fake: type[FakePredictor], run_evaluation: RunEvaluation
 ) -> None:
-    whole = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2)
+    whole = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2, trace_level="none")
     calls = list(fake.calls)
     fake.calls.clear()
-    staged = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2, stage_bytes=1)
+    staged = run_evaluation(batch_sizes=(4,), warmup=1, repeat=2, stage_bytes=1, trace_level="none")
     assert fake.calls == calls == [4] + [4, 4, 2] * 2
     np.testing.assert_array_equal(staged.outputs, whole.outputs)
     assert staged.result["batch_sizes"][0]["latency"]["count"] == 4

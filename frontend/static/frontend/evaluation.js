@@ -159,6 +159,31 @@
       accuracy.append(box);
     });
 
+    // Measurement hygiene: the run's labelled warnings (more threads than cores, a loaded
+    // machine, a wide spread, too few samples for a p99, a warm-up that had not converged).
+    var hygiene = $("hygiene");
+    var warnings = (details.hygiene || []).filter(function (w) { return w && w.message; });
+    // The tracing overhead of this run: its traced calls against the same calls untraced.
+    var overhead = (details.trace || {}).overhead;
+    var overheadText = "";
+    if (overhead && overhead.measured && typeof overhead.overhead === "number") {
+      overheadText = "Tracing overhead at level " + overhead.level + ": " +
+        (overhead.overhead >= 0 ? "+" : "") + (overhead.overhead * 100).toFixed(1) + " % (p50 " +
+        ms(overhead.traced_p50_ms) + " ms traced, " + ms(overhead.untraced_p50_ms) +
+        " ms untraced, batch size " + overhead.batch_size + ", " + overhead.calls + " calls)";
+    } else if (overhead && overhead.reason) {
+      overheadText = "Tracing overhead: not measured (" + overhead.reason + ")";
+    }
+    $("tracing-overhead").textContent = overheadText;
+    hygiene.hidden = warnings.length === 0 && !overheadText;
+    hygiene.querySelector("ul").replaceChildren.apply(hygiene.querySelector("ul"),
+      warnings.map(function (w) {
+        var item = el("li", null, "notice warn");
+        item.dataset.code = w.code;
+        item.append(el("strong", w.code.replace(/_/g, " ") + ": "), document.createTextNode(w.message));
+        return item;
+      }));
+
     var sizes = Object.keys(result.latency || {}).sort(function (a, b) { return a - b; });
     var rows = sizes.map(function (size) {
       var l = result.latency[size];
@@ -169,6 +194,9 @@
         row.append(el("td", ms(l[key]), "num"));
       });
       row.append(el("td", l.count, "num"));
+      // The first call at the batch size, cold, apart from the warm latency.
+      var entry = (details.batch_sizes || []).filter(function (b) { return String(b.batch_size) === size; })[0];
+      row.append(el("td", entry && typeof entry.first_call_ms === "number" ? ms(entry.first_call_ms) : "—", "num"));
       var throughput = result.throughput ? result.throughput[size] : null;
       row.append(el("td", typeof throughput === "number" ? throughput.toFixed(1) : "—", "num"));
       return row;

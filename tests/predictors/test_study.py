@@ -1,0 +1,82 @@
+"""Repeat studies (`predictors.study`, `mlms study`): runs in fresh processes, each metric's
+mean, standard deviation and 95 % confidence interval, and the bitwise-determinism verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from predictors.catalog import Catalog
+from predictors.cli import main
+from predictors.evaluation import EvaluationOptions
+from predictors.study import run_study, summarize
+from tests.predictors.zoo_store import zoo_store
+
+pytestmark = pytest.mark.database_free
+
+
+@pytest.fixture(scope="module")
+def store() -> Path:
+    return zoo_store(("digits-cnn",))
+
+
+@pytest.mark.frameworks
+def test_a_study_runs_each_run_in_a_fresh_process_and_reports_its_statistics(
+    store: Path,
+) -> None:
+    catalog = Catalog()
+    model = catalog.find_model("digits-cnn", "*", "onnxruntime")
+    dataset = catalog.find_dataset("digits")
+    options = EvaluationOptions(batch_sizes=(1, 8), limit=48, warmup=1)
+    report = run_study(model, dataset, options, store, runs=3, threads=[1, 2], seeds=[0])
+    assert [(g["threads"], g["seed"]) for g in report["groups"]] == [(1, 0), (2, 0)]
+    for group in report["groups"]:
+        assert group["runs"] == 3 and group["processes"] == 3  # a fresh process per run
+        for values in group["metrics"].values():
+            runs = np.array(values["values"])
+            assert runs.size == 3
+            assert values["mean"] == pytest.approx(runs.mean())
+            assert values["std"] == pytest.approx(runs.std(ddof=1))
+            half = stats.t.ppf(0.975, 2) * runs.std(ddof=1) / np.sqrt(3)
+            assert values["ci95"] == pytest.approx(half)
+        assert set(group["metrics"]) >= {"top1", "p50_ms@1", "p50_ms@8", "throughput_ips@8"}
+        # ONNX Runtime on the CPU at a fixed thread count: the same bits every run.
+        assert group["bitwise_identical"] and len(group["output_hashes"]) == 1
+        assert group["flipped_inputs"] == 0
+        assert group["metrics"]["top1"]["std"] == 0.0
+
+
+def test_runs_whose_outputs_differ_name_the_inputs_that_flip() -> None:
+    def run(sha: str, classes: list[int], p50: float) -> dict:
+        return {
+            "pid": len(sha),
+            "metrics": {"top1": 0.5, "p50_ms@1": p50},
+            "outputs_sha256": sha,
+            "top1_classes": np.array(classes),
+            "hygiene": ["spread"] if p50 > 1.1 else [],
+        }
+
+    group = summarize(
+        [run("a", [0, 1, 2], 1.0), run("b", [0, 2, 2], 1.2), run("a", [0, 1, 2], 1.1)]
+    )
+    assert not group["bitwise_identical"] and group["output_hashes"] == ["a", "b"]
+    assert group["flipped_inputs"] == 1 and group["flipped_first"] == [1]
+    assert group["metrics"]["p50_ms@1"]["mean"] == pytest.approx(1.1)
+    assert group["hygiene"] == ["spread"]
+
+
+def test_the_command_prints_each_groups_verdict_and_statistics(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["study", "digits-cnn", "--framework", "onnxruntime", "--dataset", "digits"]
+    common = ["--store", str(store), "--runs", "2", "--threads", "1", "--limit", "32"]
+    assert main([*argv, *common, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs per group, each in a fresh process" in out
+    assert "threads 1, seed 0: outputs bitwise identical in all 2 runs" in out
+    assert "95% CI" in out and "p50_ms@1" in out
+    assert main([*argv, *common, "--framework", "onnxruntime,pytorch"]) == 2
+    assert "a study runs one framework" in capsys.readouterr().err
