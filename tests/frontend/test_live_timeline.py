@@ -30,6 +30,16 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
         yield running
 
 
+SLOW_WINDOW_READS = """
+(() => {
+  const fetch = window.fetch.bind(window);
+  window.fetch = (url, options) => String(url).includes("/timeline?")
+    ? new Promise((done) => setTimeout(done, 1500)).then(() => fetch(url, options))
+    : fetch(url, options);
+})();
+"""
+
+
 def _open_timeline(page: Any, evaluation_id: str) -> None:
     sign_in_to_hub(page)
     page.goto(f"/evaluations/{evaluation_id}/timeline/")
@@ -49,6 +59,9 @@ def test_spans_are_drawn_while_the_evaluation_runs_and_kept_when_it_is_cancelled
     # Far more passes than the test waits for: it is cancelled once the spans were seen.
     evaluation_id = hub.launch(batch_sizes=[4], repeat=10000, trace_level="model")
     hub.wait(lambda: hub.evaluation(evaluation_id)["status"] == "running", "the run to start", 90)
+    # Every read of the window answers 1.5 s late, as on a loaded hub whose trace holds many
+    # chunks: spans keep arriving meanwhile, and must not abort the read that would draw them.
+    hub_page.add_init_script(SLOW_WINDOW_READS)
     sign_in_to_hub(hub_page)
     hub_page.goto(f"/evaluations/{evaluation_id}/timeline/")
     canvas = hub_page.locator("#timeline")

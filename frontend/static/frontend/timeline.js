@@ -55,6 +55,10 @@
   var requests = 0;
   var fetchTimer = null;
   var inFlight = null;
+  // A read of the window still in flight is not aborted by arriving spans (under load every
+  // read would be aborted by the next arrival, and the window never redrawn): the arrivals
+  // during a read ask for one more read once it has answered (`reload`).
+  var readAgain = false;
 
   function hash(text) {
     var h = 2166136261;
@@ -159,6 +163,7 @@
       })
       .then(function (body) {
         if (inFlight === controller) inFlight = null;
+        if (readAgain && !inFlight) { readAgain = false; reload(); }
         var first = trace.start === null;
         var whole = isWhole();
         if (body.trace_start !== null && body.trace_end !== null) {
@@ -192,6 +197,7 @@
       })
       .catch(function (error) {
         if (error && error.name === "AbortError") return;
+        if (inFlight === controller) inFlight = null;
         statusText.textContent = "Could not read the spans: " + error.message;
       });
   }
@@ -1023,9 +1029,17 @@
   var layersTimer = null, layersAt = 0;
 
   function reload() {
+    if (inFlight) { readAgain = true; return reloadLayers(); }
     if (refreshTimer === null) {
-      refreshTimer = setTimeout(function () { refreshTimer = null; fetchWindow(); }, 100);
+      refreshTimer = setTimeout(function () {
+        refreshTimer = null;
+        fetchWindow();
+      }, 100);
     }
+    reloadLayers();
+  }
+
+  function reloadLayers() {
     if (layersTimer === null) {
       var wait = finished ? 250 : Math.max(250, layersAt + 2000 - Date.now());
       layersTimer = setTimeout(function () {
