@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import datasets_cli, history_cli, introspection, study
+from predictors import datasets_cli, flops_cli, history_cli, introspection, study
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
@@ -207,6 +207,7 @@ def _parser() -> _Parser:
     history_cli.add_commands(commands)
     datasets_cli.add_commands(commands)
     study.add_commands(commands)
+    flops_cli.add_commands(commands)
     commands.add_parser(
         "agent",
         help="serve evaluations for a hub on this host (see `mlms agent --help`)",
@@ -698,6 +699,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "study":
             print(study.run(args))
+            return 0
+        if args.command == "flops":
+            print(flops_cli.run(args))
             return 0
         report = run_remote(args) if args.hub else run_evaluate(args)
     except (UsageError, history_cli.HistoryUsageError) as exc:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors import versioning
+from predictors import flops, versioning
 from predictors.counters import CounterSampler
 from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
 from predictors.data import (
@@ -266,6 +266,10 @@ def evaluate(
         per_batch_size[0],
         lambda: _untraced(model, predictor_type, options, graph_file, weights_file),
     )
+    # Parameters and multiply-adds per layer at the shape fed, and the FLOP/s achieved.
+    theoretical = flops.theoretical(
+        model.framework, graph_file, spec.input["name"], loop.sample, per_batch_size
+    )
     hygiene = (
         watch.finish(options.threads)
         + [warning for entry in per_batch_size for warning in entry["hygiene"]]
@@ -317,6 +321,7 @@ def evaluate(
             else {}
         ),
         "batch_sizes": per_batch_size,
+        "theoretical": theoretical,
         "trace": {
             "level": options.trace_level,
             # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).
