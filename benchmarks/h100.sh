@@ -7,7 +7,8 @@
 #   STORE=.gpu_store WHEELS=.whl OUT=/tmp/gpu bash benchmarks/h100.sh [part]
 #
 # part: all (default), check (tests, latency, agreement, trace), overhead (overhead ratios),
-# trace (the ResNet-50 trace and the overhead of levels system_library and hardware).
+# trace (the ResNet-50 trace and the overhead of levels system_library and hardware),
+# roofline (the GPU tests, then ResNet-18/50 and their layers on the GPU's measured roofline).
 set -euo pipefail
 STORE=${STORE:-var/artifacts}
 OUT=${OUT:-var/gpu}
@@ -20,8 +21,8 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 export PYTHONUNBUFFERED=1 ARTIFACT_ROOT=$PWD/$STORE
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-python3 -m predictors.zoo build --store "$STORE" --only datasets/shapes-color resnet-18 resnet-50 \
-  --jobs 3 > "$OUT/zoo.json"
+python3 -m predictors.zoo build --store "$STORE" --only datasets/shapes-color datasets/digits \
+  resnet-18 resnet-50 --jobs 3 > "$OUT/zoo.json"
 
 if [ "$PART" = all ] || [ "$PART" = check ]; then
   echo "=== GPU tests"
@@ -49,4 +50,20 @@ if [ "$PART" = all ] || [ "$PART" = overhead ]; then
     --models digits-cnn,resnet-50 --batch-sizes 1,32 --rounds 3 --baseline none \
     --trace-level application,model,framework,ml_library,system_library,hardware \
     | tee "$OUT/overhead-levels.md"
+fi
+if [ "$PART" = roofline ]; then
+  echo "=== GPU tests (the predictor tests' own fixtures; none of the hub's)"
+  python3 -m pytest --confcutdir tests/predictors -p no:cacheprovider -m gpu -q -rs \
+    tests/predictors 2>&1 | tee "$OUT/pytest.txt" || echo "=== GPU tests FAILED (see above)"
+  echo "=== a result's theoretical performance on the GPU"
+  python3 -m predictors.cli evaluate resnet-50 --framework pytorch --dataset digits \
+    --device cuda --batch-sizes 32 --limit 64 --store "$STORE" --no-progress --format json \
+    > "$OUT/evaluate-cuda.json" && python3 -c "import json, sys
+t = json.load(open(sys.argv[1]))['results'][0]['theoretical']
+print({k: t[k] for k in ('counted', 'macs', 'params', 'achieved', 'roofline')})" \
+    "$OUT/evaluate-cuda.json"
+  echo "=== the roofline of the GPU, and ResNet-18/50 on it"
+  python3 benchmarks/roofline.py --store "$STORE" --device cuda --models resnet-18,resnet-50 \
+    --frameworks pytorch --batch-sizes 1,32,128 --layer-batch-size 32 --limit 256 \
+    --json "$OUT/roofline-cuda.json" | tee "$OUT/roofline-cuda.md"
 fi

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictors import introspection, manifests
+from predictors import introspection, manifests, roofline
 from predictors.broker import prepare_exchanges
 from predictors.containers import (
     ContainerLost,
@@ -207,8 +207,14 @@ class Agent:
             "name": self.name,
             "frameworks": frameworks,
             "devices": ["cpu"] + [f"gpu:{gpu['index']}" for gpu in stack["gpus"]],
-            "hardware": {
-                key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")
+            "hardware": {key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")}
+            # The host's roofline, measured once (`predictors.roofline`): the CPU's, and the
+            # first GPU's where one is.
+            | {
+                "roofline": {
+                    device: roofline.measure(device)
+                    for device in ["cpu"] + (["cuda"] if stack["gpus"] else [])
+                }
             },
             "software": {
                 key: stack[key] for key in ("os", "python", "numpy", "frameworks", "container")

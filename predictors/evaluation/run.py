@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors import flops, versioning
+from predictors import flops, roofline, versioning
 from predictors.counters import CounterSampler
 from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
 from predictors.data import (
@@ -269,7 +269,7 @@ def evaluate(
     # Parameters and multiply-adds per layer at the shape fed, and the FLOP/s achieved.
     theoretical = flops.theoretical(
         model.framework, graph_file, spec.input["name"], loop.sample, per_batch_size
-    )
+    ) | {"roofline": roofline.measure(options.device)}
     hygiene = (
         watch.finish(options.threads)
         + [warning for entry in per_batch_size for warning in entry["hygiene"]]

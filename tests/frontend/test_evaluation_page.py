@@ -372,3 +372,54 @@ def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untype
         "Tracing overhead at level model: +12.0 % (p50 1.400 ms traced, 1.250 ms untraced, "
         "batch size 1, 32 calls)"
     )
+
+
+def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, agent, hosts, make_client, broker
+) -> None:
+    """The counts the loop makes (digits-cnn's ONNX graph, counted for real at the shape it
+    fed) and this machine's measured roofline: the page states them, lists the layers and
+    plots the model on the roofline."""
+    import numpy as np
+
+    from predictors import flops, roofline
+    from tests.predictors.zoo_store import zoo_store
+
+    graph = zoo_store(("digits-cnn",)) / "models" / "digits-cnn" / "1.0.0" / "digits-cnn.onnx"
+    batch_sizes = [{"batch_size": 1, "latency": {"p50_ms": 0.05}}]
+    theoretical = flops.theoretical(
+        "onnxruntime", graph, "input", np.zeros((1, 1, 8, 8), np.float32), batch_sizes
+    ) | {"roofline": roofline.measure("cpu")}
+    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
+    broker.drain("onnxruntime.cpu")
+    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+    body = result_body(claimed.json()["claim"], (1,))
+    body["details"] = {
+        "device": "cpu",
+        "model": {"task": "image_classification"},
+        "batch_sizes": batch_sizes,
+        "trace": {"level": "model"},
+        "theoretical": theoretical,
+    }
+    assert post_result(agent, evaluation_id, body).status_code == 201
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    expect(page.locator("#theoretical")).to_be_visible()
+    expect(page.locator("#theoretical-summary")).to_contain_text(
+        "1.330 M multiply-adds (2.661 MFLOPs) and 151,306 parameters per input (input [1, 8, 8]"
+    )
+    expect(page.locator("#theoretical-summary")).to_contain_text(
+        f"{theoretical['achieved'][0]['gflops_per_s']:.2f} GFLOP/s at batch size 1"
+    )
+    expect(page.locator("#roofline-summary")).to_contain_text(
+        f"peak {theoretical['roofline']['peak_gflops_per_s']} GFLOP/s"
+    )
+    page.locator("#theoretical-details summary").click()
+    rows = page.locator("#theoretical-layers tbody tr")
+    expect(rows).to_have_count(4)
+    expect(rows.first).to_contain_text("/0/Conv")
+    expect(rows.first).to_contain_text("18.432 K")
+    # The model's point on the roofline (no per-layer times without a framework-level trace).
+    expect(page.locator("#roofline-plot")).to_have_attribute("data-points", "1")
+    expect(page.locator("#roofline-plot .scatterlayer .trace")).to_have_count(2)

@@ -77,6 +77,14 @@ def test_the_registration_describes_this_host_and_its_queues() -> None:
     assert "queues" not in registration
     assert registration["pool"] is False and "group" not in registration
     assert registration["software"]["frameworks"]["onnxruntime"] == onnx["version"]
+    # The host's roofline, measured once: its CPU's peak compute and memory bandwidth.
+    cpu = registration["hardware"]["roofline"]["cpu"]
+    assert cpu["measured"] is True
+    assert cpu["peak_gflops_per_s"] > 0 and cpu["bandwidth_gb_per_s"] > 0
+    assert cpu["ridge_flop_per_byte"] == pytest.approx(
+        cpu["peak_gflops_per_s"] / cpu["bandwidth_gb_per_s"], rel=1e-3
+    )
+    assert agent.registration() is registration  # measured once
 
 
 def test_queues_given_choose_the_capabilities_and_the_scope_is_asked_for() -> None:

@@ -184,3 +184,19 @@ def test_a_result_carries_its_counts_and_the_flops_it_achieved(
         assert achieved["gflops_per_s"] == pytest.approx(expected, rel=1e-3)
     assert [layer["name"] for layer in theoretical["layers"]] == ["/0/Conv", "/2/Conv",
                                                                    "/7/Gemm", "/10/Gemm"]  # fmt: skip
+
+
+def test_the_roofline_of_this_machine_and_of_a_device_it_lacks() -> None:
+    """The CPU's roofline is measured (peak and bandwidth positive, the ridge their ratio); a
+    device this machine lacks (or cannot reach) says why it was not measured."""
+    from predictors import roofline
+
+    cpu = roofline.measure("cpu")
+    assert cpu["measured"] is True and cpu["device"] == "cpu"
+    assert cpu["peak_gflops_per_s"] > 0 and cpu["bandwidth_gb_per_s"] > 0
+    assert cpu["ridge_flop_per_byte"] == pytest.approx(
+        cpu["peak_gflops_per_s"] / cpu["bandwidth_gb_per_s"], rel=1e-3
+    )
+    assert "numpy float32 matmul" in cpu["method"]
+    missing = roofline.measure("cuda:63")
+    assert missing["measured"] is False and missing["reason"]

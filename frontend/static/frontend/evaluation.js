@@ -184,6 +184,8 @@
         return item;
       }));
 
+    renderTheoretical(details);
+
     var sizes = Object.keys(result.latency || {}).sort(function (a, b) { return a - b; });
     var rows = sizes.map(function (size) {
       var l = result.latency[size];
@@ -227,6 +229,152 @@
       pair(stack, name, s.frameworks[name]);
     });
     pair(stack, "Manifest sha256", result.content_hash);
+  }
+
+  // Theoretical performance: the model's multiply-adds and parameters per layer (counted from
+  // its graph), the FLOP/s each batch size achieved, and both on the device's roofline (its
+  // peak compute and bandwidth as the run measured them). With a trace at level framework the
+  // layers' own FLOP/s come from the trace's per-layer means at the smallest batch size (on a
+  // GPU, at level system_library, from the kernels correlated to each layer).
+  var layerTimes = null, layerTimesFor = null;
+  var LAYER_LEVELS = ["framework", "system_library", "hardware"];
+
+  function si(value) {
+    var units = [["G", 1e9], ["M", 1e6], ["K", 1e3]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(value) >= units[i][1]) return (value / units[i][1]).toFixed(3) + " " + units[i][0];
+    }
+    return String(value);
+  }
+
+  function intensity(macs, activationBytes, weightBytes, batch) {
+    var moved = activationBytes * batch + weightBytes;
+    return macs && moved ? 2 * macs * batch / moved : null;
+  }
+
+  function readLayerTimes(traceId) {
+    layerTimesFor = traceId;
+    fetch("/api/v1/traces/" + encodeURIComponent(traceId) + "/layers",
+      { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        if (!body) return;
+        layerTimes = (body.aggregates || []).filter(function (row) { return row.level === "framework"; });
+        renderTheoretical((state.result || {}).details || {});
+      })
+      .catch(function () { /* the table shows no achieved FLOP/s then */ });
+  }
+
+  function renderTheoretical(details) {
+    var t = details.theoretical;
+    var box = $("theoretical");
+    box.hidden = !t;
+    if (!t) return;
+    var summary = $("theoretical-summary"), rooflineText = $("roofline-summary");
+    var plot = $("roofline-plot"), layersBox = $("theoretical-details");
+    if (!t.counted) {
+      summary.textContent = "Not counted: " + t.reason;
+      rooflineText.textContent = "";
+      plot.hidden = true;
+      layersBox.hidden = true;
+      return;
+    }
+    var layers = t.layers || [];
+    var activations = 0, weights = 0;
+    layers.forEach(function (layer) { activations += layer.activation_bytes; weights += layer.weight_bytes; });
+    var shapes = Object.keys(t.input_shapes || {}).map(function (name) {
+      return name + " [" + t.input_shapes[name].join(", ") + "]";
+    }).join(", ");
+    var achieved = (t.achieved || []).map(function (a) {
+      return a.gflops_per_s.toFixed(2) + " GFLOP/s at batch size " + a.batch_size;
+    });
+    summary.textContent = si(t.macs) + " multiply-adds (" + si(t.flops) + "FLOPs) and " +
+      t.params.toLocaleString("en") + " parameters per input (" + shapes + ", counted from the " +
+      t.framework + " graph)" + (achieved.length ? "; achieved at the p50 latency: " + achieved.join(", ") : "") + ".";
+
+    var roof = t.roofline || {};
+    var smallest = (t.achieved || [])[0];
+    if (roof.measured) {
+      var share = smallest ? " At batch size " + smallest.batch_size + " the model reached " +
+        (100 * smallest.gflops_per_s / roof.peak_gflops_per_s).toFixed(1) + " % of that peak." : "";
+      rooflineText.textContent = "Roofline of " + roof.device + " as the run measured it: peak " +
+        roof.peak_gflops_per_s + " GFLOP/s, bandwidth " + roof.bandwidth_gb_per_s + " GB/s, ridge at " +
+        roof.ridge_flop_per_byte + " FLOP/byte (" + roof.method + ")." + share;
+    } else {
+      rooflineText.textContent = "No roofline: " + (roof.reason || "the device was not measured") + ".";
+    }
+
+    // The layers' own FLOP/s, from the trace (level framework), at the smallest batch size.
+    var traced = LAYER_LEVELS.indexOf((details.trace || {}).level) >= 0 && state.trace_id;
+    if (traced && layerTimesFor !== state.trace_id) readLayerTimes(state.trace_id);
+    var batch = smallest ? smallest.batch_size : 1;
+    // A layer's time per call: on a GPU its kernels' (the host-side span only launches them),
+    // on the CPU its span's.
+    var onGpu = details.device && details.device !== "cpu";
+    var means = {};
+    (layerTimes || []).forEach(function (row) {
+      if (row.batch_size !== batch && row.batch_size !== null) return;
+      if (onGpu) {
+        if (row.kernel_total_ns) means[row.name] = row.kernel_total_ns / row.count;
+      } else {
+        means[row.name] = row.mean_ns;
+      }
+    });
+    var layerPoints = [];
+    var rows = layers.map(function (layer) {
+      var row = el("tr");
+      row.dataset.layer = layer.name;
+      row.append(el("td", layer.name, "mono"), el("td", layer.op_type),
+        el("td", si(layer.macs), "num"), el("td", layer.params.toLocaleString("en"), "num"),
+        el("td", typeof layer.intensity === "number" ? layer.intensity.toFixed(1) : "—", "num"));
+      var mean = means[layer.name];
+      var gflops = layer.macs && mean ? 2 * layer.macs * batch / mean : null;  // FLOP/ns = GFLOP/s
+      row.append(el("td", gflops === null ? "—" : gflops.toFixed(2), "num"));
+      if (gflops !== null) {
+        layerPoints.push({ name: layer.name, x: intensity(layer.macs, layer.activation_bytes, layer.weight_bytes, batch), y: gflops });
+      }
+      return row;
+    });
+    layersBox.hidden = false;
+    var body = $("theoretical-layers").querySelector("tbody");
+    body.replaceChildren.apply(body, rows);
+    $("theoretical-layers").dataset.achieved = String(layerPoints.length);
+
+    plot.hidden = !roof.measured;
+    if (!roof.measured || typeof Plotly === "undefined") return;
+    var model = (t.achieved || []).map(function (a) {
+      return { x: intensity(t.macs, activations, weights, a.batch_size), y: a.gflops_per_s, batch: a.batch_size };
+    });
+    var xs = model.map(function (p) { return p.x; }).concat(layerPoints.map(function (p) { return p.x; }));
+    var low = Math.min.apply(null, xs.concat([roof.ridge_flop_per_byte])) / 4;
+    var high = Math.max.apply(null, xs.concat([roof.ridge_flop_per_byte])) * 4;
+    var roofX = [], roofY = [];
+    for (var i = 0; i <= 60; i++) {
+      var x = low * Math.pow(high / low, i / 60);
+      roofX.push(x);
+      roofY.push(Math.min(roof.peak_gflops_per_s, roof.bandwidth_gb_per_s * x));
+    }
+    var traces = [
+      { type: "scatter", mode: "lines", name: "roofline (" + roof.device + ")", x: roofX, y: roofY,
+        line: { color: "#888" }, hoverinfo: "skip" },
+      { type: "scatter", mode: "markers+text", name: "model", x: model.map(function (p) { return p.x; }),
+        y: model.map(function (p) { return p.y; }), text: model.map(function (p) { return "batch " + p.batch; }),
+        textposition: "top center", marker: { size: 11 },
+        hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte<extra></extra>" }
+    ];
+    if (layerPoints.length) {
+      traces.push({ type: "scatter", mode: "markers", name: "layers (batch " + batch + ")",
+        x: layerPoints.map(function (p) { return p.x; }), y: layerPoints.map(function (p) { return p.y; }),
+        text: layerPoints.map(function (p) { return p.name; }), marker: { size: 7, opacity: 0.7 },
+        hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte<extra></extra>" });
+    }
+    Plotly.react(plot, traces, {
+      margin: { t: 10, r: 10, b: 45, l: 60 }, height: 320,
+      xaxis: { type: "log", title: { text: "arithmetic intensity (FLOP/byte)" } },
+      yaxis: { type: "log", title: { text: "achieved GFLOP/s" } },
+      legend: { orientation: "h", y: -0.25 }
+    }, { displaylogo: false, responsive: true });
+    plot.dataset.points = String(model.length + layerPoints.length);
   }
 
   function render() {
