@@ -41,6 +41,7 @@ from predictors.labels import mismatch as label_mismatch
 from predictors.protocol import (
     BOTH_METRICS,
     ResultUpload,
+    loadgen_problem,
     metric_names,
     metric_problem,
     scored_output_name,
@@ -146,6 +147,7 @@ def launch_evaluation(
     )
     timing = bool(request.get("latency_only"))
     _check_supported(contents, timing)
+    _check_scenario(contents, request, timing)
     if not request.get("allow_label_mismatch") and not timing:
         _check_labels(contents, dataset)
 
@@ -224,6 +226,20 @@ def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]], latency_on
         problem = unsupported(content, latency_only=latency_only)
         if problem:
             raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
+
+
+def _check_scenario(
+    contents: list[tuple[Manifest, dict[str, Any]]], request: dict[str, Any], latency_only: bool
+) -> None:
+    """A LoadGen scenario the model cannot be driven in (`predictors.protocol.loadgen_problem`)
+    is refused at launch: Invalid naming `scenario` (or `loadgen_mode`)."""
+    scenario = request.get("scenario") or "fixed"
+    mode = request.get("loadgen_mode") or "performance"
+    for _manifest, content in contents:
+        problem = loadgen_problem(content, scenario, mode, latency_only)
+        if problem:
+            path = "loadgen_mode" if problem.startswith("loadgen_mode") else "scenario"
+            raise Invalid(problem, path=path, code=EvaluationErrorCode.UNSUPPORTED)
 
 
 def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:

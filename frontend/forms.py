@@ -216,6 +216,53 @@ class LaunchForm(forms.Form):
         "have no labels (embeddings), tasks that are not scored, and datasets of any task. "
         "The result is kept off the accuracy leaderboards.",
     )
+    scenario = forms.ChoiceField(
+        label="Scenario",
+        initial="fixed",
+        choices=[
+            ("fixed", "Fixed batches only"),
+            ("single_stream", "SingleStream"),
+            ("multi_stream", "MultiStream"),
+            ("server", "Server"),
+            ("offline", "Offline"),
+        ],
+        help_text="How LoadGen drives the model after the fixed batches.",
+    )
+    loadgen_mode = forms.ChoiceField(
+        label="LoadGen mode",
+        initial="performance",
+        choices=[("performance", "Performance"), ("accuracy", "Accuracy (every sample once)")],
+    )
+    target_qps = forms.CharField(
+        label="Target QPS",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0.01, "step": "any"}),
+        help_text="Server (required unless searching): queries per second; Offline: expected.",
+    )
+    latency_bound_ms = forms.CharField(
+        label="Latency bound (ms)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0.01, "step": "any"}),
+        help_text="Server: the p99 must stay under it.",
+    )
+    samples_per_query = forms.CharField(
+        label="Samples per query",
+        required=False,
+        widget=forms.NumberInput({"min": 1}),
+        help_text="MultiStream (default 8).",
+    )
+    min_duration_ms = forms.CharField(
+        label="Minimum duration (ms)", required=False, initial="1000",
+        widget=forms.NumberInput({"min": 100}),
+    )  # fmt: skip
+    min_query_count = forms.CharField(
+        label="Minimum queries", required=False, initial="100",
+        widget=forms.NumberInput({"min": 1}),
+    )  # fmt: skip
+    find_peak_qps = forms.BooleanField(
+        label="Search for the highest QPS whose p99 stays under the bound (Server)",
+        required=False,
+    )
     overrides = forms.CharField(
         label="Processing overrides",
         required=False,
@@ -254,6 +301,9 @@ class LaunchForm(forms.Form):
                 continue
             if name in ("cold_start", "allow_label_mismatch", "latency_only"):
                 request[name] = bool(value)
+            elif name == "find_peak_qps":
+                if value:  # left out unchecked: it applies to the server scenario alone
+                    request[name] = True
             elif name == "overrides":
                 lines = [line.strip() for line in str(value or "").splitlines()]
                 if any(lines):

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -39,11 +40,14 @@ from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
 from predictors.predictor import predictor_class, registered
 from predictors.protocol import (
+    LOADGEN_MODES,
+    SCENARIOS,
     TRACE_LEVELS,
     JobOptions,
     ProtocolError,
     device_kind,
     metrics_text,
+    scenario_problem,
 )
 from predictors.zoo.build import default_store
 
@@ -171,6 +175,64 @@ def _parser() -> _Parser:
         "(for models whose outputs have no labels, tasks the loop does not score, and datasets "
         "of any task); every output is computed in each call",
     )
+    loadgen = run.add_argument_group(
+        "MLPerf LoadGen",
+        "after the fixed batches, LoadGen drives the loaded model in a scenario; its summary "
+        "(VALID/INVALID and why) is printed and kept with the result",
+    )
+    loadgen.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="fixed",
+        help="fixed: the fixed batches alone (default); single_stream, multi_stream, server, "
+        "offline: LoadGen's scenarios",
+    )
+    loadgen.add_argument(
+        "--target-qps",
+        type=_positive_number,
+        metavar="QPS",
+        help="server: queries per second to send (required unless --find-peak-qps); "
+        "offline: the expected rate",
+    )
+    loadgen.add_argument(
+        "--latency-bound-ms",
+        type=_positive_number,
+        metavar="MS",
+        help="server: the latency the 99th percentile must stay under (required)",
+    )
+    loadgen.add_argument(
+        "--min-duration-ms",
+        type=_count(100),
+        default=EvaluationOptions.min_duration_ms,
+        metavar="MS",
+        help=f"the shortest LoadGen run (default: {EvaluationOptions.min_duration_ms})",
+    )
+    loadgen.add_argument(
+        "--min-query-count",
+        type=_count(1),
+        default=EvaluationOptions.min_query_count,
+        metavar="N",
+        help=f"the fewest queries a LoadGen run sends (default: "
+        f"{EvaluationOptions.min_query_count})",
+    )
+    loadgen.add_argument(
+        "--samples-per-query",
+        type=_count(1),
+        metavar="N",
+        help="multi_stream: samples per query (default: 8)",
+    )
+    loadgen.add_argument(
+        "--loadgen-mode",
+        choices=LOADGEN_MODES,
+        default="performance",
+        help="performance (default) or accuracy: every sample sent once, and scored",
+    )
+    loadgen.add_argument(
+        "--find-peak-qps",
+        action="store_true",
+        help="server: search for the highest target QPS whose p99 stays under "
+        "--latency-bound-ms, and print the curve it walked",
+    )
     run.add_argument("--format", choices=("table", "json"), default="table")
     run.add_argument(
         "--manifests",
@@ -227,6 +289,38 @@ def _count(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number > 0")
+    return value
+
+
+LOADGEN_FLAGS = (
+    "scenario",
+    "target_qps",
+    "latency_bound_ms",
+    "min_duration_ms",
+    "min_query_count",
+    "samples_per_query",
+    "loadgen_mode",
+    "find_peak_qps",
+)
+
+
+def _loadgen_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The LoadGen options of the command line, checked against the scenario (a flag that
+    would do nothing there is refused, naming it)."""
+    values = {name: getattr(args, name) for name in LOADGEN_FLAGS}
+    problem = scenario_problem(argparse.Namespace(**values))
+    if problem:
+        raise UsageError(f"--{problem[0].replace('_', '-')}: {problem[1]}")
+    return values
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:
@@ -332,6 +426,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         graph_optimization=args.graph_optimization,
         allow_label_mismatch=args.allow_label_mismatch,
         latency_only=args.latency_only,
+        **_loadgen_options(args),
     )
     store = (args.store or default_store()).resolve()
     _check_store(store, [*models, dataset], split)
@@ -551,7 +646,63 @@ def format_table(report: dict[str, Any]) -> str:
             f"warning ({warning['code']}): {warning['message']}"
             for warning in result.get("hygiene") or []
         ]
+        theoretical = result.get("theoretical") or {}
+        if theoretical.get("counted"):
+            achieved = ", ".join(
+                f"{a['gflops_per_s']:.2f} GFLOP/s at batch size {a['batch_size']}"
+                for a in theoretical["achieved"]
+            )
+            out.append(
+                f"{result['framework']['name']}: {theoretical['macs'] / 1e9:.3f} G multiply-adds "
+                f"and {theoretical['params']:,} parameters per input; achieved {achieved} "
+                "(mlms flops lists the layers)"
+            )
+        if result.get("loadgen"):
+            out += ["", *format_loadgen(result["framework"]["name"], result["loadgen"])]
     return "\n".join(out)
+
+
+def format_loadgen(framework: str, loadgen: dict[str, Any]) -> list[str]:
+    """LoadGen's summary as it wrote it, the accuracy of an accuracy run, and the curve of a
+    QPS search."""
+    settings = loadgen["settings"]
+    lines = [
+        f"LoadGen {settings['scenario']} ({framework}, {settings['mode']} mode, "
+        f"{settings['samples']} samples): "
+        + {True: "VALID", False: "INVALID", None: "no performance verdict (an accuracy run)"}[
+            loadgen["valid"]
+        ],
+        loadgen["summary_text"].rstrip(),
+    ]
+    accuracy = loadgen.get("accuracy")
+    if accuracy:
+        top5 = accuracy.get("top5")
+        lines.append(
+            f"LoadGen accuracy: top-1 {accuracy['top1']:.4f}"
+            + (f", top-5 {top5:.4f}" if isinstance(top5, float) else "")
+            + f" over {accuracy['samples']} samples"
+        )
+    search = loadgen.get("search")
+    if search:
+        peak = search["peak_qps"]
+        lines += [
+            "",
+            f"QPS search (p99 under {search['latency_bound_ms']} ms): "
+            + (f"peak {peak} QPS" if peak is not None else "no target QPS held the bound"),
+        ]
+        rows = [["target QPS", "completed QPS", "p99 ms", "p99 held", "LoadGen"]]
+        for point in search["curve"]:
+            rows.append(
+                [
+                    f"{point['target_qps']:g}",
+                    f"{point['completed_qps']:.2f}" if point["completed_qps"] is not None else "—",
+                    f"{point['p99_ms']:.3f}" if point["p99_ms"] is not None else "—",
+                    "yes" if point["latency_held"] else "no",
+                    {True: "VALID", False: "INVALID", None: "—"}[point["valid"]],
+                ]
+            )
+        lines.append(_table(rows))
+    return lines
 
 
 # -- entry point -----------------------------------------------------------------------------
@@ -600,6 +751,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
             overrides=tuple(args.overrides),
             allow_label_mismatch=args.allow_label_mismatch,
             latency_only=args.latency_only,
+            **_loadgen_options(args),
         )
     except ProtocolError as error:
         raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None
@@ -680,6 +832,9 @@ def format_remote(report: dict[str, Any]) -> str:
                 f"  {size:>5} {stats['mean_ms']:>9.3f} {stats['p50_ms']:>9.3f} {stats['p90_ms']:>9.3f} "
                 f"{stats['p99_ms']:>9.3f} {throughput:>10.1f}"
             )
+        loadgen = (result.get("details") or {}).get("loadgen")
+        if loadgen:  # as the hub stored it
+            lines += ["", *format_loadgen(str(evaluation["framework"]), loadgen)]
     return "\n".join(lines)
 
 

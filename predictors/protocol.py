@@ -237,6 +237,49 @@ def _option(default: Any, help: str, **bounds: Any) -> Any:
 
 
 MAX_BATCH_SIZE = 65536
+# How an evaluation drives the model: the fixed batches alone, or after them an MLPerf LoadGen
+# scenario (`predictors.evaluation.loadgen`).
+SCENARIOS = ("fixed", "single_stream", "multi_stream", "server", "offline")
+LOADGEN_MODES = ("performance", "accuracy")
+
+
+def scenario_problem(options: Any) -> tuple[str, str] | None:
+    """(option, why) where the LoadGen options do not fit the scenario (each LoadGen option
+    applies to some scenarios only: one given elsewhere would do nothing); None where they
+    fit. Shared by the hub's launch check, the CLI and the loop's options."""
+    scenario = options.scenario
+    given = {
+        name
+        for name in ("target_qps", "latency_bound_ms", "samples_per_query")
+        if getattr(options, name) is not None
+    }
+    if options.find_peak_qps:
+        given.add("find_peak_qps")
+    if options.loadgen_mode != "performance":
+        given.add("loadgen_mode")
+    if scenario == "fixed":
+        if given:
+            name = sorted(given)[0]
+            return name, "applies to a LoadGen scenario; scenario is fixed (set scenario)"
+        return None
+    applies = {
+        "single_stream": {"loadgen_mode"},
+        "multi_stream": {"samples_per_query", "loadgen_mode"},
+        "server": {"target_qps", "latency_bound_ms", "find_peak_qps", "loadgen_mode"},
+        "offline": {"target_qps", "loadgen_mode"},
+    }[scenario]
+    for name in sorted(given - applies):
+        return name, f"does not apply to scenario {scenario}"
+    if scenario == "server" and options.loadgen_mode == "performance":
+        if options.latency_bound_ms is None:
+            return "latency_bound_ms", "scenario server needs the latency bound its p99 keeps"
+        if options.target_qps is None and not options.find_peak_qps:
+            return "target_qps", "scenario server needs a target QPS (or find_peak_qps)"
+    if options.find_peak_qps and options.loadgen_mode != "performance":
+        return "find_peak_qps", "searches in performance mode only"
+    return None
+
+
 # The longest reason a status report may give (a failure's message, with custom code's
 # traceback); `fit_reason` cuts a longer one in the middle.
 MAX_REASON = 4000
@@ -296,10 +339,60 @@ class JobOptions:
         "(for models whose outputs have no labels, such as embeddings, tasks the loop does not "
         "score, and datasets of any task); the result is kept off the accuracy leaderboards",
     )
+    # MLPerf LoadGen (`predictors.evaluation.loadgen`): after the fixed batches, LoadGen drives
+    # the loaded model in a scenario, and its summary and log are kept with the result.
+    scenario: str = _option(
+        "fixed",
+        "how the model is driven after the fixed batches: fixed (the fixed batches alone) or "
+        "an MLPerf LoadGen scenario (single_stream, multi_stream, server, offline)",
+        choices=SCENARIOS,
+    )
+    target_qps: float | None = _option(
+        None,
+        "LoadGen: queries per second to send (server: required; offline: the expected rate)",
+        number="float",
+        minimum=0.01,
+        maximum=1_000_000,
+        nullable=True,
+    )
+    latency_bound_ms: float | None = _option(
+        None,
+        "LoadGen server: the latency its 99th percentile must stay under (required)",
+        number="float",
+        minimum=0.01,
+        maximum=3_600_000,
+        nullable=True,
+    )
+    min_duration_ms: int = _option(
+        1000, "LoadGen: the shortest run, in ms", minimum=100, maximum=3_600_000
+    )
+    min_query_count: int = _option(
+        100, "LoadGen: the fewest queries a run sends", minimum=1, maximum=10_000_000
+    )
+    samples_per_query: int | None = _option(
+        None,
+        "LoadGen multi_stream: the samples of each query (default 8)",
+        minimum=1,
+        maximum=MAX_BATCH_SIZE,
+        nullable=True,
+    )
+    loadgen_mode: str = _option(
+        "performance",
+        "LoadGen: performance (time the queries) or accuracy (every sample once, scored)",
+        choices=LOADGEN_MODES,
+    )
+    find_peak_qps: bool = _option(
+        False,
+        "LoadGen server: search for the highest target QPS whose p99 stays under "
+        "latency_bound_ms; the result keeps the curve it walked",
+    )
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             _check_option(spec, getattr(self, spec.name))
+        problem = scenario_problem(self)
+        if problem:
+            raise ProtocolError(*problem)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: list(v) if isinstance(v, tuple) else v for key, v in asdict(self).items()}
@@ -369,7 +462,12 @@ def _check_assignment(name: str, value: Any, meta: Mapping[str, Any]) -> None:
 
 
 def _check_number(name: str, value: Any, meta: Mapping[str, Any]) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if meta.get("number") == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(name, f"must be a number; got {value!r}")
+        if not math.isfinite(value):
+            raise ProtocolError(name, f"must be a finite number; got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError(name, f"must be an integer; got {value!r}")
     if "minimum" in meta and value < meta["minimum"]:
         raise ProtocolError(name, f"must be at least {meta['minimum']}; got {value}")
@@ -597,6 +695,44 @@ _SCORED_OUTPUTS = {
     "regression": ("values",),
 }
 DATA_INPUTS = ("image", "tensor", "audio")
+
+
+# The tasks LoadGen scenarios drive (one batched input per call; inputs of one shape):
+# performance mode for these, accuracy mode for image classification alone.
+LOADGEN_TASKS = ("image_classification", "multi_label_classification", "regression")
+
+
+def loadgen_problem(
+    data: Mapping[str, Any], scenario: str, mode: str = "performance", latency_only: bool = False
+) -> str | None:
+    """Why LoadGen cannot drive a model manifest (its data) in `scenario`, or None (also for
+    the fixed scenario). The hub asks this at launch, and the loop again."""
+    if scenario == "fixed":
+        return None
+    name, task = data.get("name"), data.get("task")
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if any(i.get("type") in ("state", "constant") for i in inputs):
+        return (
+            f"{name} has state or constant inputs: LoadGen scenarios drive models of one "
+            "batched input (scenario fixed runs streams)"
+        )
+    if not latency_only and task not in LOADGEN_TASKS:
+        return (
+            f"LoadGen scenarios drive {', '.join(LOADGEN_TASKS)} models (or any, latency only); "
+            f"{name} is a {task} model"
+        )
+    if mode == "accuracy" and (latency_only or task != "image_classification"):
+        return (
+            "loadgen_mode accuracy scores image classification; "
+            f"{name} is {'timed only' if latency_only else f'a {task} model'}"
+        )
+    binary = any(
+        isinstance(o, Mapping) and o.get("type") in ("binary_logit", "binary_probability")
+        for o in data.get("outputs") or []
+    )
+    if mode == "accuracy" and binary:
+        return f"loadgen_mode accuracy scores multi-class outputs; {name} is a binary classifier"
+    return None
 
 
 def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str | None:

@@ -58,6 +58,8 @@ def _option_field(spec: dataclasses.Field[Any]) -> serializers.Field[Any, Any, A
         return serializers.ChoiceField(choices=list(meta["choices"]), default=default, **common)
     if "pattern" in meta:
         return serializers.RegexField(meta["pattern"], default=default, **common)
+    if meta.get("number") == "float":
+        return serializers.FloatField(default=default, **bounds, **common)
     return serializers.IntegerField(default=default, **bounds, **common)
 
 

@@ -9,7 +9,7 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.predictor import (
     DEVICES,
 )
-from predictors.protocol import TRACE_LEVELS, JobOptions
+from predictors.protocol import LOADGEN_MODES, SCENARIOS, TRACE_LEVELS, JobOptions, scenario_problem
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -46,6 +46,16 @@ class EvaluationOptions:
     custom_code: bool = False
     # The longest one call of custom code may take (seconds), where a watchdog enforces it.
     custom_code_seconds: float = 60.0
+    # An MLPerf LoadGen scenario run after the fixed batches (`predictors.evaluation.loadgen`;
+    # the job options of the same names in `predictors.protocol.JobOptions`).
+    scenario: str = "fixed"
+    target_qps: float | None = None
+    latency_bound_ms: float | None = None
+    min_duration_ms: int = 1000
+    min_query_count: int = 100
+    samples_per_query: int | None = None
+    loadgen_mode: str = "performance"
+    find_peak_qps: bool = False
 
     @classmethod
     def from_job(cls, options: JobOptions, *, device: str, **host: Any) -> EvaluationOptions:
@@ -86,5 +96,24 @@ class EvaluationOptions:
                 f"graph optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}; "
                 f"got {self.graph_optimization!r}"
             )
+        if self.scenario not in SCENARIOS:
+            raise EvaluationError(
+                f"scenario must be one of {', '.join(SCENARIOS)}; got {self.scenario!r}"
+            )
+        if self.loadgen_mode not in LOADGEN_MODES:
+            raise EvaluationError(
+                f"loadgen_mode must be one of {', '.join(LOADGEN_MODES)}; got {self.loadgen_mode!r}"
+            )
+        positive("min_duration_ms", self.min_duration_ms, 1)
+        positive("min_query_count", self.min_query_count, 1)
+        if self.samples_per_query is not None:
+            positive("samples_per_query", self.samples_per_query, 1)
+        for name in ("target_qps", "latency_bound_ms"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise EvaluationError(f"{name} must be a number > 0; got {value!r}")
+        problem = scenario_problem(self)
+        if problem:
+            raise EvaluationError(f"{problem[0]} {problem[1]}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise EvaluationError(f"device must be cpu, cuda or cuda:N; got {self.device!r}")

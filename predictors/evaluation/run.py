@@ -23,7 +23,7 @@ from predictors.data import (
     lockstep_calls,
     target_of,
 )
-from predictors.evaluation import detection, segmentation, streams
+from predictors.evaluation import detection, loadgen, segmentation, streams
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
     CLOCK_CUDA,
@@ -53,7 +53,13 @@ from predictors.processing import (
     load_labels,
     preprocessor_for,
 )
-from predictors.protocol import at_least, data_input_name, scored_output_name, unsupported
+from predictors.protocol import (
+    at_least,
+    data_input_name,
+    loadgen_problem,
+    scored_output_name,
+    unsupported,
+)
 from predictors.tracing import Span
 
 # The scenarios of the tasks scored like classification, input by input, with other targets.
@@ -108,6 +114,11 @@ def evaluate(
     if options.overrides:
         model = apply_overrides(model.data, list(options.overrides))
     spec = _model_spec(model, options.latency_only)
+    problem = loadgen_problem(
+        model.data, options.scenario, options.loadgen_mode, options.latency_only
+    )
+    if problem:
+        raise EvaluationError(problem)
     split = split_entry(dataset, options.split)
     split_file = fetch(split["path"], split.get("sha256"))
     predictor_type = predictor_class(model.framework)
@@ -242,6 +253,19 @@ def evaluate(
             loop.add_layer_spans(predictor.take_layers())
         profiler_summary = predictor.trace_summary()
         loop.flush()
+        # An MLPerf LoadGen scenario drives the same model after the fixed batches.
+        driven = (
+            loadgen.drive(
+                loop,
+                readers[0],
+                preprocessor,
+                options,
+                start_qps=max(1.0, per_batch_size[0]["throughput_ips"] / 2),
+                cancelled=cancelled,
+            )
+            if options.scenario != "fixed"
+            else None
+        )
     except BaseException:
         # A cancelled or failed run: what it measured so far goes to the sink all the same.
         if loop is not None:
@@ -310,6 +334,7 @@ def evaluate(
             "overrides": list(options.overrides),
             "trace_level": options.trace_level,
             "latency_only": timing,
+            "scenario": options.scenario,
         },
         "load_ms": load_ns / 1e6,
         # What makes these numbers less defensible, as labelled warnings (`hygiene`).
@@ -322,6 +347,7 @@ def evaluate(
         ),
         "batch_sizes": per_batch_size,
         "theoretical": theoretical,
+        **({"loadgen": driven} if driven is not None else {}),
         "trace": {
             "level": options.trace_level,
             # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).

@@ -322,6 +322,47 @@ def test_the_mlms_cli_submits_to_the_hub_and_follows_the_run(hub: LiveHub) -> No
     assert board["results"][0]["p50_ms"] is not None
 
 
+def test_a_loadgen_server_run_through_the_hub_keeps_its_summary(hub: LiveHub) -> None:
+    """`mlms evaluate … --scenario server --target-qps … --latency-bound … --hub`: the agent
+    runs LoadGen after the fixed batches, the hub stores its summary and log with the result,
+    and the command prints the summary as the hub stored it. Options that do not fit the
+    scenario, and models LoadGen cannot drive, are refused at launch naming the field."""
+    command = [sys.executable, "-m", "predictors.cli", "evaluate", "digits-cnn"]
+    command += ["--framework", "onnxruntime", "--dataset", "digits", "--limit", "32"]
+    command += ["--scenario", "server", "--target-qps", "40", "--latency-bound", "80"]
+    command += ["--min-duration-ms", "300", "--min-query-count", "24"]
+    command += ["--hub", hub.url, "--no-progress"]
+    env = {k: v for k, v in hub.env.items() if k != "DATABASE_URL"} | {"MLMS_TOKEN": hub.token}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "LoadGen server (onnxruntime, performance mode, 32 samples):" in done.stdout
+    assert "MLPerf Results Summary" in done.stdout and "target_qps : 40" in done.stdout
+
+    evaluation_id = done.stdout.split()[0]
+    body = hub.finished(evaluation_id)
+    loadgen = body["result"]["details"]["loadgen"]
+    assert loadgen["summary"]["Scenario"] == "Server"
+    assert loadgen["settings"]["latency_bound_ms"] == 80
+    assert int(loadgen["summary"]["target_latency (ns)"]) == 80_000_000
+    assert loadgen["calls"] >= 1 and loadgen["log"]
+    assert body["request"]["scenario"] == "server"
+
+    status, refused = hub.request(
+        "POST",
+        "/api/v1/evaluations/",
+        {"model": "digits-cnn", "framework": "onnxruntime", "dataset": "digits",
+         "scenario": "server", "target_qps": 5},
+    )  # fmt: skip
+    assert status == 400 and "latency_bound_ms" in json.dumps(refused), refused
+    status, refused = hub.request(
+        "POST",
+        "/api/v1/evaluations/",
+        {"model": "toggle-gru", "framework": "onnxruntime", "dataset": "toggle-clicks",
+         "scenario": "offline"},
+    )  # fmt: skip
+    assert status == 400 and "state or constant inputs" in json.dumps(refused), refused
+
+
 def test_curl_launches_an_evaluation_with_a_bearer_token(hub: LiveHub) -> None:
     body = json.dumps(
         {

@@ -423,3 +423,58 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     # The model's point on the roofline (no per-layer times without a framework-level trace).
     expect(page.locator("#roofline-plot")).to_have_attribute("data-points", "1")
     expect(page.locator("#roofline-plot .scatterlayer .trace")).to_have_count(2)
+
+
+def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, agent, hosts, make_client, broker
+) -> None:
+    """A real LoadGen QPS search of digits-cnn (run here by the loop) as its result carries
+    it: the verdict, the settings, the curve as a table and a plot, the summary as written."""
+    from predictors.catalog import Catalog
+    from predictors.data import DataManager
+    from predictors.evaluation import EvaluationOptions, evaluate
+    from tests.predictors.zoo_store import zoo_store
+
+    catalog = Catalog()
+    run = evaluate(
+        catalog.find_model("digits-cnn", "*", "onnxruntime"),
+        catalog.find_dataset("digits"),
+        EvaluationOptions(
+            limit=32,
+            scenario="server",
+            find_peak_qps=True,
+            target_qps=100,
+            latency_bound_ms=25,
+            min_duration_ms=100,
+            min_query_count=32,
+        ),  # fmt: skip
+        DataManager(store_dir=zoo_store(("digits-cnn",))).fetch,
+    )
+    loadgen = run.result["loadgen"]
+    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
+    broker.drain("onnxruntime.cpu")
+    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+    body = result_body(claimed.json()["claim"], (1,))
+    body["details"] = {
+        "device": "cpu",
+        "model": {"task": "image_classification"},
+        "trace": {"level": "model"},
+        "loadgen": loadgen,
+    }
+    assert post_result(agent, evaluation_id, body).status_code == 201
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    verdict = page.locator("#loadgen-verdict")
+    expect(verdict).to_contain_text("LoadGen server (performance mode):")
+    expect(verdict).to_have_attribute("data-valid", "true" if loadgen["valid"] else "false")
+    expect(page.locator("#loadgen-settings")).to_contain_text("p99 bound 25 ms")
+    curve = loadgen["search"]["curve"]
+    expect(page.locator("#qps-curve tbody tr")).to_have_count(len(curve))
+    expect(page.locator("#qps-plot")).to_have_attribute("data-points", str(len(curve)))
+    peak = loadgen["search"]["peak_qps"]
+    expect(page.locator("#loadgen-peak")).to_contain_text(
+        f"Peak: {peak:g} QPS" if peak is not None else "No target QPS kept the p99"
+    )
+    page.get_by_text("LoadGen's summary").click()
+    expect(page.locator("#loadgen-summary")).to_contain_text("MLPerf Results Summary")

@@ -158,3 +158,31 @@ def test_the_host_choice_offers_only_hosts_the_user_may_use(
     response = client.post("/evaluate/", {**FORM, "host": "cpu-2"})
     assert response.status_code == 302
     assert Evaluation.objects.get().target_host == hosts["cpu-2"]
+
+
+def test_a_loadgen_scenario_is_launched_from_the_form_and_a_misfit_refused(
+    page, sign_in, alice, hosts, broker
+) -> None:
+    """The form's LoadGen fields make the API's request; a server run without its latency
+    bound is refused beside that field, and nothing launches."""
+    sign_in(page, alice)
+    page.goto("/evaluate/?model=m")
+    page.get_by_label("Dataset", exact=True).select_option("d")
+    page.get_by_label("Scenario").select_option("server")
+    page.get_by_label("Target QPS").fill("12.5")
+    page.get_by_role("button", name="Launch").click()
+    expect(page.locator("#field-latency_bound_ms .field-errors")).to_contain_text(
+        "scenario server needs the latency bound"
+    )
+    assert not Evaluation.objects.exists()
+
+    page.get_by_label("Latency bound (ms)").fill("40")
+    page.get_by_label("Minimum queries").fill("64")
+    page.get_by_role("button", name="Launch").click()
+    evaluation = Evaluation.objects.get()
+    expect(page).to_have_url(f"/evaluations/{evaluation.pk}/")
+    request = evaluation.request
+    assert (request["scenario"], request["target_qps"], request["latency_bound_ms"]) == (
+        "server", 12.5, 40.0
+    )  # fmt: skip
+    assert request["min_query_count"] == 64 and request["find_peak_qps"] is False

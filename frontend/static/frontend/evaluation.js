@@ -185,6 +185,7 @@
       }));
 
     renderTheoretical(details);
+    renderLoadgen(details);
 
     var sizes = Object.keys(result.latency || {}).sort(function (a, b) { return a - b; });
     var rows = sizes.map(function (size) {
@@ -375,6 +376,76 @@
       legend: { orientation: "h", y: -0.25 }
     }, { displaylogo: false, responsive: true });
     plot.dataset.points = String(model.length + layerPoints.length);
+  }
+
+  // MLPerf LoadGen: its verdict and why, the settings it ran with, a QPS search's curve, and
+  // its summary and detail log as it wrote them.
+  function renderLoadgen(details) {
+    var run = details.loadgen;
+    var box = $("loadgen");
+    box.hidden = !run;
+    if (!run) return;
+    var s = run.settings || {};
+    var verdict = run.valid === true ? "VALID" : run.valid === false ? "INVALID" : "no performance verdict (an accuracy run)";
+    var verdictBox = $("loadgen-verdict");
+    verdictBox.replaceChildren(el("strong", "LoadGen " + s.scenario + " (" + s.mode + " mode): "),
+      el("span", verdict, "badge " + (run.valid === true ? "ok" : run.valid === false ? "warn" : "")));
+    verdictBox.dataset.valid = String(run.valid);
+    var accuracy = run.accuracy;
+    if (accuracy) {
+      verdictBox.append(document.createTextNode(" · top-1 " + percent(accuracy.top1) + " over " + accuracy.samples + " samples"));
+    }
+    var parts = [s.samples + " samples"];
+    if (s.target_qps) parts.push("target " + s.target_qps + " QPS");
+    if (s.latency_bound_ms) parts.push("p99 bound " + s.latency_bound_ms + " ms");
+    if (s.samples_per_query) parts.push(s.samples_per_query + " samples per query");
+    if (s.batch_size) parts.push("batches of up to " + s.batch_size);
+    parts.push("at least " + s.min_duration_ms + " ms and " + s.min_query_count + " queries");
+    parts.push("seed " + (s.seeds || {}).schedule);
+    if (s.loadgen_version) parts.push("mlcommons-loadgen " + s.loadgen_version);
+    $("loadgen-settings").textContent = parts.join(" · ");
+    var early = $("loadgen-early");
+    early.replaceChildren.apply(early, (run.early_stopping || []).map(function (line) {
+      return el("li", "Early stopping: " + line.replace(/^\*\s*/, ""), "notice");
+    }));
+    $("loadgen-summary").textContent = run.summary_text || "";
+    $("loadgen-log").textContent = run.log || "";
+
+    var search = run.search;
+    $("loadgen-search").hidden = !search;
+    if (!search) return;
+    $("loadgen-peak").textContent = search.peak_qps !== null
+      ? "Peak: " + search.peak_qps + " QPS with the p99 under " + search.latency_bound_ms + " ms (" + search.curve.length + " runs)."
+      : "No target QPS kept the p99 under " + search.latency_bound_ms + " ms (" + search.curve.length + " runs).";
+    var body = $("qps-curve").querySelector("tbody");
+    body.replaceChildren.apply(body, search.curve.map(function (p) {
+      var row = el("tr");
+      row.append(el("td", p.target_qps, "num"),
+        el("td", typeof p.completed_qps === "number" ? p.completed_qps.toFixed(2) : "—", "num"),
+        el("td", typeof p.p99_ms === "number" ? p.p99_ms.toFixed(3) : "—", "num"),
+        el("td", p.latency_held ? "yes" : "no"),
+        el("td", p.valid === true ? "VALID" : p.valid === false ? "INVALID" : "—"));
+      return row;
+    }));
+    var plot = $("qps-plot");
+    if (typeof Plotly === "undefined") return;
+    Plotly.react(plot, [
+      { type: "scatter", mode: "lines+markers", name: "p99 latency",
+        x: search.curve.map(function (p) { return p.target_qps; }),
+        y: search.curve.map(function (p) { return p.p99_ms; }),
+        marker: { color: search.curve.map(function (p) { return p.latency_held ? "#2a7" : "#c33"; }), size: 9 },
+        hovertemplate: "%{x} QPS: p99 %{y:.2f} ms<extra></extra>" },
+      { type: "scatter", mode: "lines", name: "bound", line: { dash: "dash", color: "#888" },
+        x: [Math.min.apply(null, search.curve.map(function (p) { return p.target_qps; })),
+            Math.max.apply(null, search.curve.map(function (p) { return p.target_qps; }))],
+        y: [search.latency_bound_ms, search.latency_bound_ms], hoverinfo: "skip" }
+    ], {
+      margin: { t: 10, r: 10, b: 45, l: 60 }, height: 280,
+      xaxis: { type: "log", title: { text: "target QPS" } },
+      yaxis: { type: "log", title: { text: "p99 latency (ms)" } },
+      legend: { orientation: "h", y: -0.3 }
+    }, { displaylogo: false, responsive: true });
+    plot.dataset.points = String(search.curve.length);
   }
 
   function render() {
