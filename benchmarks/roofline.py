@@ -107,6 +107,19 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     for name, calls in durations.items()
                     if name in kernels
                 }
+            # ONNX Runtime names a fused node after its output tensor (`aliases`).
+            aliases = theoretical.get("aliases") or {}
+            counted = {layer["name"] for layer in layers}
+            by_layer: dict[str, list[int]] = {}
+            for span_name, calls_ns in durations.items():
+                layer_name = (
+                    span_name
+                    if span_name in counted
+                    else aliases.get(span_name.removesuffix("_nchwc"))
+                )
+                if layer_name and layer_name not in by_layer:
+                    by_layer[layer_name] = calls_ns
+            durations = by_layer
             batch = args.layer_batch_size
             top = sorted((layer for layer in layers if layer["macs"]), key=lambda x: -x["macs"])
             placed = []

@@ -114,6 +114,55 @@ def compare(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[st
         "latency": latency(evaluations),
         "layers": layers(evaluations),
         "systems": systems(evaluations),
+        "theoretical": theoretical(evaluations),
+    }
+
+
+def theoretical(evaluations: list[Evaluation]) -> dict[str, Any]:
+    """Each evaluation's theoretical performance as its result counted it
+    (`predictors.flops`): multiply-adds and parameters per input, the FLOP/s each batch size
+    achieved and its share of the roofline's peak the run measured; whether the multiply-adds
+    agree (the same model in two formats must count the same work)."""
+    cells: list[dict[str, Any]] = []
+    for evaluation in evaluations:
+        result = getattr(evaluation, "result", None)
+        details = result.details if result is not None and isinstance(result.details, dict) else {}
+        counted = details.get("theoretical")
+        if not isinstance(counted, dict):
+            cells.append({"label": label(evaluation), "present": False})
+            continue
+        roof = counted.get("roofline") if isinstance(counted.get("roofline"), dict) else {}
+        peak = roof.get("peak_gflops_per_s") if roof.get("measured") else None
+        achieved = [a for a in counted.get("achieved") or [] if isinstance(a, dict)]
+        cells.append(
+            {
+                "label": label(evaluation),
+                "present": True,
+                "counted": bool(counted.get("counted")),
+                "reason": counted.get("reason"),
+                "macs": counted.get("macs"),
+                "params": counted.get("params"),
+                "framework": counted.get("framework"),
+                "peak_gflops_per_s": peak,
+                "bandwidth_gb_per_s": roof.get("bandwidth_gb_per_s") if peak else None,
+                "achieved": [
+                    {
+                        "batch_size": a.get("batch_size"),
+                        "gflops_per_s": a.get("gflops_per_s"),
+                        "of_peak": (
+                            a["gflops_per_s"] / peak
+                            if peak and isinstance(a.get("gflops_per_s"), int | float)
+                            else None
+                        ),
+                    }
+                    for a in achieved
+                ],
+            }
+        )
+    counts = {cell["macs"] for cell in cells if cell.get("counted")}
+    return {
+        "cells": cells,
+        "macs_agree": len(counts) <= 1 if counts else None,
     }
 
 
@@ -517,7 +566,7 @@ def latency(evaluations: list[Evaluation]) -> dict[str, Any]:
             by_size.setdefault(row.batch_size, [None] * len(evaluations))[position] = row
     sizes = []
     for size in sorted(by_size):
-        cells: list[dict[str, Any] | None] = []
+        cells: list[dict[str, Any]] = []
         base = by_size[size][0]
         for row in by_size[size]:
             if row is None:

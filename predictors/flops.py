@@ -84,6 +84,11 @@ class Count:
     input_shapes: dict[str, list[int]]
     layers: list[Layer] = field(default_factory=list)
     params: int = 0  # every parameter of the model, each once (a shared weight counts once)
+    # ONNX: a tensor's name → the layer whose multiply-adds made it, through the element-wise
+    # ops after that layer; ONNX Runtime names the nodes it fuses after their output tensor
+    # (`/layer1/layer1.0/relu/Relu_output_0_nchwc` is conv1 with its ReLU), so that a trace's
+    # fused nodes meet their counts.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     @property
     def macs(self) -> int:
@@ -100,7 +105,17 @@ class Count:
             "layers": [
                 {**asdict(layer), "intensity": _rounded(layer.intensity())} for layer in self.layers
             ],
+            **({"aliases": self.aliases} if self.aliases else {}),
         }
+
+    def layer_named(self, name: str) -> Layer | None:
+        """The layer a trace's span `name` is: by its name, or (ONNX Runtime's fused nodes) by
+        the tensor it is named after (`aliases`)."""
+        by_name = {layer.name: layer for layer in self.layers}
+        if name in by_name:
+            return by_name[name]
+        tensor = name.removesuffix("_nchwc")
+        return by_name.get(self.aliases.get(tensor, ""))
 
 
 def _rounded(value: float | None) -> float | None:
@@ -224,6 +239,7 @@ def count_onnx(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> C
     for value in fed:
         if not result.input_shapes[value.name]:
             result.input_shapes[value.name] = shapes.get(value.name, ([1], 4))[0][1:]
+    made_by: dict[str, str] = {}  # a MAC layer's own output tensor → the layer
     for index, node in enumerate(graph.node):
         if node.op_type in ("Identity", "Constant"):
             continue
@@ -231,8 +247,22 @@ def count_onnx(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> C
         weight_names = [name for name in reads if name in weights]
         macs = _onnx_macs(node, shapes)
         params = sum(math.prod(shapes[name][0]) for name in weight_names)
+        if not macs and node.op_type in _ELEMENTWISE and node.output:
+            # An element-wise op after a layer that multiply-adds: a fusion's name may be its
+            # output's. Its own layer's output first (a residual Add's convolution, not the
+            # shortcut's).
+            inputs = [name for name in reads if name not in weights]
+            source = next((made_by[n] for n in inputs if n in made_by), None) or next(
+                (result.aliases[n] for n in inputs if n in result.aliases), None
+            )
+            if source is not None:
+                result.aliases[node.output[0]] = source
         if not macs and not params:
             continue
+        if macs and node.output:
+            layer_name = node.name or f"{node.op_type}_{index}"
+            made_by[node.output[0]] = layer_name
+            result.aliases[node.output[0]] = layer_name
         activations = [name for name in reads if name not in weights] + list(node.output)
         result.layers.append(
             Layer(
@@ -246,6 +276,13 @@ def count_onnx(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> C
             )
         )
     return result
+
+
+# Element-wise ops ONNX Runtime fuses into the convolution or product before them.
+_ELEMENTWISE = frozenset(
+    {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Add", "Mul",
+     "Sum", "BatchNormalization", "Elu", "Selu", "PRelu"}
+)  # fmt: skip
 
 
 def _bytes(entry: tuple[list[int], int] | None) -> int:

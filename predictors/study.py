@@ -50,6 +50,7 @@ def _one_run(model: Manifest, dataset: Manifest, options: EvaluationOptions, sto
         "metrics": metrics_of(result),
         "outputs_sha256": hashlib.sha256(outputs.tobytes()).hexdigest(),
         "top1_classes": outputs.argmax(axis=1) if outputs.ndim == 2 and outputs.shape[1] else None,
+        "outputs": outputs,
         "hygiene": [warning["code"] for warning in result.get("hygiene") or []],
     }
 
@@ -117,32 +118,76 @@ def run_study(
     runs: int,
     threads: list[int | None],
     seeds: list[int],
+    devices: list[str] | None = None,
     progress: Any = None,
 ) -> dict[str, Any]:
-    """Every group of the study (each thread count by each seed), `runs` fresh processes each,
-    summarized (`summarize`)."""
+    """Every group of the study (each device by each thread count by each seed), `runs` fresh
+    processes each, summarized (`summarize`); with several devices, each other device's
+    outputs against the first's, input by input (`across_devices`)."""
     groups = []
+    first_outputs: dict[tuple[str, int | None, int], np.ndarray] = {}
     context = get_context("spawn")
-    for thread_count in threads:
-        for seed in seeds:
-            settings = replace(options, threads=thread_count, seed=seed)
-            results = []
-            for index in range(runs):
-                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                    results.append(
-                        pool.submit(_one_run, model, dataset, settings, str(store)).result()
-                    )
-                if progress is not None:
-                    progress(thread_count, seed, index + 1, runs)
-            groups.append({"threads": thread_count, "seed": seed, **summarize(results)})
+    for device in devices or [options.device]:
+        for thread_count in threads:
+            for seed in seeds:
+                settings = replace(options, threads=thread_count, seed=seed, device=device)
+                results = []
+                for index in range(runs):
+                    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                        results.append(
+                            pool.submit(_one_run, model, dataset, settings, str(store)).result()
+                        )
+                    if progress is not None:
+                        progress(device, thread_count, seed, index + 1, runs)
+                first_outputs[(device, thread_count, seed)] = results[0]["outputs"]
+                groups.append(
+                    {"device": device, "threads": thread_count, "seed": seed, **summarize(results)}
+                )
     return {
         "model": {"name": model.name, "version": model.version, "framework": model.framework},
         "dataset": {"name": dataset.name, "version": dataset.version, "split": options.split},
         "runs": runs,
         "batch_sizes": list(options.batch_sizes),
         "limit": options.limit,
+        "devices": devices or [options.device],
         "groups": groups,
+        "across_devices": across_devices(first_outputs),
     }
+
+
+def across_devices(
+    outputs: dict[tuple[str, int | None, int], np.ndarray],
+) -> list[dict[str, Any]]:
+    """Each device's first run against the first device's at the same thread count and seed,
+    input by input: the share of inputs whose top-1 class agrees, the inputs that flip, and
+    the largest absolute difference of an output (the seeds' `003`: CPUs and GPUs move error
+    rates through non-deterministic kernels)."""
+    devices = list(dict.fromkeys(device for device, _, _ in outputs))
+    found = []
+    for other in devices[1:]:
+        for (device, thread_count, seed), reference in outputs.items():
+            if device != devices[0]:
+                continue
+            theirs = outputs.get((other, thread_count, seed))
+            if theirs is None or theirs.shape != reference.shape:
+                continue
+            entry: dict[str, Any] = {
+                "devices": [devices[0], other],
+                "threads": thread_count,
+                "seed": seed,
+                "inputs": int(reference.shape[0]) if reference.ndim else 0,
+                "max_abs_diff": float(np.max(np.abs(reference - theirs)))
+                if reference.size
+                else 0.0,
+                "bitwise_identical": bool(np.array_equal(reference, theirs)),
+            }
+            if reference.ndim == 2 and reference.shape[1]:
+                flips = np.flatnonzero(reference.argmax(axis=1) != theirs.argmax(axis=1))
+                entry["top1_agreement"] = 1.0 - flips.size / reference.shape[0]
+                entry["flipped_inputs"] = int(flips.size)
+                entry["flipped_first"] = [int(i) for i in flips[:FLIPS_SHOWN]]
+            found.append(entry)
+    return found
 
 
 def format_study(report: dict[str, Any]) -> str:
@@ -169,7 +214,8 @@ def format_study(report: dict[str, Any]) -> str:
                     else ""
                 )
             )
-        lines += ["", f"threads {threads}, seed {group['seed']}: {verdict}"]
+        device = f"{group['device']}, " if len(report.get("devices") or []) > 1 else ""
+        lines += ["", f"{device}threads {threads}, seed {group['seed']}: {verdict}"]
         if group["hygiene"]:
             lines.append(f"  hygiene warnings in some runs: {', '.join(group['hygiene'])}")
         rows = [["metric", "mean", "std", "95% CI"]]
@@ -190,6 +236,23 @@ def format_study(report: dict[str, Any]) -> str:
             lines.append("  " + "  ".join(cells))
             if index == 0:
                 lines.append("  " + "  ".join("-" * w for w in widths))
+    for entry in report.get("across_devices") or []:
+        a, b = entry["devices"]
+        threads = "default" if entry["threads"] is None else entry["threads"]
+        agreement = (
+            f"top-1 agrees on {100 * entry['top1_agreement']:.2f} % of {entry['inputs']} inputs "
+            f"({entry['flipped_inputs']} flip"
+            + (f": {', '.join(map(str, entry['flipped_first']))}" if entry["flipped_first"] else "")
+            + "), "
+            if "top1_agreement" in entry
+            else ""
+        )
+        lines += [
+            "",
+            f"{b} against {a} (threads {threads}, seed {entry['seed']}, first runs, input by "
+            f"input): {agreement}max |difference| {entry['max_abs_diff']:.3g}"
+            + (", bitwise identical" if entry["bitwise_identical"] else ""),
+        ]
     return "\n".join(lines)
 
 
@@ -211,8 +274,10 @@ def plot_study(report: dict[str, Any], path: Path) -> None:
         f"p50_ms@{size}": f"p50 latency (ms), batch size {size}",
         f"throughput_ips@{size}": f"throughput (inputs/s), batch size {size}",
     }
+    several = len(report.get("devices") or []) > 1
     labels = [
-        f"threads {'default' if g['threads'] is None else g['threads']}, seed {g['seed']}"
+        (f"{g['device']}, " if several else "")
+        + f"threads {'default' if g['threads'] is None else g['threads']}, seed {g['seed']}"
         for g in report["groups"]
     ]
     figure = make_subplots(rows=1, cols=len(names), subplot_titles=[titles[n] for n in names])
@@ -285,7 +350,13 @@ def add_commands(commands: Any) -> None:
     study.add_argument("--limit", type=_count(1), metavar="N")
     study.add_argument("--warmup", type=_count(0), default=2, metavar="N")
     study.add_argument("--repeat", type=_count(1), default=1, metavar="N")
-    study.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]")
+    study.add_argument(
+        "--device",
+        default="cpu",
+        metavar="D[,D...]",
+        help="devices to sweep, a group each (cpu, cuda, cuda:N; default: cpu); with several, "
+        "each device's outputs are compared with the first's input by input",
+    )
     study.add_argument("--format", choices=("table", "json"), default="table")
     study.add_argument(
         "--plot",
@@ -339,21 +410,32 @@ def run(args: argparse.Namespace) -> str:
         list(_numbers(args.threads, "--threads", 1)) if args.threads else [None]
     )
     seeds = _numbers(args.seeds, "--seeds", 0)
+    devices = [part.strip() for part in args.device.split(",")]
+    if len(set(devices)) != len(devices) or not all(devices):
+        raise UsageError(f"--device: {args.device!r} names a device twice or none")
+    from predictors.predictor import PredictorError, predictor_class
+
+    for device in devices:
+        try:
+            EvaluationOptions(device=device)
+            predictor_class(model.framework).check_device(device)
+        except (PredictorError, ValueError) as exc:
+            raise UsageError(f"--device: {exc}") from None
     options = EvaluationOptions(
         batch_sizes=_batch_sizes(args.batch_sizes),
         split=split,
         limit=args.limit,
-        device=args.device,
+        device=devices[0],
         warmup=args.warmup,
         repeat=args.repeat,
     )
     store = (args.store or default_store()).resolve()
     _check_store(store, [model, dataset], split)
 
-    def progress(thread_count: int | None, seed: int, done: int, total: int) -> None:
+    def progress(device: str, thread_count: int | None, seed: int, done: int, total: int) -> None:
         if not args.no_progress:
             shown = "default" if thread_count is None else thread_count
-            print(f"threads {shown}, seed {seed}: run {done} of {total}", file=sys.stderr)
+            print(f"{device}, threads {shown}, seed {seed}: run {done} of {total}", file=sys.stderr)
 
     if args.plot is not None:
         from predictors.cli import CommandError
@@ -375,6 +457,7 @@ def run(args: argparse.Namespace) -> str:
         runs=args.runs,
         threads=threads,
         seeds=seeds,
+        devices=devices,
         progress=progress,
     )
     if args.plot is not None:

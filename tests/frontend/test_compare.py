@@ -99,9 +99,23 @@ def test_digits_cnn_in_three_frameworks(hub: LiveHub, hub_page: Any, shoot: Any)
     convolutions = [row for row in layers["rows"] if "conv" in (row["op_type"] or "").lower()]
     assert convolutions and all(None not in row["mean_ms"] for row in convolutions)
 
+    # Theoretical performance: the same work counted from three files, in three frameworks.
+    theoretical = report["theoretical"]
+    assert theoretical["macs_agree"] is True
+    assert [cell["macs"] for cell in theoretical["cells"]] == [1_330_432] * 3
+    assert [cell["framework"] for cell in theoretical["cells"]] == [
+        "onnxruntime", "pytorch", "tensorflow"
+    ]  # fmt: skip
+    for cell in theoretical["cells"]:
+        assert [a["batch_size"] for a in cell["achieved"]] == [1, 8]
+        assert all(0 < a["of_peak"] for a in cell["achieved"])
+
     page = hub_page
     sign_in_to_hub(page)
     page.goto(f"/compare/?evaluations={','.join(ids)}")
+    expect(page.locator("#theoretical-table tbody tr")).to_have_count(3)
+    expect(page.locator("#theoretical")).to_contain_text("The multiply-adds agree.")
+    expect(page.locator("#theoretical-table td[data-macs='1330432']")).to_have_count(3)
     expect(page.locator("#accuracy-table .agreement").nth(2)).to_have_text("100.00 %")
     expect(page.locator("#latency-plot")).to_have_attribute("data-drawn", "3")
     expect(page.locator("#throughput-plot")).to_have_attribute("data-drawn", "3")

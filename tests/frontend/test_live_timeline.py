@@ -190,6 +190,15 @@ def test_the_per_layer_table_of_resnet_18_shows_every_number_at_1280_px_per_batc
            }).length"""
     )
     assert hidden == 0
+    # The layers' FLOP/s from their multiply-adds (counted from the graph), ONNX Runtime's
+    # fused nodes included (named after their output tensors): every convolution has one.
+    expect(table).not_to_have_attribute("data-gflops", "0")
+    convolutions = table.locator("tbody tr", has=hub_page.locator("td", has_text="Conv"))
+    gflops = [
+        convolutions.nth(i).locator('[data-key="gflops"]').inner_text()
+        for i in range(convolutions.count())
+    ]
+    assert len(gflops) >= 20 and all(float(value) > 0 for value in gflops), gflops
     # One batch size at a time: eight calls of batch size 1, two of batch size 4.
     counts = {rows.nth(i).locator('[data-key="count"]').inner_text() for i in range(rows.count())}
     assert counts == {"8"}

@@ -80,3 +80,50 @@ def test_the_command_prints_each_groups_verdict_and_statistics(
     assert "95% CI" in out and "p50_ms@1" in out
     assert main([*argv, *common, "--framework", "onnxruntime,pytorch"]) == 2
     assert "a study runs one framework" in capsys.readouterr().err
+
+
+def test_each_device_is_compared_with_the_first_input_by_input() -> None:
+    from predictors.study import across_devices
+
+    cpu = np.array([[0.9, 0.1], [0.4, 0.6], [0.7, 0.3]], dtype=np.float32)
+    gpu = cpu + np.array([[0.0, 0.0], [0.2, -0.2], [0.0, 1e-3]], dtype=np.float32)
+    (entry,) = across_devices({("cpu", 1, 0): cpu, ("cuda", 1, 0): gpu, ("cpu", 2, 0): cpu})
+    assert entry["devices"] == ["cpu", "cuda"] and (entry["threads"], entry["seed"]) == (1, 0)
+    assert entry["flipped_inputs"] == 1 and entry["flipped_first"] == [1]
+    assert entry["top1_agreement"] == pytest.approx(2 / 3)
+    assert entry["max_abs_diff"] == pytest.approx(0.2)
+    assert entry["bitwise_identical"] is False
+    assert across_devices({("cpu", None, 0): cpu}) == []
+
+
+def test_a_device_this_host_lacks_is_refused_naming_it(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["study", "digits-cnn", "--framework", "pytorch", "--dataset", "digits"]
+    common = ["--store", str(store), "--runs", "2", "--limit", "8", "--no-progress"]
+    assert main([*argv, *common, "--device", "cpu,cpu"]) == 2
+    assert "names a device twice" in capsys.readouterr().err
+    assert main([*argv, *common, "--device", "cpu,tpu"]) == 2
+    assert "--device:" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not __import__("importlib").util.find_spec("torch")
+    or not __import__("torch").cuda.is_available(),
+    reason="needs a CUDA device",
+)
+def test_pytorch_on_the_cpu_and_the_gpu_input_by_input(store: Path) -> None:
+    """digits-cnn in PyTorch, two runs on each device: each device's determinism, and the GPU's
+    outputs against the CPU's input by input."""
+    catalog = Catalog()
+    model = catalog.find_model("digits-cnn", "*", "pytorch")
+    dataset = catalog.find_dataset("digits")
+    options = EvaluationOptions(batch_sizes=(8,), limit=64, warmup=1)
+    report = run_study(
+        model, dataset, options, store, runs=2, threads=[1], seeds=[0], devices=["cpu", "cuda"]
+    )
+    assert [g["device"] for g in report["groups"]] == ["cpu", "cuda"]
+    (entry,) = report["across_devices"]
+    assert entry["devices"] == ["cpu", "cuda"] and entry["inputs"] == 64
+    assert entry["top1_agreement"] >= 0.98 and entry["max_abs_diff"] < 1e-2

@@ -311,14 +311,20 @@
     var batch = smallest ? smallest.batch_size : 1;
     // A layer's time per call: on a GPU its kernels' (the host-side span only launches them),
     // on the CPU its span's.
+    // ONNX Runtime names a fused node after its output tensor: `aliases` says whose it is.
     var onGpu = details.device && details.device !== "cpu";
+    var counted = {};
+    layers.forEach(function (layer) { counted[layer.name] = true; });
+    var aliases = t.aliases || {};
     var means = {};
     (layerTimes || []).forEach(function (row) {
       if (row.batch_size !== batch && row.batch_size !== null) return;
+      var name = counted[row.name] ? row.name : aliases[row.name.replace(/_nchwc$/, "")];
+      if (!name || means[name] !== undefined) return;
       if (onGpu) {
-        if (row.kernel_total_ns) means[row.name] = row.kernel_total_ns / row.count;
+        if (row.kernel_total_ns) means[name] = row.kernel_total_ns / row.count;
       } else {
-        means[row.name] = row.mean_ns;
+        means[name] = row.mean_ns;
       }
     });
     var layerPoints = [];

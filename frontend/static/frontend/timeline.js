@@ -867,7 +867,40 @@
   var aggregates = [];
   var sortKey = "total_ns", sortDescending = true;
 
-  var NUMERIC = ["count", "total_ns", "mean_ns", "p50_ns", "p99_ns", "kernel_total_ns"];
+  var NUMERIC = ["count", "total_ns", "mean_ns", "p50_ns", "p99_ns", "kernel_total_ns", "gflops"];
+
+  // The layers' multiply-adds, as the evaluation's result counted them (`theoretical`): a
+  // layer's GFLOP/s is 2 x MACs x batch size over its time per call (on a GPU its kernels').
+  // ONNX Runtime names a fused node after its output tensor; `aliases` says whose it is.
+  var counts = null;
+  function countOf(name) {
+    if (!counts) return null;
+    return counts.layers[name] || counts.layers[counts.aliases[name.replace(/_nchwc$/, "")]] || null;
+  }
+  function gflopsOf(row) {
+    var layer = countOf(row.name);
+    var batch = Number(row.batch_size);
+    if (!layer || !layer.macs || !batch) return null;
+    var perCall = counts.gpu
+      ? (row.kernel_total_ns ? row.kernel_total_ns / row.count : null)
+      : row.mean_ns;
+    return perCall ? 2 * layer.macs * batch / perCall : null;  // FLOP/ns = GFLOP/s
+  }
+  function readCounts() {
+    if (!EVALUATION) return;
+    fetch(EVALUATION, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (body) {
+        var details = body && body.result ? body.result.details || {} : {};
+        var t = details.theoretical;
+        if (!t || !t.counted) return;
+        var layers = {};
+        (t.layers || []).forEach(function (layer) { layers[layer.name] = layer; });
+        counts = { layers: layers, aliases: t.aliases || {}, gpu: !!details.device && details.device !== "cpu" };
+        renderLayers();
+      })
+      .catch(function () { /* the table goes without GFLOP/s */ });
+  }
 
   // The table shows one level (layers, ops, GPU kernels, …) or all; never counter samples.
   var levelSelect = document.getElementById("layers-level");
@@ -932,11 +965,15 @@
     var kernels = aggregates.some(function (row) { return typeof row.kernel_total_ns === "number"; });
     table.querySelector('th[data-key="kernel_total_ns"]').hidden = !kernels;
     table.dataset.kernels = String(kernels);
+    shown.forEach(function (row) { row.gflops = gflopsOf(row); });
+    var achieved = shown.some(function (row) { return row.gflops !== null; });
+    table.querySelector('th[data-key="gflops"]').hidden = !achieved;
+    table.dataset.gflops = String(shown.filter(function (row) { return row.gflops !== null; }).length);
     if (!shown.length) {
       var empty = document.createElement("tr");
       empty.className = "empty";
       var cell = document.createElement("td");
-      cell.colSpan = kernels ? 9 : 8;
+      cell.colSpan = 8 + (kernels ? 1 : 0) + (achieved ? 1 : 0);
       cell.textContent = "No spans yet.";
       empty.appendChild(cell);
       body.appendChild(empty);
@@ -975,6 +1012,13 @@
         td.textContent = typeof row.kernel_total_ns === "number" ? ms(row.kernel_total_ns) : "—";
         if (row.kernel_count) td.title = row.kernel_count + " kernels";
         tr.appendChild(td);
+      }
+      if (achieved) {
+        var cell = document.createElement("td");
+        cell.className = "num";
+        cell.dataset.key = "gflops";
+        cell.textContent = row.gflops === null ? "—" : row.gflops.toFixed(1);
+        tr.appendChild(cell);
       }
       tr.addEventListener("click", function () { search.value = row.name; runSearch(); });
       body.appendChild(tr);
@@ -1068,6 +1112,7 @@
       .then(function (body) {
         if (body && FINISHED.indexOf(body.status) >= 0) {
           finished = true;
+          readCounts();
           ended(body.status);
         }
         return Promise.all([fetchWindow(), fetchLayers()]);
@@ -1094,6 +1139,7 @@
       if (message.type === "spans") reload();
       if (message.type === "status" && FINISHED.indexOf(message.status) >= 0) {
         finished = true;
+        readCounts();
         ended(message.status);
         reload();
         socket.close();
@@ -1107,6 +1153,7 @@
 
   fetchWindow();
   fetchLayers();
+  if (finished) readCounts();
   if (finished) setLive("done");
   else connect();
 })();
