@@ -229,7 +229,9 @@ def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]], latency_on
 
 
 def _check_scenario(
-    contents: list[tuple[Manifest, dict[str, Any]]], request: dict[str, Any], latency_only: bool
+    contents: list[tuple[Manifest, dict[str, Any]]],
+    request: Mapping[str, Any],
+    latency_only: bool,
 ) -> None:
     """A LoadGen scenario the model cannot be driven in (`predictors.protocol.loadgen_problem`)
     is refused at launch: Invalid naming `scenario` (or `loadgen_mode`)."""

@@ -131,7 +131,8 @@ def theoretical(evaluations: list[Evaluation]) -> dict[str, Any]:
         if not isinstance(counted, dict):
             cells.append({"label": label(evaluation), "present": False})
             continue
-        roof = counted.get("roofline") if isinstance(counted.get("roofline"), dict) else {}
+        found = counted.get("roofline")
+        roof: dict[str, Any] = found if isinstance(found, dict) else {}
         peak = roof.get("peak_gflops_per_s") if roof.get("measured") else None
         achieved = [a for a in counted.get("achieved") or [] if isinstance(a, dict)]
         cells.append(
@@ -566,7 +567,7 @@ def latency(evaluations: list[Evaluation]) -> dict[str, Any]:
             by_size.setdefault(row.batch_size, [None] * len(evaluations))[position] = row
     sizes = []
     for size in sorted(by_size):
-        cells: list[dict[str, Any]] = []
+        cells: list[dict[str, Any] | None] = []
         base = by_size[size][0]
         for row in by_size[size]:
             if row is None:
