@@ -62,6 +62,19 @@ if [ "$PART" = roofline ]; then
 t = json.load(open(sys.argv[1]))['results'][0]['theoretical']
 print({k: t[k] for k in ('counted', 'macs', 'params', 'achieved', 'roofline')})" \
     "$OUT/evaluate-cuda.json"
+  echo "=== a repeat study of digits-cnn in PyTorch on the CPU and the GPU, input by input"
+  python3 -m predictors.cli study digits-cnn --framework pytorch --dataset digits \
+    --device cpu,cuda --runs 3 --threads 1 --batch-sizes 8 --limit 256 --store "$STORE" \
+    --no-progress | tee "$OUT/study-cpu-cuda.txt"
+  echo "=== LoadGen on the GPU: ResNet-50, offline and a server QPS search"
+  python3 -m predictors.cli evaluate resnet-50 --framework pytorch --dataset digits \
+    --device cuda --batch-sizes 32 --limit 256 --store "$STORE" --no-progress \
+    --scenario offline --min-duration-ms 2000 | tee "$OUT/loadgen-offline.txt" | grep -E "LoadGen|Result is|per second"
+  python3 -m predictors.cli evaluate resnet-50 --framework pytorch --dataset digits \
+    --device cuda --batch-sizes 8 --limit 256 --store "$STORE" --no-progress \
+    --scenario server --find-peak-qps --latency-bound-ms 15 --target-qps 200 \
+    --min-duration-ms 1000 --min-query-count 256 | tee "$OUT/loadgen-server.txt" \
+    | sed -n '/QPS search/,$p'
   echo "=== the roofline of the GPU, and ResNet-18/50 on it"
   python3 benchmarks/roofline.py --store "$STORE" --device cuda --models resnet-18,resnet-50 \
     --frameworks pytorch --batch-sizes 1,32,128 --layer-batch-size 32 --limit 256 \

@@ -11,7 +11,8 @@ its settings (`result["loadgen"]`).
   the 99th percentile of the latency stays under `latency_bound_ms` (LoadGen's early stopping
   decides whether enough queries back that percentile).
 - **offline**: every sample at once, run in batches of the largest batch size; LoadGen reports
-  samples per second.
+  samples per second. Without `target_qps` it expects three times the fixed batches' best throughput
+  (LoadGen sends expected QPS x minimum duration samples).
 
 The samples are the split's inputs (the first `limit`), read and preprocessed once into memory
 (LoadGen's query sample library), before LoadGen starts. LoadGen's seeds (QSL, sample index and
@@ -292,19 +293,34 @@ def drive(
     options: EvaluationOptions,
     *,
     start_qps: float | None = None,
+    measured_qps: float | None = None,
     cancelled: Callable[[], bool] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """LoadGen's run (or QPS search) of the loaded model behind `loop` over `reader`'s inputs:
     `result["loadgen"]` (see the module docstring). `start_qps`: where the QPS search starts
-    when the request gives no target QPS."""
+    when the request gives no target QPS; `measured_qps`: the fixed batches' best throughput,
+    of which offline expects three times when the request gives no target QPS (LoadGen sends
+    expected QPS x minimum duration samples: too few, and the run ends before its minimum
+    duration, INVALID)."""
     lg = _loadgen()
+    target_qps = options.target_qps
+    if options.scenario == "offline" and target_qps is None and measured_qps:
+        target_qps = round(3 * measured_qps, 3)
     samples = _Samples(loop, reader, preprocessor)
     driver = _Driver(loop, samples, options, cancelled)
     settings = {
         "scenario": options.scenario,
         "mode": options.loadgen_mode,
-        "target_qps": options.target_qps,
+        "target_qps": target_qps,
+        # Where the target came from: the request, or (offline) the fixed batches' throughput.
+        "target_qps_from": (
+            "request"
+            if options.target_qps is not None
+            else "fixed batches' throughput x 3"
+            if target_qps is not None
+            else None
+        ),
         "latency_bound_ms": options.latency_bound_ms,
         "min_duration_ms": options.min_duration_ms,
         "min_query_count": options.min_query_count,
@@ -325,7 +341,7 @@ def drive(
         else:
             if progress is not None:
                 progress(f"LoadGen {options.scenario}")
-            run = _run_once(lg, driver, options, options.target_qps, Path(folder) / "run")
+            run = _run_once(lg, driver, options, target_qps, Path(folder) / "run")
             curve = None
     result: dict[str, Any] = {
         "settings": settings,

@@ -261,6 +261,7 @@ def evaluate(
                 preprocessor,
                 options,
                 start_qps=max(1.0, per_batch_size[0]["throughput_ips"] / 2),
+                measured_qps=max(entry["throughput_ips"] for entry in per_batch_size),
                 cancelled=cancelled,
             )
             if options.scenario != "fixed"

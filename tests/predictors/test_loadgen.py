@@ -93,6 +93,20 @@ def test_the_qps_search_walks_a_curve_and_keeps_the_run_at_the_peak(
     assert loadgen["summary"]["Scenario"] == "Server"
 
 
+def test_offline_without_a_target_expects_the_fixed_batches_throughput(
+    run_evaluation: RunEvaluation,
+) -> None:
+    """Offline sends expected QPS x minimum duration samples: expecting three times what the fixed
+    batches measured, the run lasts its minimum duration."""
+    result = run_evaluation(scenario="offline", batch_sizes=(8,), min_duration_ms=300).result
+    loadgen = result["loadgen"]
+    expected = 3 * result["batch_sizes"][0]["throughput_ips"]
+    assert loadgen["settings"]["target_qps"] == pytest.approx(expected, rel=1e-3)
+    assert loadgen["settings"]["target_qps_from"] == "fixed batches' throughput x 3"
+    assert loadgen["summary"]["Min duration satisfied"] == "Yes"
+    assert loadgen["summary"]["Scenario"] == "Offline"
+
+
 def test_parse_summary_reads_the_verdict_and_early_stopping() -> None:
     text = (
         "Scenario : Server\nResult is : INVALID\n  Performance constraints satisfied : Yes\n"
