@@ -89,6 +89,9 @@ class Count:
     # (`/layer1/layer1.0/relu/Relu_output_0_nchwc` is conv1 with its ReLU), so that a trace's
     # fused nodes meet their counts.
     aliases: dict[str, str] = field(default_factory=dict)
+    # Layers that multiply-add but whose shapes could not be inferred (counted as 0): the total
+    # is a lower bound while any are listed.
+    uncounted: list[str] = field(default_factory=list)
 
     @property
     def macs(self) -> int:
@@ -106,6 +109,7 @@ class Count:
                 {**asdict(layer), "intensity": _rounded(layer.intensity())} for layer in self.layers
             ],
             **({"aliases": self.aliases} if self.aliases else {}),
+            **({"uncounted_layers": self.uncounted} if self.uncounted else {}),
         }
 
     def layer_named(self, name: str) -> Layer | None:
@@ -246,6 +250,9 @@ def count_onnx(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> C
         reads = [name for name in node.input if name]
         weight_names = [name for name in reads if name in weights]
         macs = _onnx_macs(node, shapes)
+        if macs is None:  # a layer that multiply-adds, of shapes inference left unknown
+            result.uncounted.append(node.name or f"{node.op_type}_{index}")
+            macs = 0
         params = sum(math.prod(shapes[name][0]) for name in weight_names)
         if not macs and node.op_type in _ELEMENTWISE and node.output:
             # An element-wise op after a layer that multiply-adds: a fusion's name may be its
@@ -292,9 +299,9 @@ def _bytes(entry: tuple[list[int], int] | None) -> int:
     return math.prod(dims) * size
 
 
-def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int:
-    """Multiply-adds of one node at batch size 1 (0 for ops that do none, or whose shapes
-    inference left unknown)."""
+def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int | None:
+    """Multiply-adds of one node at batch size 1: 0 for ops that do none, None for an op that
+    does but whose shapes inference left unknown."""
 
     def shape(name: str) -> list[int] | None:
         entry = shapes.get(name)
@@ -306,7 +313,7 @@ def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int:
         )
         x, w, y = shape(x_name), shape(w_name), shape(node.output[0])
         if x is None or w is None or y is None:
-            return 0
+            return None
         # torch.utils.flop_counter.conv_flop_count: the kernel's size times the positions it
         # is applied at (the output's for a convolution, the input's for a transposed one).
         positions = x[2:] if node.op_type == "ConvTranspose" else y[2:]
@@ -316,7 +323,7 @@ def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int:
         y = shape(node.output[0])
         a = shape(a_name)
         if y is None or a is None:
-            return 0
+            return None
         trans_a = any(a.name == "transA" and a.i for a in node.attribute)
         depth = a[-2] if (node.op_type == "Gemm" and trans_a) else a[-1]
         return int(math.prod(y) * depth)

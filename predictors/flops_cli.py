@@ -139,7 +139,9 @@ def agreement(found: list[Count]) -> dict[str, Any]:
     if len(found) < 2:
         return {"frameworks": len(found), "totals_agree": True, "layers_matched": None}
     working = [[layer for layer in c.layers if layer.macs] for c in found]
-    modules = [{layer.module: layer.macs for layer in layers} for layers in working]
+    # A module's multiply-adds summed: ONNX may split one module into several nodes
+    # (`/attn/MatMul`, `/attn/MatMul_1`) that TorchScript counts as one layer.
+    modules = [_by_module(layers) for layers in working]
     if all(m.keys() == modules[0].keys() for m in modules):
         matched = "module"
         agree = all(m == modules[0] for m in modules)
@@ -158,6 +160,13 @@ def agreement(found: list[Count]) -> dict[str, Any]:
         "layers_agree": agree if matched else None,
         "layers": len(working[0]),
     }
+
+
+def _by_module(layers: list[Any]) -> dict[str, int]:
+    summed: dict[str, int] = {}
+    for layer in layers:
+        summed[layer.module] = summed.get(layer.module, 0) + layer.macs
+    return summed
 
 
 def _si(value: float) -> str:
@@ -190,7 +199,13 @@ def format_table(report: dict[str, Any]) -> str:
         )
     lines += [_table(rows), ""]
     # Per layer: the first framework's layers; the others' multiply-adds beside them.
-    by_module = [{layer["module"]: layer for layer in result["layers"]} for result in results[1:]]
+    by_module: list[dict[str, dict[str, Any]]] = []
+    for result in results[1:]:
+        summed: dict[str, dict[str, Any]] = {}
+        for layer in result["layers"]:
+            entry = summed.setdefault(layer["module"], {**layer, "macs": 0})
+            entry["macs"] += layer["macs"]
+        by_module.append(summed)
     # Where the module paths differ (Keras names its layers its own way), the layers that
     # multiply-add are lined up in the order they run, as `agreement` matched them.
     working = [[layer for layer in result["layers"] if layer["macs"]] for result in results]
@@ -212,6 +227,13 @@ def format_table(report: dict[str, Any]) -> str:
         row += [f"{layer['params']:,}", f"{intensity:.1f}" if intensity is not None else "—"]
         table.append(row)
     lines.append(_table(table))
+    for result in results:
+        if result.get("uncounted_layers"):
+            lines.append(
+                f"{result['framework']}: {len(result['uncounted_layers'])} layers that multiply-"
+                "add have shapes onnx could not infer and count 0 (the total is a lower bound): "
+                + ", ".join(result["uncounted_layers"][:5])
+            )
     agree = report["agreement"]
     if agree["frameworks"] > 1:
         lines.append("")

@@ -240,6 +240,8 @@ MAX_BATCH_SIZE = 65536
 # How an evaluation drives the model: the fixed batches alone, or after them an MLPerf LoadGen
 # scenario (`predictors.evaluation.loadgen`).
 SCENARIOS = ("fixed", "single_stream", "multi_stream", "server", "offline")
+DEFAULT_MIN_DURATION_MS = 1000
+DEFAULT_MIN_QUERY_COUNT = 100
 LOADGEN_MODES = ("performance", "accuracy")
 
 
@@ -255,6 +257,11 @@ def scenario_problem(options: Any) -> tuple[str, str] | None:
     }
     if options.find_peak_qps:
         given.add("find_peak_qps")
+    # LoadGen's run length: given when other than its default.
+    if options.min_duration_ms != DEFAULT_MIN_DURATION_MS:
+        given.add("min_duration_ms")
+    if options.min_query_count != DEFAULT_MIN_QUERY_COUNT:
+        given.add("min_query_count")
     if options.loadgen_mode != "performance":
         given.add("loadgen_mode")
     if scenario == "fixed":
@@ -267,7 +274,7 @@ def scenario_problem(options: Any) -> tuple[str, str] | None:
         "multi_stream": {"samples_per_query", "loadgen_mode"},
         "server": {"target_qps", "latency_bound_ms", "find_peak_qps", "loadgen_mode"},
         "offline": {"target_qps", "loadgen_mode"},
-    }[scenario]
+    }[scenario] | {"min_duration_ms", "min_query_count"}
     for name in sorted(given - applies):
         return name, f"does not apply to scenario {scenario}"
     if scenario == "server" and options.loadgen_mode == "performance":
@@ -364,10 +371,13 @@ class JobOptions:
         nullable=True,
     )
     min_duration_ms: int = _option(
-        1000, "LoadGen: the shortest run, in ms", minimum=100, maximum=3_600_000
+        DEFAULT_MIN_DURATION_MS, "LoadGen: the shortest run, in ms", minimum=100, maximum=3_600_000
     )
     min_query_count: int = _option(
-        100, "LoadGen: the fewest queries a run sends", minimum=1, maximum=10_000_000
+        DEFAULT_MIN_QUERY_COUNT,
+        "LoadGen: the fewest queries a run sends",
+        minimum=1,
+        maximum=10_000_000,
     )
     samples_per_query: int | None = _option(
         None,

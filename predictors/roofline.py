@@ -8,8 +8,10 @@ and arithmetic intensity are placed (`predictors.flops`).
 - **memory bandwidth**: a copy of a `COPY_BYTES` array into another, counting the bytes read
   and written, the best of `ROUNDS`.
 
-Both are what this software reaches on this device, not the datasheet's figure; the result
-records how they were measured. The ridge point (peak / bandwidth, FLOP per byte) divides the
+Both are what this software reaches on this device, not the datasheet's figure (a framework's
+own kernels may beat the BLAS: ONNX Runtime's convolutions pass OpenBLAS's sgemm on some CPUs);
+the result records how they were measured. A GPU is measured with torch: a process without it
+(an ONNX Runtime or TensorFlow GPU image) records `measured: false` and why. The ridge point (peak / bandwidth, FLOP per byte) divides the
 layers limited by memory from those limited by compute.
 """
 
@@ -98,6 +100,12 @@ def measure(device: str = "cpu") -> dict[str, Any]:
     that cannot be measured says why (`measured: false`, `reason`)."""
     try:
         found = _cpu() if device == "cpu" else _cuda(device)
+        if device != "cpu":
+            # Give the memory back (its tensors went with `_cuda`'s frame): an agent measures
+            # once and then shares the GPU with evaluations.
+            import torch
+
+            torch.cuda.empty_cache()
     except Exception as exc:  # noqa: BLE001 - a device or library that fails to run the benchmark
         return {"device": device, "measured": False, "reason": f"{type(exc).__name__}: {exc}"}
     return {

@@ -36,7 +36,13 @@ from predictors.manifests import Manifest
 FLIPS_SHOWN = 20
 
 
-def _one_run(model: Manifest, dataset: Manifest, options: EvaluationOptions, store: str) -> dict:
+def _one_run(
+    model: Manifest,
+    dataset: Manifest,
+    options: EvaluationOptions,
+    store: str,
+    keep_outputs: bool = False,
+) -> dict:
     """One run of the study, in its own process: the metrics, the outputs' hash and each
     input's top-1 class."""
     from predictors.data import DataManager
@@ -50,7 +56,8 @@ def _one_run(model: Manifest, dataset: Manifest, options: EvaluationOptions, sto
         "metrics": metrics_of(result),
         "outputs_sha256": hashlib.sha256(outputs.tobytes()).hexdigest(),
         "top1_classes": outputs.argmax(axis=1) if outputs.ndim == 2 and outputs.shape[1] else None,
-        "outputs": outputs,
+        # The outputs themselves only where a device comparison reads them (a group's first).
+        "outputs": outputs if keep_outputs else None,
         "hygiene": [warning["code"] for warning in result.get("hygiene") or []],
     }
 
@@ -135,7 +142,9 @@ def run_study(
                 for index in range(runs):
                     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                         results.append(
-                            pool.submit(_one_run, model, dataset, settings, str(store)).result()
+                            pool.submit(
+                                _one_run, model, dataset, settings, str(store), index == 0
+                            ).result()
                         )
                     if progress is not None:
                         progress(device, thread_count, seed, index + 1, runs)

@@ -26,6 +26,15 @@ from traces.actions import spans_stored
 LATENCY_FIELDS = LATENCY_KEYS
 
 
+class _StrictFloatField(serializers.FloatField):
+    """A number; `true` and `false` are refused (DRF's FloatField reads them as 1.0 and 0.0)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            raise serializers.ValidationError(f"must be a number; got {str(data).lower()}")
+        return super().to_internal_value(data)
+
+
 def _option_field(spec: dataclasses.Field[Any]) -> serializers.Field[Any, Any, Any, Any]:
     """The launch request's field for a job option (`predictors.protocol.JobOptions`), with its
     bounds."""
@@ -59,7 +68,7 @@ def _option_field(spec: dataclasses.Field[Any]) -> serializers.Field[Any, Any, A
     if "pattern" in meta:
         return serializers.RegexField(meta["pattern"], default=default, **common)
     if meta.get("number") == "float":
-        return serializers.FloatField(default=default, **bounds, **common)
+        return _StrictFloatField(default=default, **bounds, **common)
     return serializers.IntegerField(default=default, **bounds, **common)
 
 

@@ -20,10 +20,17 @@ schedule) are the evaluation's `seed`. In `accuracy` mode every sample is sent o
 outputs are scored (top-1 and top-5, as the fixed batches score them). LoadGen's early stopping
 is always on in its scenarios; its verdict is part of the summary.
 
-`find_peak_qps` (server): runs at rising target QPS (doubling from `target_qps`, or from an
-estimate of the fixed batches' batch-size-1 throughput) until the p99 passes the bound, then
-bisects, and keeps every run as the curve it walked: target QPS, completed QPS, p99, whether
-the latency held. The peak is the highest target QPS whose p99 held.
+`find_peak_qps` (server): runs at rising target QPS (doubling from `target_qps`, or from half
+the fixed batches' throughput at the smallest batch size) until the p99 passes the bound (or,
+where the start does not hold, halving at most `MAX_HALVINGS` times, never below
+`MIN_SEARCH_QPS` nor below the rate at which `min_query_count` queries would take over
+`MAX_PROBE_SECONDS`), then bisects, and keeps every run as the curve it walked: target QPS,
+completed QPS, p99, whether the latency held. The peak is the highest target QPS whose p99
+held.
+
+The sample library holds the first inputs that fit in the loop's `stage_bytes` (256 MiB), so
+that a large split is not held whole in memory; the settings say when it was capped. A server
+accuracy run without `target_qps` sends at the fixed batches' throughput.
 
 The model is driven untraced: tracing stops with the fixed batches.
 """
@@ -41,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from predictors.custom_code import custom_outputs
 from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.options import EvaluationOptions
@@ -51,6 +59,9 @@ DEFAULT_SAMPLES_PER_QUERY = 8
 # The bisection steps of the QPS search after the doubling found a bound, and the most doublings.
 SEARCH_STEPS = 4
 MAX_DOUBLINGS = 12
+MAX_HALVINGS = 6
+MIN_SEARCH_QPS = 1.0
+MAX_PROBE_SECONDS = 60.0
 MAX_LOG_CHARS = 64_000
 _LINE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 
@@ -105,13 +116,22 @@ def _number(values: dict[str, str], key: str) -> float | None:
 class _Samples:
     """The split's inputs, preprocessed into memory (LoadGen's query sample library)."""
 
-    def __init__(self, loop: Any, reader: DatasetReader, preprocessor: Any) -> None:
+    def __init__(self, loop: Any, reader: DatasetReader, preprocessor: Any, max_bytes: int) -> None:
         self.inputs: list[np.ndarray] = []
         self.labels: list[Any] = []
+        # At most `max_bytes` of them (the loop's `stage_bytes`): the first inputs that fit.
+        self.capped = False
+        size = 0
         for batch, labels, _ in loop._preprocessed(reader, preprocessor, None):
             for index in range(batch.shape[0]):
+                if self.inputs and size + batch[index].nbytes > max_bytes:
+                    self.capped = True
+                    break
                 self.inputs.append(batch[index : index + 1])
-            self.labels.extend(list(labels))
+                self.labels.append(labels[index])
+                size += batch[index].nbytes
+            if self.capped:
+                break
         if not self.inputs:
             raise EvaluationError("LoadGen has no samples: the split read no inputs")
 
@@ -143,11 +163,16 @@ class _Driver:
         try:
             if self.cancelled is not None and self.cancelled():
                 raise EvaluationCancelled("the evaluation was cancelled")
-            outputs = self.loop._predict(self.samples.batch(indices))
-            if self.options.device != "cpu":
-                self.loop.predictor.synchronize()
+            # In the framework's inference context, as the fixed batches' calls (thread-local:
+            # LoadGen calls from threads of its own).
+            with self.loop.predictor.inference_context():
+                outputs = self.loop._predict(self.samples.batch(indices))
+                if self.options.device != "cpu":
+                    self.loop.predictor.synchronize()
             self.calls += 1
             if self.options.loadgen_mode == "accuracy":
+                if self.loop.custom_postprocess is not None:  # as the fixed batches read it
+                    outputs = custom_outputs(self.loop.custom_postprocess, outputs, len(indices))
                 scores = np.asarray(self.loop._read(outputs))
                 for row, index in enumerate(indices):
                     self.scores[index] = scores[row].reshape(-1)
@@ -307,7 +332,12 @@ def drive(
     target_qps = options.target_qps
     if options.scenario == "offline" and target_qps is None and measured_qps:
         target_qps = round(3 * measured_qps, 3)
-    samples = _Samples(loop, reader, preprocessor)
+    if options.scenario == "server" and target_qps is None and not options.find_peak_qps:
+        # An accuracy run (performance needs a target): every sample once, at the rate the
+        # fixed batches ran (LoadGen's default, one query a second, would take a second a
+        # sample).
+        target_qps = round(measured_qps, 3) if measured_qps else None
+    samples = _Samples(loop, reader, preprocessor, options.stage_bytes)
     driver = _Driver(loop, samples, options, cancelled)
     settings = {
         "scenario": options.scenario,
@@ -318,6 +348,8 @@ def drive(
             "request"
             if options.target_qps is not None
             else "fixed batches' throughput x 3"
+            if target_qps is not None and options.scenario == "offline"
+            else "fixed batches' throughput"
             if target_qps is not None
             else None
         ),
@@ -332,6 +364,8 @@ def drive(
         "batch_size": driver.batch_size if options.scenario in ("server", "offline") else None,
         "seeds": {"qsl": options.seed, "sample_index": options.seed, "schedule": options.seed},
         "samples": len(samples.inputs),
+        # The sample library holds the first inputs that fit in the loop's stage_bytes.
+        "samples_capped_at_bytes": options.stage_bytes if samples.capped else None,
         "loadgen_version": _version(),
     }
     with tempfile.TemporaryDirectory(prefix="mlms-loadgen-") as folder:
@@ -394,8 +428,13 @@ def _search(
             high = qps
             break
     if high is not None and low is None:
-        # Not even the start held: halve until one does (or give up).
-        for _ in range(MAX_DOUBLINGS):
+        # Not even the start held: halve until one does, or give up at MAX_HALVINGS or where a
+        # run would last over MAX_PROBE_SECONDS (its queries at its rate): a bound the model
+        # cannot hold at any rate must not keep the search going for days.
+        floor = max(MIN_SEARCH_QPS, options.min_query_count / MAX_PROBE_SECONDS)
+        for _ in range(MAX_HALVINGS):
+            if qps / 2 < floor:
+                break
             qps /= 2
             if probe(qps):
                 low = qps

@@ -260,7 +260,9 @@ def evaluate(
                 readers[0],
                 preprocessor,
                 options,
-                start_qps=max(1.0, per_batch_size[0]["throughput_ips"] / 2),
+                start_qps=max(
+                    1.0, min(per_batch_size, key=lambda e: e["batch_size"])["throughput_ips"] / 2
+                ),
                 measured_qps=max(entry["throughput_ips"] for entry in per_batch_size),
                 cancelled=cancelled,
             )

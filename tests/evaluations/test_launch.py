@@ -43,6 +43,17 @@ pytestmark = pytest.mark.django_db
         ("threads", 0),
         ("trace_level", "everything"),
         ("batch_size", 32),  # a typo of batch_sizes is refused, not ignored
+        ("scenario", "burst"),
+        ("target_qps", True),  # a boolean is no rate
+        ("target_qps", "fast"),
+        ("target_qps", 0),
+        ("latency_bound_ms", -5),
+        ("min_duration_ms", 50),
+        ("min_query_count", 0),
+        ("loadgen_mode", "both"),
+        ("find_peak_qps", "maybe"),
+        ("target_qps", 10),  # with scenario fixed: it would do nothing
+        ("min_duration_ms", 5000),  # likewise
     ],
 )
 def test_an_invalid_field_is_refused_with_400_naming_it(alice_client, hosts, field, value) -> None:

@@ -127,6 +127,39 @@ def test_bad_inputs_are_refused_naming_them(store: Path) -> None:
     assert model_input_shape({"resize_side": {"side": "shorter"}, "crop_size": None}) is None
 
 
+def test_a_layer_of_unknown_shapes_is_listed_not_silently_counted_zero(
+    store: Path, tmp_path: Path
+) -> None:
+    """A MatMul whose operand's shape inference cannot know counts none, and says so: the
+    total is then a lower bound."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    known = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], [0.0] * 12)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="/fc/MatMul"),
+            # NonZero's output size depends on the data: the second product's operands have a
+            # dimension no shape inference can know.
+            helper.make_node("NonZero", ["y"], ["n"], name="/nonzero"),
+            helper.make_node("Cast", ["n"], ["r"], to=TensorProto.FLOAT, name="/cast"),
+            helper.make_node("Transpose", ["r"], ["t"], name="/transpose"),
+            helper.make_node("MatMul", ["r", "t"], ["z"], name="/square/MatMul"),
+        ],
+        "g",
+        [known],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [weights],
+    )
+    path = tmp_path / "partial.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    counted = count("onnxruntime", path, {"x": [4]})
+    assert counted.macs == 4 * 3
+    assert counted.uncounted == ["/square/MatMul"]
+    assert counted.as_dict()["uncounted_layers"] == ["/square/MatMul"]
+
+
 def test_mlms_flops_prints_per_layer_counts_and_the_agreement(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,29 @@ def test_offline_without_a_target_expects_the_fixed_batches_throughput(
     assert loadgen["summary"]["Scenario"] == "Offline"
 
 
+def test_the_sample_library_holds_what_fits_in_the_stage(run_evaluation: RunEvaluation) -> None:
+    """A split larger than the loop's stage_bytes is not held whole: the first inputs that fit
+    (a digits input is 8x8 float32, 256 bytes), and the settings say so."""
+    loadgen = run_evaluation(
+        scenario="single_stream", stage_bytes=256 * 10, min_query_count=16, min_duration_ms=100
+    ).result["loadgen"]
+    assert loadgen["settings"]["samples"] == 10
+    assert loadgen["settings"]["samples_capped_at_bytes"] == 2560
+    assert int(loadgen["summary"]["performance_sample_count"]) == 10
+
+
+def test_a_server_accuracy_run_sends_at_the_fixed_batches_rate(
+    run_evaluation: RunEvaluation,
+) -> None:
+    result = run_evaluation(scenario="server", loadgen_mode="accuracy", **FAST).result
+    loadgen = result["loadgen"]
+    assert loadgen["settings"]["target_qps_from"] == "fixed batches' throughput"
+    assert loadgen["settings"]["target_qps"] == pytest.approx(
+        result["batch_sizes"][0]["throughput_ips"], rel=1e-3
+    )
+    assert loadgen["accuracy"]["top1"] == result["accuracy"]["top1"]
+
+
 def test_parse_summary_reads_the_verdict_and_early_stopping() -> None:
     text = (
         "Scenario : Server\nResult is : INVALID\n  Performance constraints satisfied : Yes\n"
@@ -124,6 +147,7 @@ def test_parse_summary_reads_the_verdict_and_early_stopping() -> None:
     ("options", "field", "message"),
     [
         ({"target_qps": 5.0}, "target_qps", "scenario is fixed"),
+        ({"min_query_count": 500}, "min_query_count", "scenario is fixed"),
         ({"scenario": "server", "target_qps": 5.0}, "latency_bound_ms", "needs the latency"),
         ({"scenario": "server", "latency_bound_ms": 5.0}, "target_qps", "needs a target QPS"),
         ({"scenario": "offline", "latency_bound_ms": 5.0}, "latency_bound_ms", "offline"),

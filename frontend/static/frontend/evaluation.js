@@ -294,7 +294,14 @@
       t.framework + " graph)" + (achieved.length ? "; achieved at the p50 latency: " + achieved.join(", ") : "") + ".";
 
     var roof = t.roofline || {};
-    var smallest = (t.achieved || [])[0];
+    var smallest = null;  // the smallest batch size's
+    (t.achieved || []).forEach(function (a) {
+      if (!smallest || a.batch_size < smallest.batch_size) smallest = a;
+    });
+    if ((t.uncounted_layers || []).length) {
+      summary.textContent += " " + t.uncounted_layers.length + " layers that multiply-add have " +
+        "shapes that could not be inferred and count none: the total is a lower bound.";
+    }
     if (roof.measured) {
       var share = smallest ? " At batch size " + smallest.batch_size + " the model reached " +
         (100 * smallest.gflops_per_s / roof.peak_gflops_per_s).toFixed(1) + " % of that peak." : "";
@@ -349,9 +356,12 @@
 
     plot.hidden = !roof.measured;
     if (!roof.measured || typeof Plotly === "undefined") return;
+    // Points a log axis can place only (a model that does no multiply-adds has none).
     var model = (t.achieved || []).map(function (a) {
       return { x: intensity(t.macs, activations, weights, a.batch_size), y: a.gflops_per_s, batch: a.batch_size };
-    });
+    }).filter(function (p) { return p.x > 0 && p.y > 0; });
+    layerPoints = layerPoints.filter(function (p) { return p.x > 0 && p.y > 0; });
+    if (!model.length && !layerPoints.length) { plot.hidden = true; return; }
     var xs = model.map(function (p) { return p.x; }).concat(layerPoints.map(function (p) { return p.x; }));
     var low = Math.min.apply(null, xs.concat([roof.ridge_flop_per_byte])) / 4;
     var high = Math.max.apply(null, xs.concat([roof.ridge_flop_per_byte])) * 4;
