@@ -47,6 +47,27 @@ def hosts(make_client, django_user_model, agent):  # type: ignore[no-untyped-def
 
 
 @pytest.fixture
+def finished_with(make_client, alice, agent, hosts, broker):  # type: ignore[no-untyped-def]
+    """`finished_with(details, **result)`: Alice's evaluation of m on d at batch size 1,
+    claimed by the agent and finished with a result whose `details` are `details` (and whose
+    other fields `result` overrides); its id."""
+
+    def finish(details: dict, **result: object) -> str:
+        evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
+        broker.drain("onnxruntime.cpu")
+        claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+        assert claimed.status_code == 200, claimed.content
+        body = result_body(claimed.json()["claim"], (1,))
+        for key, value in result.items():
+            body[key] = value
+        body["details"] = details
+        assert post_result(agent, evaluation_id, body).status_code == 201
+        return evaluation_id
+
+    return finish
+
+
+@pytest.fixture
 def launched(make_client, alice, hosts, broker) -> str:  # type: ignore[no-untyped-def]
     """Alice's evaluation of m on d at batch sizes 1 and 8, dispatched to onnxruntime.cpu."""
     evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1, 8], limit=2))
@@ -278,16 +299,11 @@ def test_the_page_follows_an_evaluation_live_over_the_websocket(
     ],
 )
 def test_the_result_shows_the_metrics_of_its_task(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, agent, hosts, make_client, broker, details, top5, shown, absent
+    page, sign_in, alice, finished_with, details, top5, shown, absent
 ) -> None:
-    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
-    broker.drain("onnxruntime.cpu")
-    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
-    assert claimed.status_code == 200, claimed.content
-    body = result_body(claimed.json()["claim"], (1,))
-    body["accuracy"]["top5"] = top5
-    body["details"] = {"device": "cpu", **details}
-    assert post_result(agent, evaluation_id, body).status_code == 201
+    evaluation_id = finished_with(
+        {"device": "cpu", **details}, accuracy={"top1": 0.5, "top5": top5, "count": 2}
+    )
 
     sign_in(page, alice)
     page.goto(f"/evaluations/{evaluation_id}/")
@@ -322,43 +338,40 @@ def test_a_latency_only_result_says_it_was_not_scored(  # type: ignore[no-untype
 
 
 def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, agent, hosts, make_client, broker
+    page, sign_in, alice, finished_with
 ) -> None:
-    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
-    broker.drain("onnxruntime.cpu")
-    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
-    body = result_body(claimed.json()["claim"], (1,))
-    body["details"] = {
-        "device": "cpu",
-        "model": {"task": "image_classification"},
-        "batch_sizes": [{"batch_size": 1, "first_call_ms": 12.5}],
-        "trace": {
-            "level": "model",
-            "overhead": {
-                "measured": True,
+    evaluation_id = finished_with(
+        {
+            "device": "cpu",
+            "model": {"task": "image_classification"},
+            "batch_sizes": [{"batch_size": 1, "first_call_ms": 12.5}],
+            "trace": {
                 "level": "model",
-                "batch_size": 1,
-                "calls": 32,
-                "traced_p50_ms": 1.4,
-                "untraced_p50_ms": 1.25,
-                "overhead": 0.12,
+                "overhead": {
+                    "measured": True,
+                    "level": "model",
+                    "batch_size": 1,
+                    "calls": 32,
+                    "traced_p50_ms": 1.4,
+                    "untraced_p50_ms": 1.25,
+                    "overhead": 0.12,
+                },
             },
-        },
-        "hygiene": [
-            {
-                "code": "threads_over_cores",
-                "message": "16 threads on 2 usable cores: the threads take turns",
-                "threads": 16,
-                "cores": 2,
-            },
-            {
-                "code": "others_busy",
-                "message": "other processes used 74% of the machine's CPU time during the run",
-                "share": 0.74,
-            },
-        ],
-    }
-    assert post_result(agent, evaluation_id, body).status_code == 201
+            "hygiene": [
+                {
+                    "code": "threads_over_cores",
+                    "message": "16 threads on 2 usable cores: the threads take turns",
+                    "threads": 16,
+                    "cores": 2,
+                },
+                {
+                    "code": "others_busy",
+                    "message": "other processes used 74% of the machine's CPU time during the run",
+                    "share": 0.74,
+                },
+            ],
+        }
+    )
 
     sign_in(page, alice)
     page.goto(f"/evaluations/{evaluation_id}/")
@@ -375,7 +388,7 @@ def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untype
 
 
 def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, agent, hosts, make_client, broker
+    page, sign_in, alice, finished_with
 ) -> None:
     """The counts the loop makes (digits-cnn's ONNX graph, counted for real at the shape it
     fed) and this machine's measured roofline: the page states them, lists the layers and
@@ -390,18 +403,15 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     theoretical = flops.theoretical(
         "onnxruntime", graph, "input", np.zeros((1, 1, 8, 8), np.float32), batch_sizes
     ) | {"roofline": roofline.measure("cpu")}
-    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
-    broker.drain("onnxruntime.cpu")
-    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
-    body = result_body(claimed.json()["claim"], (1,))
-    body["details"] = {
-        "device": "cpu",
-        "model": {"task": "image_classification"},
-        "batch_sizes": batch_sizes,
-        "trace": {"level": "model"},
-        "theoretical": theoretical,
-    }
-    assert post_result(agent, evaluation_id, body).status_code == 201
+    evaluation_id = finished_with(
+        {
+            "device": "cpu",
+            "model": {"task": "image_classification"},
+            "batch_sizes": batch_sizes,
+            "trace": {"level": "model"},
+            "theoretical": theoretical,
+        }
+    )
 
     sign_in(page, alice)
     page.goto(f"/evaluations/{evaluation_id}/")
@@ -426,7 +436,7 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
 
 
 def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, agent, hosts, make_client, broker
+    page, sign_in, alice, finished_with
 ) -> None:
     """A real LoadGen QPS search of digits-cnn (run here by the loop) as its result carries
     it: the verdict, the settings, the curve as a table and a plot, the summary as written."""
@@ -451,17 +461,14 @@ def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-un
         DataManager(store_dir=zoo_store(("digits-cnn",))).fetch,
     )
     loadgen = run.result["loadgen"]
-    evaluation_id = launched_id(launch(make_client(alice), batch_sizes=[1], limit=2))
-    broker.drain("onnxruntime.cpu")
-    claimed = claim(agent, evaluation_id, hosts["cpu-1"])
-    body = result_body(claimed.json()["claim"], (1,))
-    body["details"] = {
-        "device": "cpu",
-        "model": {"task": "image_classification"},
-        "trace": {"level": "model"},
-        "loadgen": loadgen,
-    }
-    assert post_result(agent, evaluation_id, body).status_code == 201
+    evaluation_id = finished_with(
+        {
+            "device": "cpu",
+            "model": {"task": "image_classification"},
+            "trace": {"level": "model"},
+            "loadgen": loadgen,
+        }
+    )
 
     sign_in(page, alice)
     page.goto(f"/evaluations/{evaluation_id}/")
