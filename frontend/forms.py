@@ -219,6 +219,7 @@ class LaunchForm(forms.Form):
     scenario = forms.ChoiceField(
         label="Scenario",
         initial="fixed",
+        required=False,
         choices=[
             ("fixed", "Fixed batches only"),
             ("single_stream", "SingleStream"),
@@ -231,6 +232,7 @@ class LaunchForm(forms.Form):
     loadgen_mode = forms.ChoiceField(
         label="LoadGen mode",
         initial="performance",
+        required=False,
         choices=[("performance", "Performance"), ("accuracy", "Accuracy (every sample once)")],
     )
     target_qps = forms.CharField(

@@ -347,8 +347,8 @@ def test_the_job_and_the_result_travel_as_the_same_objects() -> None:
     job = _traced_job()
     assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
     with pytest.raises(ProtocolError) as refused:
-        JobOptions.from_dict({"batch_sizes": [1], "scenario": "server"})
-    assert refused.value.path == "options.scenario"
+        JobOptions.from_dict({"batch_sizes": [1], "speed": "fast"})
+    assert refused.value.path == "options.speed"
 
 
 def test_an_unreachable_docker_daemon_stops_the_agent_at_start() -> None:

@@ -238,7 +238,6 @@
   // layers' own FLOP/s come from the trace's per-layer means at the smallest batch size (on a
   // GPU, at level system_library, from the kernels correlated to each layer).
   var layerTimes = null, layerTimesFor = null;
-  var LAYER_LEVELS = ["framework", "system_library", "hardware"];
 
   function si(value) {
     var units = [["G", 1e9], ["M", 1e6], ["K", 1e3]];
@@ -313,7 +312,8 @@
     }
 
     // The layers' own FLOP/s, from the trace (level framework), at the smallest batch size.
-    var traced = LAYER_LEVELS.indexOf((details.trace || {}).level) >= 0 && state.trace_id;
+    // A run that traced its layers says how many layer spans it sent.
+    var traced = typeof (details.trace || {}).layer_spans === "number" && state.trace_id;
     if (traced && layerTimesFor !== state.trace_id) readLayerTimes(state.trace_id);
     var batch = smallest ? smallest.batch_size : 1;
     // A layer's time per call: on a GPU its kernels' (the host-side span only launches them),
