@@ -388,7 +388,7 @@ def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untype
 
 
 def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, finished_with
+    page, sign_in, alice, finished_with, shoot
 ) -> None:
     """The counts the loop makes (digits-cnn's ONNX graph, counted for real at the shape it
     fed) and this machine's measured roofline: the page states them, lists the layers and
@@ -433,10 +433,11 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     # The model's point on the roofline (no per-layer times without a framework-level trace).
     expect(page.locator("#roofline-plot")).to_have_attribute("data-points", "1")
     expect(page.locator("#roofline-plot .scatterlayer .trace")).to_have_count(2)
+    shoot(page, "evaluation-theoretical")
 
 
 def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, finished_with
+    page, sign_in, alice, finished_with, shoot
 ) -> None:
     """A real LoadGen QPS search of digits-cnn (run here by the loop) as its result carries
     it: the verdict, the settings, the curve as a table and a plot, the summary as written."""
@@ -485,3 +486,4 @@ def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-un
     )
     page.get_by_text("LoadGen's summary").click()
     expect(page.locator("#loadgen-summary")).to_contain_text("MLPerf Results Summary")
+    shoot(page, "evaluation-loadgen")

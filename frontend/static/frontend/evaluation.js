@@ -387,8 +387,8 @@
     }
     Plotly.react(plot, traces, {
       margin: { t: 10, r: 10, b: 45, l: 60 }, height: 320,
-      xaxis: { type: "log", title: { text: "arithmetic intensity (FLOP/byte)" } },
-      yaxis: { type: "log", title: { text: "achieved GFLOP/s" } },
+      xaxis: { type: "log", dtick: "D2", title: { text: "arithmetic intensity (FLOP/byte)" } },
+      yaxis: { type: "log", dtick: "D2", title: { text: "achieved GFLOP/s" } },
       legend: { orientation: "h", y: -0.25 }
     }, { displaylogo: false, responsive: true });
     plot.dataset.points = String(model.length + layerPoints.length);
@@ -457,8 +457,8 @@
         y: [search.latency_bound_ms, search.latency_bound_ms], hoverinfo: "skip" }
     ], {
       margin: { t: 10, r: 10, b: 45, l: 60 }, height: 280,
-      xaxis: { type: "log", title: { text: "target QPS" } },
-      yaxis: { type: "log", title: { text: "p99 latency (ms)" } },
+      xaxis: { type: "log", dtick: "D2", title: { text: "target QPS" } },
+      yaxis: { type: "log", dtick: "D2", title: { text: "p99 latency (ms)" } },
       legend: { orientation: "h", y: -0.3 }
     }, { displaylogo: false, responsive: true });
     plot.dataset.points = String(search.curve.length);
