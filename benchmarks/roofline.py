@@ -30,6 +30,7 @@ from predictors.catalog import Catalog  # noqa: E402
 from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
+from predictors.flops import layer_of  # noqa: E402
 from predictors.protocol import Attr  # noqa: E402
 
 
@@ -107,16 +108,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     for name, calls in durations.items()
                     if name in kernels
                 }
-            # ONNX Runtime names a fused node after its output tensor (`aliases`).
-            aliases = theoretical.get("aliases") or {}
-            counted = {layer["name"] for layer in layers}
+            # ONNX Runtime names a fused node after its output tensor (`flops.layer_of`).
             by_layer: dict[str, list[int]] = {}
             for span_name, calls_ns in durations.items():
-                layer_name = (
-                    span_name
-                    if span_name in counted
-                    else aliases.get(span_name.removesuffix("_nchwc"))
-                )
+                layer_name = layer_of(theoretical, span_name)
                 if layer_name and layer_name not in by_layer:
                     by_layer[layer_name] = calls_ns
             durations = by_layer

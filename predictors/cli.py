@@ -36,6 +36,7 @@ from predictors.evaluation import (
     evaluate,
     split_entry,
 )
+from predictors.flops import si
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
 from predictors.predictor import predictor_class, registered
@@ -653,7 +654,7 @@ def format_table(report: dict[str, Any]) -> str:
                 for a in theoretical["achieved"]
             )
             out.append(
-                f"{result['framework']['name']}: {theoretical['macs'] / 1e9:.3f} G multiply-adds "
+                f"{result['framework']['name']}: {si(theoretical['macs'])} multiply-adds "
                 f"and {theoretical['params']:,} parameters per input; achieved {achieved} "
                 "(mlms flops lists the layers)"
             )

@@ -46,7 +46,9 @@ __all__ = [
     "count_keras",
     "count_onnx",
     "count_torchscript",
+    "layer_of",
     "model_input_shape",
+    "si",
 ]
 
 # ONNX element types → bytes (onnx.TensorProto): FLOAT, UINT8, INT8, UINT16, INT16, INT32, INT64,
@@ -112,26 +114,32 @@ class Count:
             **({"uncounted_layers": self.uncounted} if self.uncounted else {}),
         }
 
-    def layer_named(self, name: str) -> Layer | None:
-        """The layer a trace's span `name` is: by its name, or (ONNX Runtime's fused nodes) by
-        the tensor it is named after (`aliases`)."""
-        by_name = {layer.name: layer for layer in self.layers}
-        if name in by_name:
-            return by_name[name]
-        tensor = name.removesuffix("_nchwc")
-        return by_name.get(self.aliases.get(tensor, ""))
+
+def layer_of(counted: Mapping[str, Any], span_name: str) -> str | None:
+    """The counted layer (its name) a trace's layer span `span_name` is, in a count's JSON form
+    (`Count.as_dict`, a result's `theoretical`): by its name, or for a node ONNX Runtime fused,
+    by the tensor it is named after (`aliases`; `/relu/Relu_output_0_nchwc` → `/conv1/Conv`).
+    The pages do the same in JavaScript (evaluation.js, timeline.js)."""
+    names = {layer["name"] for layer in counted.get("layers") or []}
+    if span_name in names:
+        return span_name
+    found = (counted.get("aliases") or {}).get(span_name.removesuffix("_nchwc"))
+    return found if found in names else None
+
+
+def si(value: float) -> str:
+    """A count with its SI prefix: `1.814 G`, `18.432 K`, `320`."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value:.0f}"
 
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def count(
-    framework: str,
-    graph_file: Path,
-    input_shapes: Mapping[str, Sequence[int]],
-    weights_file: Path | None = None,
-) -> Count:
+def count(framework: str, graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> Count:
     """The count of the model in `graph_file` as `framework` loads it, for inputs of
     `input_shapes` (name → shape of one input, without the batch axis)."""
     if framework == "onnxruntime":
@@ -228,7 +236,7 @@ def count_onnx(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> C
             shapes[value.name] = (dims, _ONNX_BYTES.get(tensor.elem_type, 4))
     for name, tensor in initializers.items():
         shapes[name] = (list(tensor.dims), _ONNX_BYTES.get(tensor.data_type, 4))
-    # An Identity (or Constant) of a weight is the weight under another name.
+    # An Identity of a weight is the weight under another name.
     weights = {name for name, t in initializers.items() if t.data_type in _ONNX_FLOATS}
     for node in graph.node:
         if node.op_type == "Identity" and node.input and node.input[0] in weights:
@@ -324,7 +332,7 @@ def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int | 
         a = shape(a_name)
         if y is None or a is None:
             return None
-        trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+        trans_a = any(attr.name == "transA" and attr.i for attr in node.attribute)
         depth = a[-2] if (node.op_type == "Gemm" and trans_a) else a[-1]
         return int(math.prod(y) * depth)
     return 0
@@ -381,7 +389,7 @@ def count_torchscript(graph_file: Path, input_shapes: Mapping[str, Sequence[int]
     class Attribute(TorchDispatchMode):
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:  # noqa: E501
+        ) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             formula = flop_registry.get(func._overloadpacket)

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from predictors.flops import Count, CountError, count, model_input_shape
+from predictors.flops import Count, CountError, count, model_input_shape, si
 from predictors.manifests import Manifest
 from predictors.protocol import data_input_name
 
@@ -169,13 +169,6 @@ def _by_module(layers: list[Any]) -> dict[str, int]:
     return summed
 
 
-def _si(value: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3f} {unit}"
-    return f"{value:.0f}"
-
-
 def format_table(report: dict[str, Any]) -> str:
     from predictors.cli import _table
 
@@ -191,8 +184,8 @@ def format_table(report: dict[str, Any]) -> str:
         rows.append(
             [
                 result["framework"],
-                _si(result["macs"]),
-                _si(result["flops"]),
+                si(result["macs"]),
+                si(result["flops"]),
                 f"{result['params']:,}",
                 str(sum(1 for layer in result["layers"] if layer["macs"])),
             ]
@@ -217,12 +210,12 @@ def format_table(report: dict[str, Any]) -> str:
     for layer in first["layers"]:
         # Across frameworks a layer is its module path; alone, the name its trace gives it.
         name = layer["module"] if by_module else layer["name"]
-        row = [name, layer["op_type"], _si(layer["macs"])]
+        row = [name, layer["op_type"], si(layer["macs"])]
         for index, others in enumerate(by_module, start=1):
             other = others.get(layer["module"])
             if in_order and layer["macs"]:
                 other = working[index][working[0].index(layer)]
-            row.append(_si(other["macs"]) if other else "—")
+            row.append(si(other["macs"]) if other else "—")
         intensity = layer["intensity"]
         row += [f"{layer['params']:,}", f"{intensity:.1f}" if intensity is not None else "—"]
         table.append(row)

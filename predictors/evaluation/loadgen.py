@@ -320,7 +320,6 @@ def drive(
     start_qps: float | None = None,
     measured_qps: float | None = None,
     cancelled: Callable[[], bool] | None = None,
-    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """LoadGen's run (or QPS search) of the loaded model behind `loop` over `reader`'s inputs:
     `result["loadgen"]` (see the module docstring). `start_qps`: where the QPS search starts
@@ -370,11 +369,9 @@ def drive(
     }
     with tempfile.TemporaryDirectory(prefix="mlms-loadgen-") as folder:
         if options.find_peak_qps:
-            curve, best = _search(lg, driver, options, start_qps, Path(folder), progress)
+            curve, best = _search(lg, driver, options, start_qps, Path(folder))
             run = best
         else:
-            if progress is not None:
-                progress(f"LoadGen {options.scenario}")
             run = _run_once(lg, driver, options, target_qps, Path(folder) / "run")
             curve = None
     result: dict[str, Any] = {
@@ -403,7 +400,6 @@ def _search(
     options: EvaluationOptions,
     start_qps: float | None,
     folder: Path,
-    progress: Callable[[str], None] | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The QPS search (see the module docstring): the curve, and the run at the peak (the
     lowest run, where none held)."""
@@ -411,8 +407,6 @@ def _search(
 
     def probe(qps: float) -> bool:
         qps = round(qps, 3)
-        if progress is not None:
-            progress(f"LoadGen server at {qps} QPS")
         run = _run_once(lg, driver, options, qps, folder / f"run-{len(runs)}")
         runs.append(run)
         return bool(_point(run)["latency_held"])

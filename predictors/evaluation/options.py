@@ -9,7 +9,15 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.predictor import (
     DEVICES,
 )
-from predictors.protocol import LOADGEN_MODES, SCENARIOS, TRACE_LEVELS, JobOptions, scenario_problem
+from predictors.protocol import (
+    DEFAULT_MIN_DURATION_MS,
+    DEFAULT_MIN_QUERY_COUNT,
+    LOADGEN_MODES,
+    SCENARIOS,
+    TRACE_LEVELS,
+    JobOptions,
+    scenario_problem,
+)
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -51,8 +59,8 @@ class EvaluationOptions:
     scenario: str = "fixed"
     target_qps: float | None = None
     latency_bound_ms: float | None = None
-    min_duration_ms: int = 1000
-    min_query_count: int = 100
+    min_duration_ms: int = DEFAULT_MIN_DURATION_MS
+    min_query_count: int = DEFAULT_MIN_QUERY_COUNT
     samples_per_query: int | None = None
     loadgen_mode: str = "performance"
     find_peak_qps: bool = False

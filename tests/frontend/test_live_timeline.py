@@ -199,6 +199,15 @@ def test_the_per_layer_table_of_resnet_18_shows_every_number_at_1280_px_per_batc
         for i in range(convolutions.count())
     ]
     assert len(gflops) >= 20 and all(float(value) > 0 for value in gflops), gflops
+    # The evaluation page sets the same layer times against the counts: each convolution's
+    # GFLOP/s in its table, and the layers on the roofline beside the model.
+    hub_page.goto(f"/evaluations/{evaluation_id}/")
+    expect(hub_page.locator("#theoretical-layers")).to_have_attribute("data-achieved", "21")
+    points = hub_page.locator("#roofline-plot")
+    expect(points).to_have_attribute("data-points", "23")  # the model at 1 and 4, 21 layers
+    hub_page.goto(f"/evaluations/{evaluation_id}/timeline/")
+    hub_page.wait_for_function("Number(document.querySelector('#timeline').dataset.drawn) > 0")
+    hub_page.locator("#layers-level").select_option("framework")
     # One batch size at a time: eight calls of batch size 1, two of batch size 4.
     counts = {rows.nth(i).locator('[data-key="count"]').inner_text() for i in range(rows.count())}
     assert counts == {"8"}

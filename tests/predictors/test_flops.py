@@ -85,6 +85,35 @@ def test_the_totals_are_the_published_figures(store: Path) -> None:
     assert first.intensity(8) > first.intensity(1)  # the weights are read once per batch
 
 
+def test_onnx_runtimes_fused_nodes_meet_their_layers(
+    store: Path, run_evaluation: RunEvaluation
+) -> None:
+    """ONNX Runtime fuses a convolution with the element-wise ops after it and names the node
+    after their output tensor: every layer span of a framework-level trace of resnet-18 that
+    does a convolution's work is matched to a counted convolution, and each convolution to
+    one span; pooling is matched to nothing."""
+    from predictors.flops import layer_of
+    from predictors.protocol import Attr
+
+    evaluation = run_evaluation(
+        "resnet-18", "onnxruntime", trace_level="framework", batch_sizes=(1,), limit=1
+    )
+    counted = evaluation.result["theoretical"]
+    spans = {
+        span.name: span.attributes.get(Attr.OP_TYPE)
+        for span in evaluation.spans
+        if span.attributes.get(Attr.LEVEL) == "framework"
+    }
+    matched = {name: layer_of(counted, name) for name in spans}
+    convolutions = {layer["name"] for layer in counted["layers"] if layer["op_type"] == "Conv"}
+    fused = [name for name, op in spans.items() if op == "Conv"]
+    assert fused and all(matched[name] in convolutions for name in fused)
+    assert sorted(matched[name] for name in fused) == sorted(convolutions)
+    assert matched["/relu/Relu_output_0_nchwc"] == "/conv1/Conv"
+    assert matched["/fc/Gemm"] == "/fc/Gemm"
+    assert matched["/maxpool/MaxPool_output_0_nchwc"] is None
+
+
 def test_the_counts_follow_the_input_size(store: Path) -> None:
     """A convolution's multiply-adds follow the pixels (a quarter at half the side), and the
     two formats agree at any size."""
