@@ -5,6 +5,13 @@ and only then locks it, so a second process binding the same exchange at that mo
 empty file and dies with a JSON error (two agents starting together on `onnxruntime.cpu` do
 exactly that). Creating each table atomically, as an empty list, before kombu binds anything
 leaves kombu only its locked read-modify-write path.
+
+Its messages have the same flaw: `Channel._put` creates the message file under its final name
+and then writes it, while a consumer moves and reads any file of its queue's name without a
+lock, so a worker polling at that moment reads an empty message and stops ("Unrecoverable
+error: JSONDecodeError"). `_put` is replaced, on import of this module (the hub's dispatch and
+the agents import it), by one that writes the message under a name no queue matches and renames
+it into place: a consumer sees a complete message or none.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from kombu.transport import filesystem as _filesystem
+from kombu.utils.json import dumps as _dumps
 
 
 def prepare_exchanges(
@@ -41,3 +51,24 @@ def prepare_exchanges(
                 pass
         finally:
             os.unlink(tmp)
+
+
+def _put_atomically(self: Any, queue: str, payload: Any, **kwargs: Any) -> None:
+    """kombu's filesystem `Channel._put`, writing the message before it bears its queue's name
+    (see the module docstring)."""
+    import time
+    import uuid
+
+    name = f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+    final = os.path.join(self.data_folder_out, name)
+    # A leading dot: `Channel._get` matches the text after a name's first dot to `<queue>.msg`.
+    partial = os.path.join(self.data_folder_out, f".{name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            handle.write(_dumps(payload).encode())
+        os.replace(partial, final)
+    except OSError as exc:
+        raise _filesystem.ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+
+_filesystem.Channel._put = _put_atomically  # type: ignore[method-assign]

@@ -55,3 +55,39 @@ def test_many_processes_binding_one_exchange_at_once_all_succeed(tmp_path: Path)
     assert [w.exitcode for w in workers] == [0] * 8
     table = json.loads((tmp_path / "control" / "shared.cpu.exchange").read_text())
     assert table == [["shared.cpu", "", "shared.cpu"]]
+
+
+def test_a_message_bears_its_queues_name_only_once_written(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The filesystem broker's consumers take any file named for their queue, unlocked: a
+    message is written under another name and renamed into place, so that no consumer ever
+    reads it half-written; it then travels whole."""
+    import os
+
+    from kombu import Connection
+
+    folder = tmp_path / "broker"
+    folder.mkdir()
+    options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(tmp_path / "control"),
+    }
+    seen: list[list[str]] = []
+    replace = os.replace
+
+    def watched(source: str, target: str) -> None:
+        # What a consumer polling now would find for the queue: nothing yet.
+        seen.append([n for n in os.listdir(folder) if n.partition(".")[2] == "jobs.msg"])
+        with open(source, "rb") as handle:
+            assert json.loads(handle.read())  # complete before it is renamed
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", watched)
+    with Connection("filesystem://", transport_options=options) as connection:
+        queue = connection.SimpleQueue("jobs")
+        queue.put({"evaluation": "e1", "payload": "x" * 100_000})
+        assert seen == [[]]
+        message = queue.get(timeout=5)
+        assert message.payload == {"evaluation": "e1", "payload": "x" * 100_000}
+        message.ack()
+        queue.close()
