@@ -9,9 +9,11 @@ leaves kombu only its locked read-modify-write path.
 Its messages have the same flaw: `Channel._put` creates the message file under its final name
 and then writes it, while a consumer moves and reads any file of its queue's name without a
 lock, so a worker polling at that moment reads an empty message and stops ("Unrecoverable
-error: JSONDecodeError"). `_put` is replaced, on import of this module (the hub's dispatch and
-the agents import it), by one that writes the message under a name no queue matches and renames
-it into place: a consumer sees a complete message or none.
+error: JSONDecodeError"). `prepare_exchanges`, which the hub calls before each send and an agent
+before it consumes, replaces `_put` with one that writes the message under a name no queue
+matches and renames it into place: a consumer sees a complete message or none. (kombu is
+imported there, not here: its JSON module imports Django where it is installed, and the
+predictor side never imports Django.)
 """
 
 from __future__ import annotations
@@ -22,9 +24,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kombu.transport import filesystem as _filesystem
-from kombu.utils.json import dumps as _dumps
-
 
 def prepare_exchanges(
     broker_url: str, transport_options: Mapping[str, Any], queues: Iterable[str]
@@ -32,6 +31,9 @@ def prepare_exchanges(
     """Create the exchange tables of `queues` (direct exchanges named as their queues)."""
     if not str(broker_url).startswith("filesystem"):
         return
+    from kombu.transport import filesystem
+
+    filesystem.Channel._put = _put_atomically  # type: ignore[method-assign]
     folder = transport_options.get("control_folder")
     if not folder:
         return
@@ -59,16 +61,16 @@ def _put_atomically(self: Any, queue: str, payload: Any, **kwargs: Any) -> None:
     import time
     import uuid
 
+    from kombu.transport.filesystem import ChannelError
+    from kombu.utils.json import dumps
+
     name = f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
     final = os.path.join(self.data_folder_out, name)
     # A leading dot: `Channel._get` matches the text after a name's first dot to `<queue>.msg`.
     partial = os.path.join(self.data_folder_out, f".{name}.partial")
     try:
         with open(partial, "wb") as handle:
-            handle.write(_dumps(payload).encode())
+            handle.write(dumps(payload).encode())
         os.replace(partial, final)
     except OSError as exc:
-        raise _filesystem.ChannelError(f"Cannot add file {final!r} to directory") from exc
-
-
-_filesystem.Channel._put = _put_atomically  # type: ignore[method-assign]
+        raise ChannelError(f"Cannot add file {final!r} to directory") from exc

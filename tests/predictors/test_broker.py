@@ -82,6 +82,7 @@ def test_a_message_bears_its_queues_name_only_once_written(tmp_path: Path, monke
             assert json.loads(handle.read())  # complete before it is renamed
         replace(source, target)
 
+    prepare_exchanges("filesystem://", options, ["jobs"])  # as the hub does before a send
     monkeypatch.setattr(os, "replace", watched)
     with Connection("filesystem://", transport_options=options) as connection:
         queue = connection.SimpleQueue("jobs")
