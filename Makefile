@@ -91,8 +91,10 @@ $(REDIS_PASSWORD_FILE):
 	@mkdir -p var/compose && umask 077 && $(PYTHON) -c "import secrets; print(secrets.token_hex(24))" > $@
 
 # The production stack: PostgreSQL, Redis, the hub, the sweeper, an agent per framework image.
+# The agents' containers are told their image's digest (no image can hold its own).
 compose-up: images zoo $(REDIS_PASSWORD_FILE)
-	$(COMPOSE) up -d
+	$(BIN)/python docker/build.py --digests > var/compose/digests.env
+	set -a && . var/compose/digests.env && set +a && $(COMPOSE) up -d
 	@echo && echo "  MLModelScope hub (compose): http://127.0.0.1:$${MLMS_PORT:-8080}/" && echo
 
 compose-down: $(REDIS_PASSWORD_FILE)

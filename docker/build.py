@@ -322,8 +322,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the GPU predictor images (CUDA builds; on a machine with the NVIDIA container "
         "toolkit, with the CUDA wheels reachable)",
     )
+    parser.add_argument(
+        "--digests",
+        action="store_true",
+        help="build nothing: print MLMS_DIGEST_<FRAMEWORK>=<image id> for each framework image "
+        "on this host (what `make compose-up` passes to the agents' containers, which cannot "
+        "read their own image's digest)",
+    )
     args = parser.parse_args(argv)
     every = images("gpu" if args.gpu else "cpu")
+    if args.digests:
+        for image in every:
+            if image.name in FRAMEWORKS:
+                answer = _docker(
+                    ["image", "inspect", "--format", "{{.Id}}", image.tag], capture_output=True
+                )
+                if answer.returncode != 0:
+                    raise SystemExit(f"make images: no image {image.tag}: build it first")
+                print(f"MLMS_DIGEST_{image.name.upper()}={answer.stdout.strip()}")
+        return 0
     names = {image.name for image in every}
     unknown = [name for name in args.images if name not in names]
     if unknown:

@@ -54,6 +54,7 @@ The agent talks to the hub only over HTTP and the broker; it never imports Djang
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -236,6 +237,10 @@ class Agent:
                 ],
             }
             self._registration["images"] = [image.registration() for image in images]
+        elif (own := _own_image(stack, frameworks)) is not None:
+            # An agent running inside a predictor image registers that image, so that the hub
+            # keeps its packages and links the results to it.
+            self._registration["images"] = [own]
         if self.group:
             self._registration["group"] = self.group
         if self.requested_queues:
@@ -616,6 +621,35 @@ def _report_retries(seconds: float) -> int:
     return retries
 
 
+# Where the predictor images keep their software environment (docker/predictor/Dockerfile).
+OWN_ENVIRONMENT = Path("/etc/mlmodelscope/environment.json")
+
+
+def _own_image(stack: dict[str, Any], frameworks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The predictor image this agent runs in, as a --docker agent registers its images, when
+    it runs in one whose digest was given (MLMS_CONTAINER_DIGEST) and that holds its
+    environment; else None."""
+    container = stack.get("container") or {}
+    tag, digest = container.get("image"), container.get("digest")
+    if not tag or not digest or len(frameworks) != 1:
+        return None
+    try:
+        environment = json.loads(OWN_ENVIRONMENT.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.warning("the image's environment (%s) cannot be read: %s", OWN_ENVIRONMENT, exc)
+        return None
+    (framework,) = frameworks
+    return {
+        "digest": digest,
+        "tags": [tag],
+        "framework": framework["name"],
+        "framework_version": framework["version"],
+        "device": "gpu" if str(tag).endswith("-gpu") else "cpu",
+        "labels": {},
+        "environment": environment if isinstance(environment, dict) else {},
+    }
+
+
 class AgentError(Exception):
     """The agent cannot start (no framework, the hub refused it, …)."""
 
@@ -904,6 +938,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mlms agent: error: --memory {exc}", file=sys.stderr)
         return 2
+    try:
+        digest = introspection.container_digest()
+    except ValueError as exc:
+        print(f"mlms agent: error: {exc}", file=sys.stderr)
+        return 2
+    image = os.environ.get("MLMS_CONTAINER_IMAGE")
+    if image and digest is None and not args.docker:
+        logger.warning(
+            "running in the image %s without its digest: results will name the image, not its "
+            "digest; start the container with -e %s=$(docker image inspect --format "
+            "'{{.Id}}' %s)",
+            image,
+            introspection.DIGEST_VARIABLE,
+            image,
+        )
     runner = None
     if args.docker:
         try:

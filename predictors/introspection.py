@@ -25,6 +25,7 @@ __all__ = [
     "DISTRIBUTIONS",
     "architecture",
     "container",
+    "container_digest",
     "cpu",
     "framework_versions",
     "gpus",
@@ -110,9 +111,31 @@ def gpus() -> list[dict[str, Any]]:
     return found
 
 
+# The image's digest, which no image can hold itself (it is the hash of the image's own
+# configuration): whoever starts the container passes it (`mlms agent --docker` does,
+# `make compose-up` does, `docker run -e MLMS_CONTAINER_DIGEST=…` does).
+DIGEST_VARIABLE = "MLMS_CONTAINER_DIGEST"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def container_digest() -> str | None:
+    """The digest of the image this process runs in, as given in MLMS_CONTAINER_DIGEST; None
+    when not given. A malformed value is refused (ValueError naming the variable)."""
+    value = os.environ.get(DIGEST_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not _DIGEST.match(value):
+        raise ValueError(
+            f"{DIGEST_VARIABLE}={value[:80]!r} is not an image digest (sha256: and 64 hex "
+            "digits, as `docker image inspect --format '{{.Id}}' IMAGE` prints it)"
+        )
+    return value
+
+
 def container() -> dict[str, Any] | None:
     """The container this process runs in: image (from MLMS_CONTAINER_IMAGE, which the
-    predictor images set) and id (from the cgroup or mount paths), or None outside one."""
+    predictor images set), its digest (MLMS_CONTAINER_DIGEST, see `container_digest`; None
+    where nobody gave it) and id (from the cgroup or mount paths), or None outside one."""
     image = os.environ.get("MLMS_CONTAINER_IMAGE")
     identifier = None
     for path in ("/proc/self/cgroup", "/proc/self/mountinfo"):
@@ -131,7 +154,11 @@ def container() -> dict[str, Any] | None:
     in_container = bool(image or identifier) or Path("/.dockerenv").exists()
     if not in_container:
         return None
-    return {"image": image, "id": identifier}
+    try:
+        digest = container_digest()
+    except ValueError:
+        digest = None  # the agent refuses it at its start, saying why
+    return {"image": image, "digest": digest, "id": identifier}
 
 
 def framework_versions(frameworks: list[str]) -> dict[str, str | None]:

@@ -50,7 +50,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 _DOCKER: tuple[bool, str] | None = None
 # The images the docker tests run (`make images` builds them; `make test` does so first).
-DOCKER_IMAGES = ("mlmodelscope/onnxruntime:1.31-cpu", "mlmodelscope/pytorch:2.13-cpu")
+DOCKER_IMAGES = (
+    "mlmodelscope/onnxruntime:1.31-cpu",
+    "mlmodelscope/pytorch:2.13-cpu",
+    "mlmodelscope/tensorflow:2.21-cpu",
+)
 
 
 def _docker_ready() -> tuple[bool, str]:

@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.redis]
 
 ONNXRUNTIME = "mlmodelscope/onnxruntime:1.31-cpu"
 PYTORCH = "mlmodelscope/pytorch:2.13-cpu"
+TENSORFLOW = "mlmodelscope/tensorflow:2.21-cpu"
 
 
 def _image_id(tag: str) -> str:
@@ -61,8 +62,15 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
         live.add_users()  # alice (who signs in; `token`) and an operator (`agent_token`)
         live.purge_queues()
         live.start()
-        live.start_agent("docker-a", frameworks="onnxruntime,pytorch", options=["--docker"])
-        live.wait(lambda: "docker-a" in live.live_hosts(), "the docker agent to register", 60)
+        live.start_agent(
+            "docker-a", frameworks="onnxruntime,pytorch,tensorflow", options=["--docker"]
+        )
+        # The same frameworks on this host, in the agent's own process: the baseline of the
+        # containers' predictions.
+        live.start_agent("host-a", frameworks="onnxruntime,pytorch,tensorflow")
+        live.wait(
+            lambda: {"docker-a", "host-a"} <= set(live.live_hosts()), "the agents to register", 90
+        )
         yield live
 
 
@@ -95,6 +103,38 @@ def test_an_evaluation_runs_in_the_image_its_manifest_names(hub: LiveHub) -> Non
     assert image["environment"]["python_packages"]["numpy"] == "2.4.6"
     assert "python3.11" in image["environment"]["debian_packages"]
     assert "django" not in image["environment"]["python_packages"]  # the predictor side only
+
+
+IMAGES = {
+    "onnxruntime": ONNXRUNTIME,
+    "pytorch": PYTORCH,
+    "tensorflow": TENSORFLOW,
+}
+
+
+@pytest.mark.parametrize("framework", ["onnxruntime", "pytorch", "tensorflow"])
+def test_each_framework_image_gives_exactly_the_host_runs_predictions(
+    hub: LiveHub, framework: str
+) -> None:
+    """digits-cnn through the hub in the framework's container and on this host in the agent's
+    own process: the same prediction for every input, and the container's image and digest in
+    the result."""
+    runs = {
+        host: hub.launch(framework=framework, host=host, batch_sizes=[1, 32])
+        for host in ("host-a", "docker-a")
+    }
+    bodies = {host: _succeeded(hub, evaluation_id) for host, evaluation_id in runs.items()}
+    container = bodies["docker-a"]["result"]["stack"]["container"]
+    assert container["image"] == IMAGES[framework]
+    assert container["digest"] == _image_id(IMAGES[framework])
+
+    status, compared = hub.get(f"compare/?evaluations={runs['host-a']},{runs['docker-a']}")
+    assert status == 200, compared
+    _, in_container = compared["accuracy"]["rows"]
+    assert in_container["agreement"] == 1.0 and in_container["disagreeing_inputs"] == 0
+    assert in_container["max_abs_difference"] <= 1e-6, in_container
+    accuracy = {host: body["result"]["accuracy"]["top1"] for host, body in bodies.items()}
+    assert accuracy["host-a"] == accuracy["docker-a"] >= 0.95
 
 
 def test_a_stateful_streaming_model_runs_in_both_framework_images(hub: LiveHub) -> None:
@@ -165,8 +205,8 @@ def test_the_host_registers_its_images_and_the_hub_diffs_two(hub: LiveHub) -> No
     assert status == 200
     (host,) = [h for h in hosts["results"] if h["name"] == "docker-a"]
     tags = {tag for image in host["images"] for tag in image["tags"]}
-    assert {ONNXRUNTIME, PYTORCH} <= tags
-    assert {f["name"] for f in host["frameworks"]} == {"onnxruntime", "pytorch"}
+    assert {ONNXRUNTIME, PYTORCH, TENSORFLOW} <= tags
+    assert {f["name"] for f in host["frameworks"]} == {"onnxruntime", "pytorch", "tensorflow"}
 
     onnx, torch = _image_id(ONNXRUNTIME), _image_id(PYTORCH)
     status, diff = hub.get(f"images/{onnx}/diff/{torch}/")
@@ -210,33 +250,42 @@ def test_a_container_over_its_memory_limit_fails_the_evaluation_saying_so(hub: L
     assert "out of memory (limit 64 MiB)" in reason, reason
 
 
-def test_a_container_killed_mid_run_is_dispatched_again(hub: LiveHub) -> None:
-    evaluation_id = hub.launch(host="docker-a", batch_sizes=[1], repeat=30)
+def test_over_20_evaluations_a_container_killed_mid_run_loses_and_duplicates_none(
+    hub: LiveHub,
+) -> None:
+    """20 evaluations queued on the container host; the container of the first is killed while
+    it runs. That one is dispatched again and succeeds; every one of the 20 ends succeeded,
+    once, with one result and every span it sent stored once."""
+    killed = hub.launch(host="docker-a", batch_sizes=[1], repeat=30)
+    others = [hub.launch(host="docker-a", batch_sizes=[1]) for _ in range(19)]
 
     def container() -> str | None:
         found = subprocess.run(
-            [
-                "docker",
-                "ps",
-                "-q",
-                "--filter",
-                f"label=org.mlmodelscope.evaluation={evaluation_id}",
-            ],
+            ["docker", "ps", "-q", "--filter", f"label=org.mlmodelscope.evaluation={killed}"],
             capture_output=True,
             text=True,
         ).stdout.split()
-        running = hub.evaluation(evaluation_id)["status"] == "running"
+        running = hub.evaluation(killed)["status"] == "running"
         return found[0] if found and running else None
 
     first = hub.wait(container, "the evaluation's container to run", 120)
     subprocess.run(["docker", "kill", first], check=True, capture_output=True)
 
-    body = _succeeded(hub, evaluation_id)
-    statuses = [change["status"] for change in body["history"]]
-    assert statuses.count("running") == 2, body["history"]
+    bodies = {evaluation_id: _succeeded(hub, evaluation_id) for evaluation_id in [killed, *others]}
+    for evaluation_id, body in bodies.items():
+        statuses = [change["status"] for change in body["history"]]
+        assert statuses.count("succeeded") == 1, body["history"]
+        assert hub.result_rows(evaluation_id) == 1
+        spans = body["result"]["details"]["spans"]
+        assert spans["sent"] == spans["stored"] > 0, spans
+        if evaluation_id != killed:
+            assert statuses.count("running") == 1, body["history"]
+    history = bodies[killed]["history"]
+    statuses = [change["status"] for change in history]
+    assert statuses.count("running") == 2, history
     again = next(
         change
-        for change in body["history"][statuses.index("running") + 1 :]
+        for change in history[statuses.index("running") + 1 :]
         if change["status"] == "dispatched"
     )
     assert "killed mid-run" in again["reason"], again
@@ -247,6 +296,7 @@ def test_an_agent_runs_inside_a_framework_image(hub: LiveHub) -> None:
     name = "in-image"
     container = subprocess.run(
         ["docker", "run", "-d", "--rm", "--network", "host", "-e", f"MLMS_AGENT_TOKEN={token}"]
+        + ["-e", f"MLMS_CONTAINER_DIGEST={_image_id(ONNXRUNTIME)}"]
         + ["--label", "org.mlmodelscope.test=in-image", ONNXRUNTIME]
         + ["agent", "--hub", hub.url, "--name", name, "--pool", "--frameworks", "onnxruntime"],
         capture_output=True,
@@ -260,7 +310,11 @@ def test_an_agent_runs_inside_a_framework_image(hub: LiveHub) -> None:
         assert body["host"] == name
         stack = body["result"]["stack"]
         assert stack["container"]["image"] == ONNXRUNTIME
+        assert stack["container"]["digest"] == _image_id(ONNXRUNTIME)
         assert stack["python"]["version"] == "3.11.2"
+        # The agent registered the image it runs in: the result links to its packages.
+        status, image = hub.get(f"images/{_image_id(ONNXRUNTIME)}/")
+        assert status == 200 and image["environment"]["python_packages"]["onnxruntime"] == "1.31.1"
     finally:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 

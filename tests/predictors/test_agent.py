@@ -196,6 +196,44 @@ def test_the_command_line_refuses_a_bad_name_and_a_missing_token(
     assert "no token" in capsys.readouterr().err
 
 
+def test_an_agent_in_a_predictor_image_registers_the_image_its_digest_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No image holds its own digest: whoever starts the container passes it in
+    MLMS_CONTAINER_DIGEST. With it the agent registers its image, packages included; a value that
+    is no digest stops the agent at its start, naming the variable."""
+    import predictors.agent as agent_module
+
+    environment = {"python": "3.11.2", "python_packages": {"onnxruntime": "1.31.1"}}
+    own = tmp_path / "environment.json"
+    own.write_text(json.dumps(environment))
+    monkeypatch.setattr(agent_module, "OWN_ENVIRONMENT", own)
+    digest = "sha256:" + "ab" * 32
+    monkeypatch.setenv("MLMS_CONTAINER_IMAGE", "mlmodelscope/onnxruntime:1.31-cpu")
+    monkeypatch.setenv("MLMS_CONTAINER_DIGEST", digest)
+    registration = Agent(
+        HubClient("http://hub.invalid", "t"), "box-1", frameworks=["onnxruntime"]
+    ).registration()
+    assert registration["software"]["container"]["digest"] == digest
+    (image,) = registration["images"]
+    assert image["digest"] == digest and image["tags"] == ["mlmodelscope/onnxruntime:1.31-cpu"]
+    assert image["framework"] == "onnxruntime" and image["device"] == "cpu"
+    assert image["environment"] == environment
+
+    # Without the digest: the tag is recorded, no image is registered.
+    monkeypatch.delenv("MLMS_CONTAINER_DIGEST")
+    registration = Agent(
+        HubClient("http://hub.invalid", "t"), "box-1", frameworks=["onnxruntime"]
+    ).registration()
+    assert registration["software"]["container"]["digest"] is None
+    assert "images" not in registration
+
+    monkeypatch.setenv("MLMS_CONTAINER_DIGEST", "latest")
+    monkeypatch.setenv("MLMS_AGENT_TOKEN", "t")
+    assert main(["--hub", "http://127.0.0.1:9", "--name", "ok"]) == 2
+    assert "MLMS_CONTAINER_DIGEST='latest' is not an image digest" in capsys.readouterr().err
+
+
 def test_an_unreachable_hub_is_one_line_and_status_1(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("mlms_x\n")
