@@ -10,13 +10,14 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/mlmodelscope
 REDIS_URL ?= redis://127.0.0.1:6379
 
 .PHONY: run test test-sqlite test-postgres test-zoo lint venv chromium espeak zoo migrate clean help \
-	engine images compose-up compose-down constraints
+	engine images compose-up compose-down compose-token constraints
 
 help:
 	@echo "make run   - install what is missing, migrate, build the zoo, load manifests, serve http://$(HOST):$(PORT)"
 	@echo "make test  - install what is missing and run the whole suite (SQLite, then PostgreSQL + Redis)"
 	@echo "make images [IMAGES='onnxruntime hub'] [GPU=1] - build the images, offline (docker/)"
 	@echo "make compose-up / compose-down - the production stack in containers (docker-compose.yml)"
+	@echo "make compose-token TOKEN_USER=alice [SCOPES=read,evaluate] - an API token of that stack's hub"
 
 # --- Installation ---------------------------------------------------------------------------
 $(BIN)/python:
@@ -99,6 +100,13 @@ compose-up: images zoo $(REDIS_PASSWORD_FILE)
 
 compose-down: $(REDIS_PASSWORD_FILE)
 	$(COMPOSE) down
+
+# An API token of the compose stack's hub for TOKEN_USER (made if new), printed on the last line.
+SCOPES ?= read,evaluate
+compose-token: $(REDIS_PASSWORD_FILE)
+	@test -n "$(TOKEN_USER)" || { echo "make compose-token: name the user: TOKEN_USER=alice" >&2; exit 2; }
+	@$(COMPOSE) exec -T hub django-admin create_token --user "$(TOKEN_USER)" --create-user \
+	  --scopes "$(SCOPES)"
 
 # --- Test -----------------------------------------------------------------------------------
 lint: venv
