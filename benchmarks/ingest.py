@@ -25,6 +25,9 @@ For each request size:
   `Content-Type: application/x-protobuf`, from `--clients` threads with a keep-alive connection
   each, to daphne: the wall time from the first request to the last answer.
 
+Each export carries an export id (`X-MLMS-Export`, in-process the `key` argument), as the
+agents' exports do (`predictors.span_delivery`), so that the hub does its exactly-once work.
+
 spans/s is spans sent / wall time; the ratio is http (or parse) over in-process, so that the
 share of HTTP, ASGI, authentication and concurrency (below 1) or of storage (parse, above 1)
 is visible. After every run the trace's `span_count` is read from the hub's database and must
@@ -73,19 +76,19 @@ def run_parse(bodies: list[bytes]) -> float:
     return time.perf_counter() - start
 
 
-def run_in_process(bodies: list[bytes], raw_token: str) -> float:
+def run_in_process(bodies: list[bytes], keys: list[str], raw_token: str) -> float:
     from hub.authentication import authenticate_token
     from traces.ingest import ingest
     from traces.otlp import decode
 
     token = authenticate_token(raw_token)
     start = time.perf_counter()
-    for body in bodies:
-        ingest(token, decode(body, CONTENT_TYPE))
+    for body, key in zip(bodies, keys, strict=True):
+        ingest(token, decode(body, CONTENT_TYPE), key=key)
     return time.perf_counter() - start
 
 
-def run_http(url: str, bodies: list[bytes], raw_token: str, clients: int) -> float:
+def run_http(url: str, bodies: list[bytes], keys: list[str], raw_token: str, clients: int) -> float:
     host, port = url.removeprefix("http://").split(":")
     headers = {"Authorization": f"Bearer {raw_token}", "Content-Type": CONTENT_TYPE}
     lock = threading.Lock()
@@ -102,7 +105,9 @@ def run_http(url: str, bodies: list[bytes], raw_token: str, clients: int) -> flo
             if index is None:
                 break
             try:
-                connection.request("POST", "/v1/traces", bodies[index], headers)
+                connection.request(
+                    "POST", "/v1/traces", bodies[index], {**headers, "X-MLMS-Export": keys[index]}
+                )
                 response = connection.getresponse()
                 answer = response.read()
             except (OSError, http.client.HTTPException) as error:
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes:
             bodies = list(_hub.export_bodies(template, spans, size))
             mean_kib = statistics.fmean(len(b) for b in bodies) / 1024
+            keys = [secrets.token_hex(16) for _ in bodies]  # an export id each
             log(f"{size} spans/request: {len(bodies)} requests of {mean_kib:.0f} KiB on average")
 
             def trace_for_run(bodies: list[bytes] = bodies) -> tuple[str, list[bytes]]:
@@ -180,13 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  parse: {args.spans / seconds:,.0f} spans/s")
 
             trace_id, own = trace_for_run()
-            seconds = run_in_process(own, raw_token)
+            seconds = run_in_process(own, keys, raw_token)
             runs.append(("in-process", 1, seconds, trace_id))
             log(f"  in-process: {args.spans / seconds:,.0f} spans/s")
 
             for clients in client_counts:
                 trace_id, own = trace_for_run()
-                seconds = run_http(url, own, raw_token, clients)
+                seconds = run_http(url, own, keys, raw_token, clients)
                 runs.append(("http", clients, seconds, trace_id))
                 log(f"  http, {clients} clients: {args.spans / seconds:,.0f} spans/s")
 

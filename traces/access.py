@@ -44,23 +44,43 @@ def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
     return Evaluation.objects.select_related("host").filter(trace_id=trace_id).first()
 
 
+# What authorizing an export and counting its spans read of an evaluation and its host: only
+# these are loaded (any other field is read from the database when asked for).
+_EVALUATION_FIELDS = ("id", "user", "status", "attempts", "claim", "trace_id", "host__token_id")
+
+
 def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "") -> list[Target]:
     """The traces `token` may write into, or TraceError(403) naming the first it may not.
 
     With `claim` (an agent's `X-MLMS-Claim`), an evaluation's trace takes the spans only for the
     evaluation that claim currently holds: TraceError(409) when the hub has given the job to
-    another attempt since."""
+    another attempt since.
+
+    Two queries however many traces the export holds: their `Trace` rows, and the evaluations
+    of their trace ids (with their hosts)."""
     scopes = set(token.scopes)
+    ids = sorted(trace_ids)
+    traces = {
+        trace.trace_id: trace
+        for trace in Trace.objects.filter(trace_id__in=ids)
+        .only("trace_id", "owner_id", "evaluation_id")
+        .order_by()
+    }
+    sharing: dict[str, list[Evaluation]] = {}
+    for each in (
+        Evaluation.objects.filter(trace_id__in=ids).select_related("host").only(*_EVALUATION_FIELDS)
+    ):
+        sharing.setdefault(each.trace_id, []).append(each)
     targets = []
-    for trace_id in sorted(trace_ids):
-        trace = Trace.objects.select_related("evaluation__host").filter(trace_id=trace_id).first()
-        evaluation = _evaluation_of(trace_id, trace)
+    for trace_id in ids:
+        trace = traces.get(trace_id)
+        shared = sharing.get(trace_id, [])
+        evaluation = _evaluation_among(trace, shared)
         if evaluation is not None:
             # Evaluations launched with one `traceparent` share its trace id (`hosts: all`
             # launches several): the token may write when it may write into any of them, and
             # the spans are counted for the one its claim holds, else the first of them.
-            sharing = Evaluation.objects.select_related("host").filter(trace_id=trace_id)
-            writable = [e for e in [evaluation, *sharing] if _may_write(token, scopes, e)]
+            writable = [e for e in [evaluation, *shared] if _may_write(token, scopes, e)]
             allowed = bool(writable)
             if writable:
                 evaluation = writable[0]
@@ -82,6 +102,21 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
             raise TraceError(403, f"This token may not write spans into trace {trace_id}.")
         targets.append(Target(trace_id, evaluation, trace))
     return targets
+
+
+def _evaluation_among(trace: Trace | None, shared: list[Evaluation]) -> Evaluation | None:
+    """`_evaluation_of`, from the evaluations of the trace id read already (newest first)."""
+    if trace is not None and trace.evaluation_id is not None:
+        found = [e for e in shared if e.pk == trace.evaluation_id]
+        if found:
+            return found[0]
+        return (
+            Evaluation.objects.select_related("host")
+            .only(*_EVALUATION_FIELDS)
+            .filter(pk=trace.evaluation_id)
+            .first()
+        )
+    return shared[0] if shared else None
 
 
 def _may_write(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:

@@ -24,16 +24,17 @@ import base64
 import json
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from hub.api.parsers import MAX_JSON_DEPTH, too_deep_message
 from predictors.protocol import COUNTER_LEVEL, COUNTER_OP_TYPE, Attr
@@ -60,6 +61,69 @@ NUL_REPLACEMENT = "\ufffd"
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 
+# --- The export as the receiver parses it ------------------------------------------------------
+#
+# OTLP's messages as opentelemetry-proto defines them, copied into a package of our own with one
+# difference: a span's attributes (KeyValue messages) and its status are read as their wire bytes
+# (a message field and a bytes field are the same on the wire). Reading every attribute of every
+# span through protobuf's Python objects was most of what ingest cost; kept as bytes, the
+# attributes an export repeats (most of them: an agent's spans share their framework, level, op
+# types, layer names, shapes) are decoded once (`_pairs`), and the stored columns are gathered
+# from them with Arrow and NumPy rather than span by span.
+
+_COLUMNAR_PACKAGE = "mlmodelscope.traces.columnar"
+_OTLP_PACKAGE = ".opentelemetry.proto.trace.v1."
+
+
+def _columnar_messages() -> tuple[Any, Any]:
+    """The columnar ExportTraceServiceRequest and Span message classes."""
+    pool = descriptor_pool.Default()
+    name = "mlmodelscope/traces/columnar.proto"
+    try:
+        pool.FindFileByName(name)
+    except KeyError:
+        file = descriptor_pb2.FileDescriptorProto(
+            name=name, package=_COLUMNAR_PACKAGE, syntax="proto3"
+        )
+        file.dependency.extend(d.name for d in trace_pb2.DESCRIPTOR.dependencies)
+        for original in (
+            trace_service_pb2.ExportTraceServiceRequest,
+            trace_pb2.ResourceSpans,
+            trace_pb2.ScopeSpans,
+            trace_pb2.Span,
+        ):
+            copy = file.message_type.add()
+            original.DESCRIPTOR.CopyToProto(copy)
+            for message in (copy, *copy.nested_type):
+                for field in message.field:
+                    if (
+                        message is copy
+                        and original is trace_pb2.Span
+                        and field.name
+                        in (
+                            "attributes",
+                            "status",
+                        )
+                    ):
+                        field.type = field.TYPE_BYTES
+                        field.ClearField("type_name")
+                    elif field.type_name.startswith(_OTLP_PACKAGE):
+                        local = field.type_name.removeprefix(_OTLP_PACKAGE)
+                        field.type_name = f".{_COLUMNAR_PACKAGE}.{local}"
+            copy.name = original.DESCRIPTOR.name
+        pool.AddSerializedFile(file.SerializeToString())
+    export, span = (
+        message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"{_COLUMNAR_PACKAGE}.{message}")
+        )
+        for message in ("ExportTraceServiceRequest", "Span")
+    )
+    return export, span
+
+
+_COLUMNAR_EXPORT, _COLUMNAR_SPAN = _columnar_messages()
+
+
 # --- Decoding ---------------------------------------------------------------------------------
 
 
@@ -84,15 +148,17 @@ def _hex_ids_to_base64(node: Any, depth: int = 1) -> None:
             _hex_ids_to_base64(item, depth + 1)
 
 
-def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServiceRequest:
-    """An ExportTraceServiceRequest from an OTLP/HTTP body (protobuf or JSON)."""
-    message = trace_service_pb2.ExportTraceServiceRequest()
+def decode(body: bytes, content_type: str) -> Any:
+    """An OTLP/HTTP body (protobuf or JSON) parsed into the export's columnar messages
+    (`_COLUMNAR_EXPORT`: an ExportTraceServiceRequest whose spans keep their attributes and
+    status as wire bytes), which `tables_by_trace` reads."""
     if content_type == "application/x-protobuf":
         try:
-            message.ParseFromString(body)
+            return _COLUMNAR_EXPORT.FromString(body)
         except (DecodeError, RuntimeError) as error:
             raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
-    elif content_type == "application/json":
+    message = trace_service_pb2.ExportTraceServiceRequest()
+    if content_type == "application/json":
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
@@ -111,7 +177,7 @@ def decode(body: bytes, content_type: str) -> trace_service_pb2.ExportTraceServi
         raise TraceError(
             415, "Send OTLP as application/x-protobuf or application/json."
         )  # pragma: no cover - the view checks first
-    return message
+    return _COLUMNAR_EXPORT.FromString(message.SerializeToString())
 
 
 def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
@@ -215,136 +281,121 @@ def counter_values(attributes: dict[str, Any]) -> list[dict[str, Any]] | None:
 def _hex(ids: list[bytes], width: int) -> pa.Array:
     """Ids (each `width` bytes, or empty) as lowercase hex strings, without a Python string
     per id: one join, one hex, and offsets."""
-    lengths = np.fromiter((len(i) for i in ids), dtype=np.int32, count=len(ids))
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     data = b"".join(ids).hex().encode("ascii")
     offsets = np.zeros(len(ids) + 1, dtype=np.int32)
     np.cumsum(lengths * 2, out=offsets[1:])
     return pa.StringArray.from_buffers(len(ids), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
-def _json_column(texts: list[bytes]) -> pa.Array:
-    """orjson's outputs as one string column (NUL-free: orjson escapes it as `\\u0000`,
-    which `_clean_json` then replaces)."""
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    data = b"".join(texts)
-    column = pa.LargeStringArray.from_buffers(
-        len(texts), pa.py_buffer(offsets), pa.py_buffer(data)
-    ).cast(pa.string())
-    return _clean_json(column)
+def _bad_ids(ids: list[bytes], widths: tuple[int, ...], nonzero: bool) -> np.ndarray:
+    """Which ids are not `widths` bytes long (or, with `nonzero`, all zero bytes)."""
+    lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    bad = np.isin(lengths, widths, invert=True)
+    if not nonzero:
+        return bad
+    if not bad.any():  # every id `widths[0]` bytes long: one array of them all
+        bytes_of = np.frombuffer(b"".join(ids), dtype=np.uint8).reshape(len(ids), widths[0])
+        return np.logical_not(bytes_of.any(axis=1))
+    return bad | np.fromiter((not any(i) for i in ids), dtype=bool, count=len(ids))
 
 
-def _clean_json(column: pa.Array) -> pa.Array:
-    """JSON texts whose strings held a NUL (escaped `\\u0000`) written again with it
-    replaced; found vectorised, rewritten one by one (they are rare)."""
-    suspect = pc.match_substring(column, "\\u0000")
-    if not pc.any(suspect).as_py():
-        return column
-    texts = column.to_pylist()
-    for index in pc.indices_nonzero(suspect).to_pylist():
-        texts[index] = json.dumps(_cleaned(json.loads(texts[index])), sort_keys=True)
-    return pa.array(texts, pa.string())
+class _Pair(NamedTuple):
+    """An attribute (an OTLP KeyValue) as stored: its key, its `"key":value` JSON member, its
+    value as text and as a 64-bit integer (for the columns read out of attributes: level,
+    layer, op type, device, batch size), and its value."""
+
+    key: str
+    member: str
+    text: str | None
+    integer: int | None
+    value: Any
 
 
-def _cleaned(value: Any) -> Any:
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, list):
-        return [_cleaned(item) for item in value]
-    if isinstance(value, dict):
-        return {clean(key): _cleaned(item) for key, item in value.items()}
-    return value
+# Attributes decoded so far, by their wire bytes (a KeyValue message each); emptied when it holds
+# `_PAIRS_KEPT`, so that a stream of unique values costs no more than memory for that many. Only
+# attributes of at most `_PAIR_CACHED_BYTES` are kept (names, op types, shapes: what repeats), so
+# that the cache stays within a few tens of MiB whatever the values.
+_PAIRS: dict[bytes, _Pair] = {}
+_PAIRS_KEPT = 65_536
+_PAIR_CACHED_BYTES = 256
 
 
-def _fast_attributes(pairs: Iterable[common_pb2.KeyValue]) -> dict[str, Any]:
-    """`_attributes`, with scalar values read inline (the common case) and NULs left for
-    `_clean_json` to find."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        value = pair.value
-        kind = value.WhichOneof("value")
-        if kind == "string_value":
-            out[pair.key] = value.string_value
-        elif kind == "int_value":
-            out[pair.key] = value.int_value
-        elif kind == "double_value" and math.isfinite(value.double_value):
-            out[pair.key] = value.double_value
-        elif kind == "bool_value":
-            out[pair.key] = value.bool_value
-        else:
-            out[pair.key] = _value(value)
-    return out
+def _pairs(raws: list[bytes]) -> list[_Pair]:
+    """The attributes of an export (KeyValue wire bytes, each once) decoded, those not decoded
+    before in one parse: as a span of an export of their own, so that protobuf checks them as it
+    checks a span's attributes in a whole export (UTF-8, nesting depth)."""
+    found = [_PAIRS.get(raw) for raw in raws]
+    missing = [raw for raw, pair in zip(raws, found, strict=True) if pair is None]
+    if not missing:
+        return found  # type: ignore[return-value]
+    span = _COLUMNAR_SPAN(attributes=missing)
+    envelope = _COLUMNAR_EXPORT()
+    envelope.resource_spans.add().scope_spans.add().spans.append(span)
+    try:
+        message = trace_service_pb2.ExportTraceServiceRequest.FromString(
+            envelope.SerializeToString()
+        )
+    except (DecodeError, RuntimeError) as error:
+        raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+    decoded = iter(message.resource_spans[0].scope_spans[0].spans[0].attributes)
+    if len(_PAIRS) + len(missing) > _PAIRS_KEPT:
+        _PAIRS.clear()
+    for index, pair in enumerate(found):
+        if pair is None:
+            key_value = next(decoded)
+            key = clean(key_value.key)
+            value = _value(key_value.value)
+            member = orjson.dumps({key: value}, option=orjson.OPT_SORT_KEYS)[1:-1].decode()
+            found[index] = _Pair(key, member, _text(value), _int(value), value)
+            if len(raws[index]) <= _PAIR_CACHED_BYTES:
+                _PAIRS[raws[index]] = found[index]  # type: ignore[assignment]
+    return found  # type: ignore[return-value]
 
 
-class _Columns:
-    """The stored columns of an export's spans, filled span by span with as little Python per
-    span as it takes: plain values appended to lists, ids and attribute texts joined and
-    converted once per export."""
+def _statuses(raws: list[bytes]) -> tuple[list[int], list[str]]:
+    """Spans' statuses (Status wire bytes): their codes and messages."""
+    known: dict[bytes, tuple[int, str]] = {}
+    for raw in set(raws):
+        try:
+            status = trace_pb2.Status.FromString(raw)
+        except (DecodeError, RuntimeError) as error:
+            raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+        known[raw] = (status.code, clean(status.message))
+    codes, messages = zip(*map(known.__getitem__, raws), strict=True) if raws else ((), ())
+    return list(codes), list(messages)
 
-    def __init__(self) -> None:
-        self.trace_id: list[bytes] = []
-        self.span_id: list[bytes] = []
-        self.parent_span_id: list[bytes] = []
-        self.name: list[str] = []
-        self.kind: list[int] = []
-        self.start_ns: list[int] = []
-        self.end_ns: list[int] = []
-        self.attributes: list[bytes] = []
+
+class _Export:
+    """The stored columns of an export's spans: each span's fields read once, its attributes
+    decoded once per distinct attribute (`_pairs`) and gathered into columns with Arrow and
+    NumPy."""
+
+    def __init__(self, message: Any) -> None:
+        spans: list[Any] = []
         self.resource: list[str] = []
         self.scope: list[str] = []
-        self.status: list[int] = []
-        self.status_message: list[str] = []
-        self.level: list[str | None] = []
-        self.layer_index: list[int | None] = []
-        self.layer_name: list[str | None] = []
-        self.op_type: list[str | None] = []
-        self.device: list[str | None] = []
-        self.counters: list[list[dict[str, Any]] | None] = []
-        self.batch_size: list[int | None] = []
         # Where the spans were in the export: per scope, its resource's and its own number and
         # its first span's position among all (found again only for an error's path).
         self.scopes: list[tuple[int, int, int]] = []
-
-    def add(self, message: trace_service_pb2.ExportTraceServiceRequest) -> None:
-        level_key, index_key, name_key = Attr.LEVEL, Attr.LAYER_INDEX, Attr.LAYER_NAME
-        op_key, device_key, batch_key = Attr.OP_TYPE, Attr.DEVICE, Attr.BATCH_SIZE
-        dumps, sort = orjson.dumps, orjson.OPT_SORT_KEYS
         for r, resource_spans in enumerate(message.resource_spans):
             resource = json.dumps(_attributes(resource_spans.resource.attributes), sort_keys=True)
             for s, scope_spans in enumerate(resource_spans.scope_spans):
-                scope = clean(scope_spans.scope.name)
-                spans = scope_spans.spans
-                count = len(spans)
+                count = len(scope_spans.spans)
+                self.scopes.append((r, s, len(spans)))
                 self.resource.extend([resource] * count)
-                self.scope.extend([scope] * count)
-                self.scopes.append((r, s, len(self.trace_id)))
-                for span in spans:
-                    self.trace_id.append(span.trace_id)
-                    self.span_id.append(span.span_id)
-                    self.parent_span_id.append(span.parent_span_id)
-                    self.name.append(span.name)
-                    self.kind.append(span.kind)
-                    self.start_ns.append(span.start_time_unix_nano)
-                    self.end_ns.append(span.end_time_unix_nano)
-                    status = span.status
-                    self.status.append(status.code)
-                    self.status_message.append(status.message)
-                    attributes = _fast_attributes(span.attributes)
-                    self.attributes.append(dumps(attributes, option=sort))
-                    level = attributes.get(level_key)
-                    op_type = attributes.get(op_key)
-                    self.level.append(None if level is None else str(level))
-                    self.layer_index.append(_int(attributes.get(index_key)))
-                    self.layer_name.append(_text(attributes.get(name_key)))
-                    self.op_type.append(None if op_type is None else str(op_type))
-                    self.device.append(_text(attributes.get(device_key)))
-                    self.batch_size.append(_int(attributes.get(batch_key)))
-                    self.counters.append(
-                        counter_values(attributes)
-                        if level == COUNTER_LEVEL and op_type == COUNTER_OP_TYPE
-                        else None
-                    )
+                self.scope.extend([clean(scope_spans.scope.name)] * count)
+                spans.extend(scope_spans.spans)
+        self.count = len(spans)
+        self.trace_id: list[bytes] = [span.trace_id for span in spans]
+        self.span_id: list[bytes] = [span.span_id for span in spans]
+        self.parent_span_id: list[bytes] = [span.parent_span_id for span in spans]
+        self.name: list[str] = [span.name for span in spans]
+        self.kind: list[int] = [span.kind for span in spans]
+        self.start_ns = np.array([span.start_time_unix_nano for span in spans], dtype=np.uint64)
+        self.end_ns = np.array([span.end_time_unix_nano for span in spans], dtype=np.uint64)
+        self.status, self.status_message = _statuses([span.status for span in spans])
+        self.attributes = pa.array([span.attributes for span in spans], pa.list_(pa.binary()))
 
     def _refuse(self, bad: np.ndarray, field: str, message: str) -> None:
         if bad.any():
@@ -355,28 +406,24 @@ class _Columns:
 
     def check(self) -> None:
         """TraceError(400) naming the first span field that cannot be stored."""
-        if not self.trace_id:
+        if not self.count:
             return
-        trace_length = np.fromiter(map(len, self.trace_id), dtype=np.int32)
         self._refuse(
-            (trace_length != 16) | np.fromiter((not any(i) for i in self.trace_id), dtype=bool),
+            _bad_ids(self.trace_id, (16,), nonzero=True),
             "traceId",
             "A span's trace id must be 16 bytes, not all zero.",
         )
-        span_length = np.fromiter(map(len, self.span_id), dtype=np.int32)
         self._refuse(
-            (span_length != 8) | np.fromiter((not any(i) for i in self.span_id), dtype=bool),
+            _bad_ids(self.span_id, (8,), nonzero=True),
             "spanId",
             "A span's span id must be 8 bytes, not all zero.",
         )
-        parent_length = np.fromiter(map(len, self.parent_span_id), dtype=np.int32)
         self._refuse(
-            (parent_length != 0) & (parent_length != 8),
+            _bad_ids(self.parent_span_id, (0, 8), nonzero=False),
             "parentSpanId",
             "A span's parent span id must be 8 bytes.",
         )
-        starts = np.array(self.start_ns, dtype=np.uint64)
-        ends = np.array(self.end_ns, dtype=np.uint64)
+        starts, ends = self.start_ns, self.end_ns
         for field, values in (("startTimeUnixNano", starts), ("endTimeUnixNano", ends)):
             over = values > INT64_MAX
             if over.any():
@@ -399,43 +446,93 @@ class _Columns:
 
     def table(self) -> pa.Table:
         """Every span, in `traces.store.SCHEMA`."""
-        n = len(self.trace_id)
-        strings = [
-            pc.replace_substring(pa.array(values, pa.string()), "\x00", NUL_REPLACEMENT)
-            for values in (self.name, self.status_message)
-        ]
+        n = self.count
+        # Each attribute of each span (occurrence), by span: which distinct attribute it is.
+        encoded = pc.dictionary_encode(self.attributes.values)
+        pairs = _pairs(encoded.dictionary.to_pylist())
+        keys = sorted({pair.key for pair in pairs})
+        rank = {key: index for index, key in enumerate(keys)}
+        key_of = np.array([rank[pair.key] for pair in pairs], dtype=np.int64)
+        offsets = self.attributes.offsets.to_numpy()
+        pair_of = encoded.indices.to_numpy(zero_copy_only=False)
+        span_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+        # Per span, sorted by key (as JSON with sorted keys); of a key given twice, the last.
+        order = np.lexsort((key_of[pair_of], span_of))
+        span_of, pair_of = span_of[order], pair_of[order]
+        keys_of = key_of[pair_of]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (span_of[:-1] != span_of[1:]) | (keys_of[:-1] != keys_of[1:])
+        span_of, pair_of, keys_of = span_of[last], pair_of[last], keys_of[last]
+        kept = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(span_of, minlength=n), out=kept[1:])
+        members = pa.array([pair.member for pair in pairs], pa.string()).take(pair_of)
+        joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(kept), members), ",")
+        attributes = pc.binary_join_element_wise("{", joined, "}", "")
+
+        def attribute(key: str, values: pa.Array) -> pa.Array:
+            """Each span's value of attribute `key` (null where it has none)."""
+            index = np.full(n, -1, dtype=np.int64)
+            if key in rank:
+                has = keys_of == rank[key]
+                index[span_of[has]] = pair_of[has]
+            return values.take(pa.array(index, mask=index < 0))
+
+        texts = pa.array([pair.text for pair in pairs], pa.string())
+        integers = pa.array([pair.integer for pair in pairs], pa.int64())
+        level, op_type = attribute(Attr.LEVEL, texts), attribute(Attr.OP_TYPE, texts)
+        names = pa.array(self.name, pa.string())
         columns = {
             "trace_id": _hex(self.trace_id, 16),
             "span_id": _hex(self.span_id, 8),
             "parent_span_id": _hex(self.parent_span_id, 8),
-            "name": strings[0],
+            "name": pc.replace_substring(names, "\x00", NUL_REPLACEMENT),
             "kind": pa.array(self.kind, pa.int32()),
-            "start_ns": pa.array(np.array(self.start_ns, dtype=np.uint64).astype(np.int64)),
-            "end_ns": pa.array(np.array(self.end_ns, dtype=np.uint64).astype(np.int64)),
-            "attributes": _json_column(self.attributes) if n else pa.array([], pa.string()),
+            "start_ns": pa.array(self.start_ns.astype(np.int64)),
+            "end_ns": pa.array(self.end_ns.astype(np.int64)),
+            "attributes": attributes,
             "resource": pa.array(self.resource, pa.string()),
             "scope": pa.array(self.scope, pa.string()),
             "status": pa.array(self.status, pa.int32()),
-            "status_message": strings[1],
+            "status_message": pa.array(self.status_message, pa.string()),
+            "level": level,
+            "layer_index": attribute(Attr.LAYER_INDEX, integers),
+            "layer_name": attribute(Attr.LAYER_NAME, texts),
+            "op_type": op_type,
+            "device": attribute(Attr.DEVICE, texts),
+            "counters": self._counters(level, op_type, kept, pair_of, pairs),
+            "batch_size": attribute(Attr.BATCH_SIZE, integers),
         }
-        for name in ("level", "layer_name", "op_type", "device"):
-            values = pa.array(getattr(self, name), pa.string())
-            columns[name] = pc.replace_substring(values, "\x00", NUL_REPLACEMENT)
-        columns["layer_index"] = pa.array(self.layer_index, pa.int64())
-        columns["batch_size"] = pa.array(self.batch_size, pa.int64())
-        columns["counters"] = pa.array(self.counters, COUNTERS)
-        return pa.table(columns).select(SCHEMA.names).cast(SCHEMA)
+        return pa.Table.from_arrays([columns[name] for name in SCHEMA.names], schema=SCHEMA)
+
+    def _counters(
+        self,
+        level: pa.Array,
+        op_type: pa.Array,
+        kept: np.ndarray,
+        pair_of: np.ndarray,
+        pairs: list[_Pair],
+    ) -> pa.Array:
+        """The `counters` column: a counter sample's values (`counter_values`), else null;
+        `kept` and `pair_of`: where each span's attributes are among `pairs`."""
+        counters: list[list[dict[str, Any]] | None] = [None] * self.count
+        is_counter = pc.and_(pc.equal(level, COUNTER_LEVEL), pc.equal(op_type, COUNTER_OP_TYPE))
+        for position in pc.indices_nonzero(pc.fill_null(is_counter, False)).to_pylist():
+            own = pair_of[kept[position] : kept[position + 1]]
+            counters[position] = counter_values({pairs[i].key: pairs[i].value for i in own})
+        return pa.array(counters, COUNTERS)
 
 
-def tables_by_trace(message: trace_service_pb2.ExportTraceServiceRequest) -> dict[str, pa.Table]:
-    """The export's spans as tables of the stored columns (`traces.store.SCHEMA`), one per
-    trace id (hex); TraceError(400) naming the first span that cannot be stored."""
-    columns = _Columns()
-    columns.add(message)
-    columns.check()
-    table = columns.table()
-    if not table.num_rows:
+def tables_by_trace(message: Any) -> dict[str, pa.Table]:
+    """The export's spans (as `decode` answers it, or an ExportTraceServiceRequest) as tables
+    of the stored columns (`traces.store.SCHEMA`), one per trace id (hex); TraceError(400)
+    naming the first span that cannot be stored."""
+    if isinstance(message, trace_service_pb2.ExportTraceServiceRequest):
+        message = _COLUMNAR_EXPORT.FromString(message.SerializeToString())
+    export = _Export(message)
+    export.check()
+    if not export.count:
         return {}
+    table = export.table()
     ids = pc.unique(table["trace_id"]).to_pylist()
     if len(ids) == 1:
         return {ids[0]: table}

@@ -53,6 +53,22 @@ def test_an_export_sent_again_is_stored_once(bob_client, agent, hosts, settings)
     assert bob_client.get(url(evaluation.pk)).json()["spans"] == {"sent": None, "stored": 8}
 
 
+def test_an_export_of_two_traces_sent_again_is_stored_once_in_each(bob_client, settings) -> None:  # type: ignore[no-untyped-def]
+    first, second = sorted([secrets.token_hex(16), secrets.token_hex(16)])
+    key = secrets.token_hex(16)
+    # An earlier delivery of the export reached the hub with the second trace's spans only.
+    assert post(bob_client, _spans(second, 2), **_headers(key)).status_code == 200
+    both = _spans(first, 3) + _spans(second, 2)  # protobuf: one export of both traces
+
+    assert post(bob_client, both, **_headers(key)).status_code == 200
+    assert post(bob_client, both, **_headers(key)).status_code == 200
+
+    counts = {t.trace_id: (t.span_count, t.chunk_count) for t in Trace.objects.all()}
+    assert counts == {first: (3, 1), second: (2, 1)}
+    assert len(chunks(settings, first)) == len(chunks(settings, second)) == 1
+    assert SpanExport.objects.filter(key=key).count() == 2
+
+
 def test_the_spans_of_an_attempt_the_hub_gave_away_are_refused(
     bob, bob_client, agent, hosts, django_capture_on_commit_callbacks
 ) -> None:  # type: ignore[no-untyped-def]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
 
 from evaluations.models import Evaluation
 from tests.evaluations.factories import claim, launch, launched_id
@@ -24,6 +26,7 @@ from tests.traces.factories import (
     post,
 )
 from traces.models import SpanAggregate, Trace
+from traces.store import read_table
 
 pytestmark = pytest.mark.django_db
 
@@ -222,6 +225,69 @@ def test_another_users_trace_is_refused_on_write_and_hidden_on_read(
         assert bob_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 200
     assert alice_client.get(f"/api/v1/traces/{new_id()}").status_code == 404
     assert alice_client.get("/api/v1/traces/not-a-trace").status_code == 404
+
+
+def test_attributes_of_every_kind_read_back_as_sent(bob_client) -> None:  # type: ignore[no-untyped-def]
+    trace_id = new_id()
+    nested = common_pb2.AnyValue()
+    nested.kvlist_value.values.add(key="z", value=common_pb2.AnyValue(int_value=1))
+    nested.kvlist_value.values.add(key="a", value=common_pb2.AnyValue())
+    array = common_pb2.AnyValue()
+    array.array_value.values.extend(
+        [common_pb2.AnyValue(string_value="x"), common_pb2.AnyValue(bytes_value=b"\x01\x02")]
+    )
+    attributes = [
+        ("mlms.level", common_pb2.AnyValue(string_value="framework")),
+        ("mlms.layer_index", common_pb2.AnyValue(int_value=7)),
+        ("batch_size", common_pb2.AnyValue(int_value=4)),
+        ("ratio", common_pb2.AnyValue(double_value=0.25)),
+        ("flag", common_pb2.AnyValue(bool_value=True)),
+        ("config", nested),
+        ("shape", array),
+        ("batch_size", common_pb2.AnyValue(int_value=8)),  # given twice: the last counts
+    ]
+    expected = {
+        "batch_size": 8,
+        "config": {"a": None, "z": 1},
+        "flag": True,
+        "mlms.layer_index": 7,
+        "mlms.level": "framework",
+        "ratio": 0.25,
+        "shape": ["x", "AQI="],
+    }
+    # Two exports: the second repeats the first's attributes (decoded once, then remembered).
+    for name in ("first", "second"):
+        message = trace_service_pb2.ExportTraceServiceRequest()
+        spans = message.resource_spans.add().scope_spans.add().spans
+        for index in range(2):
+            span = spans.add(name=f"{name}-{index}")
+            span.trace_id, span.span_id = bytes.fromhex(trace_id), secrets.token_bytes(8)
+            span.start_time_unix_nano = BASE + index
+            span.end_time_unix_nano = BASE + 10
+            for key, value in attributes[: 8 if index else 3]:
+                span.attributes.add(key=key, value=value)
+        assert post(bob_client, message.SerializeToString()).status_code == 200
+
+    stored = bob_client.get(f"/api/v1/traces/{trace_id}/timeline").json()["spans"]
+    by_name = {span["name"]: span for span in stored}
+    assert by_name["first-1"]["attributes"] == by_name["second-1"]["attributes"] == expected
+    assert by_name["second-0"]["attributes"] == {
+        "mlms.layer_index": 7,
+        "mlms.level": "framework",
+        "batch_size": 4,
+    }
+    assert by_name["second-1"]["level"] == "framework"
+    rows = read_table(trace_id, ["name", "layer_index", "batch_size"]).to_pylist()
+    assert {(r["name"], r["layer_index"], r["batch_size"]) for r in rows} == {
+        (f"{name}-{index}", 7, 4 if index == 0 else 8)
+        for name in ("first", "second")
+        for index in range(2)
+    }
+    exported = bob_client.get(f"/api/v1/traces/{trace_id}?format=otlp").json()
+    [span] = [
+        s for s in exported["resourceSpans"][0]["scopeSpans"][0]["spans"] if s["name"] == "first-1"
+    ]
+    assert {"key": "flag", "value": {"boolValue": True}} in span["attributes"]
 
 
 def test_an_export_with_one_forbidden_trace_stores_nothing(bob_client, alice_client) -> None:  # type: ignore[no-untyped-def]
