@@ -125,6 +125,7 @@ test-postgres: venv
 	@if $(BIN)/python -m tests.services postgres redis; then \
 	  echo "=== test suite on PostgreSQL + Redis, $$(date +%T) ==="; \
 	  DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL)/0 CHANNEL_LAYER_URL=$(REDIS_URL)/1 \
+	  MLMS_FUZZ_EXAMPLES=$${MLMS_FUZZ_EXAMPLES:-10} \
 	    $(BIN)/python -m pytest $(PYTEST_FLAGS); \
 	elif [ "$$CI" = "true" ]; then \
 	  echo "CI: PostgreSQL and Redis must be reachable" >&2; exit 1; \

@@ -29,7 +29,9 @@ deletions do not hide what the reads would reach; a caller whose token a fuzzed
 
 Bounds: `MAX_EXAMPLES` (25 unless MLMS_FUZZ_EXAMPLES says otherwise) per operation and mode,
 no shrinking, derandomized (the same cases every run): 3 callers × 34 operations × 2 modes ×
-25 ≈ 5,000 requests per CI pass.
+25 ≈ 5,000 requests in the SQLite pass; `make test-postgres` sets 10 (≈ 2,000 requests, still
+derandomized), enough for what that pass adds, PostgreSQL's own answers to the same kinds of
+request, at less than half the time.
 """
 
 from __future__ import annotations
