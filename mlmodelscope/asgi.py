@@ -7,6 +7,7 @@ in `scope["user"]` and the scopes it holds in `scope["auth_scopes"]`. A WebSocke
 names no route (`/ws/evaluations/None/`, `/ws/nope/`) is accepted and closed with 4404, like an
 evaluation the caller may not see.
 
+`POST /v1/traces` (OTLP spans) goes to the receiver's own ASGI application (`OtlpRoute`); other
 HTTP requests go to Django through `BodyLengthASGIHandler`, which gives a body sent without a
 Content-Length (`Transfer-Encoding: chunked`) the length it turned out to have; daphne answers
 a URL too long for it with 414 (mlmodelscope.daphne_limits).
@@ -66,6 +67,7 @@ from evaluations.routing import websocket_urlpatterns  # noqa: E402
 from evaluations.sweeper import Sweeper  # noqa: E402
 from hub.authentication import SESSION_SCOPES, authenticate_token  # noqa: E402
 from mlmodelscope.daphne_limits import answer_overlong_lines  # noqa: E402
+from traces.api.receiver import asgi_receiver  # noqa: E402
 
 
 def _token_user(raw: str) -> tuple[Any, frozenset[str]]:
@@ -119,7 +121,30 @@ websocket_application = AuthMiddlewareStack(
     WebSocketAuthMiddleware(URLRouter([*websocket_urlpatterns, re_path(r"", NoSuchPath.as_asgi())]))
 )
 
+
+def _named_host(scope: dict[str, Any]) -> bool:
+    """Whether the request's Host is one ALLOWED_HOSTS names (as Django checks it)."""
+    host = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+class OtlpRoute:
+    """`POST /v1/traces` straight to the OTLP receiver's ASGI application
+    (`traces.api.receiver.asgi_receiver`), without Django's request handling, which costs more
+    than storing an export; everything else, that path's other methods and hosts Django refuses
+    included, to Django."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if scope["path"] == "/v1/traces" and scope["method"] == "POST" and _named_host(scope):
+            return await asgi_receiver(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 answer_overlong_lines()
 application = Sweeper(
-    ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_application})
+    ProtocolTypeRouter({"http": OtlpRoute(django_asgi_app), "websocket": websocket_application})
 )
