@@ -50,6 +50,9 @@ def test_an_export_is_stored_once_however_often_it_is_sent(hub: LiveHub) -> None
         answer = _post(hub, body, headers)
         assert answer.status_code == 200, answer.text
         assert answer.headers["Content-Type"] == PROTOBUF
+        # Answered by the receiver's own application: Django's middleware would have added
+        # X-Frame-Options (as it does to the GET below).
+        assert "X-Frame-Options" not in answer.headers
     assert _spans(hub, trace_id) == 2
     # gzip, and JSON's empty answer
     answer = _post(
@@ -112,5 +115,6 @@ def test_an_oversized_body_is_413_after_authentication(hub: LiveHub) -> None:
 def test_other_methods_and_unnamed_hosts_go_through_django(hub: LiveHub) -> None:
     answer = requests.get(hub.url + OTLP, timeout=30)
     assert answer.status_code == 405
+    assert answer.headers["X-Frame-Options"] == "DENY"  # Django's answer
     answer = _post(hub, b"x", _bearer(hub) | {"Host": "evil.example"})
     assert answer.status_code == 400  # Django's DisallowedHost

@@ -89,21 +89,21 @@ def _delivery_headers(headers: Mapping[str, str]) -> tuple[str, str]:
     return values[0], values[1]
 
 
-def authorize(headers: Mapping[str, str]) -> tuple[ApiToken | None, Answer | None]:
+def authorize(headers: Mapping[str, str]) -> ApiToken | Answer:
     """The request's token, or the answer that refuses it (401/403/415): what the receiver
     checks before it reads the body. `headers`: names in lower case."""
     header = headers.get("authorization", "").split()
     if len(header) != 2 or header[0].lower() != "bearer":
-        return None, _error(401, "Send 'Authorization: Bearer <token>'.", _CHALLENGE)
+        return _error(401, "Send 'Authorization: Bearer <token>'.", _CHALLENGE)
     try:
         token = authenticate_token(header[1])
     except exceptions.AuthenticationFailed as error:
-        return None, _error(401, str(error.detail), _CHALLENGE)
+        return _error(401, str(error.detail), _CHALLENGE)
     if not set(token.scopes) & WRITE_SCOPES:
-        return None, _error(403, "This token lacks the 'write', 'evaluate' or 'agent' scope.")
+        return _error(403, "This token lacks the 'write', 'evaluate' or 'agent' scope.")
     if content_type(headers) not in ("application/x-protobuf", "application/json"):
-        return None, _error(415, "Send OTLP as application/x-protobuf or application/json.")
-    return token, None
+        return _error(415, "Send OTLP as application/x-protobuf or application/json.")
+    return token
 
 
 def content_type(headers: Mapping[str, str]) -> str:
@@ -149,9 +149,9 @@ def otlp_receiver(request: HttpRequest) -> HttpResponse:
     """OTLP/HTTP traces through Django (the in-process clients; daphne serves the same path
     through `asgi_receiver`): decode, authorize, store; nothing is stored on any error."""
     headers = {name.lower(): value for name, value in request.headers.items()}
-    token, refusal = authorize(headers)
-    if refusal is not None or token is None:
-        return _response(refusal or _error(401, "Send 'Authorization: Bearer <token>'."))
+    token = authorize(headers)
+    if isinstance(token, Answer):
+        return _response(token)
     limit = settings.TRACE_MAX_BYTES
     length = request.META.get("CONTENT_LENGTH") or ""
     oversized = length.isdigit() and int(length) > limit
@@ -205,7 +205,7 @@ async def asgi_receiver(scope: dict[str, Any], receive_message: Any, send: Any) 
 
 
 def _authorized_receive(headers: Mapping[str, str], raw: bytes, oversized: bool) -> Answer:
-    token, refusal = authorize(headers)
-    if refusal is not None or token is None:
-        return refusal or _error(401, "Send 'Authorization: Bearer <token>'.", _CHALLENGE)
+    token = authorize(headers)
+    if isinstance(token, Answer):
+        return token
     return receive(token, headers, raw, oversized=oversized)
