@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -115,7 +118,40 @@ def _send(evaluation: Evaluation, payload: dict[str, Any]) -> None:
     transaction.on_commit(lambda: _group_send(groups, message), robust=True)
 
 
+# While set (`collected`): where events go instead of the channel layer.
+_COLLECTOR: ContextVar[list[tuple[list[str], dict[str, Any]]] | None] = ContextVar(
+    "evaluation_events", default=None
+)
+
+
+@contextmanager
+def collected() -> Iterator[list[tuple[list[str], dict[str, Any]]]]:
+    """The events sent inside the block, as (groups, message), instead of sending them: a
+    process whose channel layer no page listens on (the receiver's ingest processes) hands them
+    to one that sends them (`send_collected`)."""
+    events: list[tuple[list[str], dict[str, Any]]] = []
+    token = _COLLECTOR.set(events)
+    try:
+        yield events
+    finally:
+        _COLLECTOR.reset(token)
+
+
+async def send_collected(events: list[tuple[list[str], dict[str, Any]]]) -> None:
+    """Send events that `collected` kept, from the event loop."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for groups, message in events:
+        for group in groups:
+            await layer.group_send(group, message)
+
+
 def _group_send(groups: list[str], message: dict[str, Any]) -> None:
+    collector = _COLLECTOR.get()
+    if collector is not None:
+        collector.append((groups, message))
+        return
     layer = get_channel_layer()
     if layer is None:
         return

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -17,16 +20,34 @@ _LAST_USED_RESOLUTION = timedelta(minutes=1)
 SESSION_SCOPES = frozenset({"read", "write", "evaluate"})
 
 
+@functools.cache
+def _token_query() -> str:
+    """The token of a key hash, with whether its user is active (`user_is_active`)."""
+    user = get_user_model()._meta
+    token = ApiToken._meta
+    quote = connection.ops.quote_name
+    return (
+        f"SELECT t.*, u.{quote(user.get_field('is_active').column)} AS user_is_active "  # noqa: S608
+        f"FROM {quote(token.db_table)} t JOIN {quote(user.db_table)} u "
+        f"ON u.{quote(user.pk.column)} = t.{quote(token.get_field('user').column)} "
+        f"WHERE t.{quote(token.get_field('key_hash').column)} = %s"
+    )
+
+
 def authenticate_token(raw: str) -> ApiToken:
-    """The active token for `raw`, or AuthenticationFailed saying why not."""
-    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(raw)).first()
-    if token is None:
+    """The active token for `raw`, or AuthenticationFailed saying why not. Its user is read
+    when asked for. One statement written in SQL, read with `raw()`: building the ORM's
+    query (a join) took twenty times as long as the database took to answer it, on every
+    request and every span export."""
+    found = list(ApiToken.objects.raw(_token_query(), [hash_token(raw)]))
+    if not found:
         raise exceptions.AuthenticationFailed("Invalid token.")
+    token = found[0]
     if token.revoked_at is not None:
         raise exceptions.AuthenticationFailed("This token has been revoked.")
     if token.is_expired:
         raise exceptions.AuthenticationFailed("This token has expired.")
-    if not token.user.is_active:
+    if not token.user_is_active:  # type: ignore[attr-defined]
         raise exceptions.AuthenticationFailed("The token's user is inactive.")
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:

@@ -66,7 +66,7 @@ from rest_framework.exceptions import AuthenticationFailed  # noqa: E402
 from evaluations.routing import websocket_urlpatterns  # noqa: E402
 from evaluations.sweeper import Sweeper  # noqa: E402
 from hub.authentication import SESSION_SCOPES, authenticate_token  # noqa: E402
-from mlmodelscope.daphne_limits import answer_overlong_lines  # noqa: E402
+from mlmodelscope.daphne_limits import answer_overlong_lines, bodies_in_memory  # noqa: E402
 from traces.api.receiver import asgi_receiver  # noqa: E402
 
 
@@ -145,6 +145,7 @@ class OtlpRoute:
 
 
 answer_overlong_lines()
+bodies_in_memory()
 application = Sweeper(
     ProtocolTypeRouter({"http": OtlpRoute(django_asgi_app), "websocket": websocket_application})
 )

@@ -7,6 +7,7 @@ PostgreSQL, Redis and friends with DATABASE_URL, CELERY_BROKER_URL and CHANNEL_L
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -110,7 +111,11 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(VAR_DIR / "db.sqlite3"),
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -197,6 +202,12 @@ MANIFEST_MAX_BYTES = envint("MANIFEST_MAX_BYTES", 256 * 1024, minimum=1024)
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
 # One OTLP/HTTP trace export (POST /v1/traces), after any gzip is undone.
 TRACE_MAX_BYTES = envint("TRACE_MAX_BYTES", 16 * 1024**2, minimum=1024)
+# Processes that store OTLP exports beside daphne's (traces.api.processes): one per core, up to
+# four; 0 stores them in daphne's own thread (a one-core machine gains nothing from them).
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+TRACE_INGEST_PROCESSES = envint(
+    "TRACE_INGEST_PROCESSES", min(_CORES, 4) if _CORES > 1 else 0, minimum=0
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MANIFEST_MAX_BYTES + 64 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 FILE_UPLOAD_TEMP_DIR = str(VAR_DIR / "uploads")

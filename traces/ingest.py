@@ -66,8 +66,12 @@ def _store(
     false) an export's key is not looked for: the `SpanExport` row's uniqueness refuses it
     (IntegrityError) if stored already, and `ingest` stores `again`, looking."""
     store = get_store()
-    written: list[str] = []
+    # The chunks are written first, outside the transaction: with SQLite it holds the database's
+    # one write lock, which other exports (the ingest processes) wait for meanwhile.
+    written: dict[str, str] = {}
     try:
+        for target in targets:
+            written[target.trace_id] = store.add_chunk(target.trace_id, grouped[target.trace_id])
         with transaction.atomic():
             for target in targets:
                 rows = grouped[target.trace_id]
@@ -75,7 +79,9 @@ def _store(
                 if trace is None or again:
                     trace = _locked_trace(token, target)
                     if key and SpanExport.objects.filter(trace=trace, key=key).exists():
-                        continue  # sent again after a lost answer: stored already
+                        # Sent again after a lost answer: stored already.
+                        store.remove_chunk(written.pop(target.trace_id))
+                        continue
                 SpanExport.objects.create(
                     trace_id=trace.pk,
                     evaluation=target.evaluation,
@@ -83,7 +89,6 @@ def _store(
                     key=key,
                     spans=rows.num_rows,
                 )
-                written.append(store.add_chunk(target.trace_id, rows))
                 _account(trace, target, rows)
                 if target.evaluation is not None:
                     signals.spans_received.send(
@@ -96,7 +101,7 @@ def _store(
                             robust=True,
                         )
     except BaseException:
-        for handle in written:
+        for handle in written.values():
             store.remove_chunk(handle)
         raise
 

@@ -21,6 +21,7 @@ attributes.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 from collections.abc import Iterable
@@ -291,7 +292,9 @@ def _hex(ids: list[bytes], width: int) -> pa.Array:
 def _bad_ids(ids: list[bytes], widths: tuple[int, ...], nonzero: bool) -> np.ndarray:
     """Which ids are not `widths` bytes long (or, with `nonzero`, all zero bytes)."""
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
-    bad = np.isin(lengths, widths, invert=True)
+    bad = lengths != widths[0]
+    for width in widths[1:]:
+        bad &= lengths != width
     if not nonzero:
         return bad
     if not bad.any():  # every id `widths[0]` bytes long: one array of them all
@@ -353,17 +356,22 @@ def _pairs(raws: list[bytes]) -> list[_Pair]:
     return found  # type: ignore[return-value]
 
 
-def _statuses(raws: list[bytes]) -> tuple[list[int], list[str]]:
-    """Spans' statuses (Status wire bytes): their codes and messages."""
-    known: dict[bytes, tuple[int, str]] = {}
-    for raw in set(raws):
+def _statuses(raws: list[bytes]) -> tuple[pa.Array, pa.Array]:
+    """Spans' statuses (Status wire bytes): their codes and messages, each distinct status
+    decoded once."""
+    encoded = pc.dictionary_encode(pa.array(raws, pa.binary()))
+    codes, messages = [], []
+    for raw in encoded.dictionary.to_pylist():
         try:
             status = trace_pb2.Status.FromString(raw)
         except (DecodeError, RuntimeError) as error:
             raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
-        known[raw] = (status.code, clean(status.message))
-    codes, messages = zip(*map(known.__getitem__, raws), strict=True) if raws else ((), ())
-    return list(codes), list(messages)
+        codes.append(status.code)
+        messages.append(clean(status.message))
+    return (
+        pa.array(codes, pa.int32()).take(encoded.indices),
+        pa.array(messages, pa.string()).take(encoded.indices),
+    )
 
 
 class _Export:
@@ -395,7 +403,15 @@ class _Export:
         self.start_ns = np.array([span.start_time_unix_nano for span in spans], dtype=np.uint64)
         self.end_ns = np.array([span.end_time_unix_nano for span in spans], dtype=np.uint64)
         self.status, self.status_message = _statuses([span.status for span in spans])
-        self.attributes = pa.array([span.attributes for span in spans], pa.list_(pa.binary()))
+        # Each span's attributes (KeyValue wire bytes), all in one array, and where each span's
+        # begin in it.
+        lists = [span.attributes for span in spans]
+        self.attribute_offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(
+            np.fromiter(map(len, lists), dtype=np.int64, count=len(lists)),
+            out=self.attribute_offsets[1:],
+        )
+        self.attribute_values = pa.array(list(itertools.chain.from_iterable(lists)), pa.binary())
 
     def _refuse(self, bad: np.ndarray, field: str, message: str) -> None:
         if bad.any():
@@ -448,12 +464,12 @@ class _Export:
         """Every span, in `traces.store.SCHEMA`."""
         n = self.count
         # Each attribute of each span (occurrence), by span: which distinct attribute it is.
-        encoded = pc.dictionary_encode(self.attributes.values)
+        encoded = pc.dictionary_encode(self.attribute_values)
         pairs = _pairs(encoded.dictionary.to_pylist())
         keys = sorted({pair.key for pair in pairs})
         rank = {key: index for index, key in enumerate(keys)}
         key_of = np.array([rank[pair.key] for pair in pairs], dtype=np.int64)
-        offsets = self.attributes.offsets.to_numpy()
+        offsets = self.attribute_offsets
         pair_of = encoded.indices.to_numpy(zero_copy_only=False)
         span_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
         # Per span, sorted by key (as JSON with sorted keys); of a key given twice, the last.
@@ -492,8 +508,8 @@ class _Export:
             "attributes": attributes,
             "resource": pa.array(self.resource, pa.string()),
             "scope": pa.array(self.scope, pa.string()),
-            "status": pa.array(self.status, pa.int32()),
-            "status_message": pa.array(self.status_message, pa.string()),
+            "status": self.status,
+            "status_message": self.status_message,
             "level": level,
             "layer_index": attribute(Attr.LAYER_INDEX, integers),
             "layer_name": attribute(Attr.LAYER_NAME, texts),

@@ -3,8 +3,8 @@
 `TraceStore` is what the rest of the app asks of a store: add an export's rows to a trace (one
 *chunk*), take a chunk back (an export refused after it was written), read every span of a
 trace, and read a timeline window. `ParquetTraceStore`, the one in use (`get_store()`), keeps
-them as zstd Parquet files in the artifact store, under `traces/<trace_id>/`, each export one
-chunk: cheap to write, but a million-span trace sent in 512-span exports is about two thousand
+them as Parquet files in the artifact store, under `traces/<trace_id>/`, each export one
+chunk (LZ4; compacted files are zstd): cheap to write, but a million-span trace sent in 512-span exports is about two thousand
 files, and opening them all for every timeline window costs seconds.
 
 **Compaction.** When an evaluation finishes, its trace's data files are merged (under a lock
@@ -90,6 +90,12 @@ _COUNTER_COLUMNS = ["start_ns", "end_ns", "device", "counters"]
 
 def chunk_folder(trace_id: str) -> str:
     return f"traces/{trace_id}"
+
+
+# The folders chunks were written to, resolved once per trace (`storage.resolve` checks a path
+# component by component: as long as writing the chunk), up to this many traces.
+_chunk_folders: dict[str, Path] = {}
+_CHUNK_FOLDERS_KEPT = 4096
 
 
 def _folder(trace_id: str) -> Path | None:
@@ -408,17 +414,18 @@ def _rows(files: list[Path], file_of: np.ndarray, row_of: np.ndarray) -> pa.Tabl
 
 
 def parquet_bytes(rows: pa.Table | list[dict[str, Any]]) -> bytes:
-    """`rows` (a table in `SCHEMA`, or mappings of its columns) as one zstd Parquet file: a
+    """`rows` (a table in `SCHEMA`, or mappings of its columns) as one LZ4 Parquet file: a
     chunk, written once per export. It keeps the statistics that reads use (the earliest start
     and the latest end, `_light`) and no others (those of the attribute texts were most of the
-    file's footer), and no dictionaries (zstd packs the repeated names and levels as small):
-    a third less time to write, and a smaller file, than Parquet's defaults."""
+    file's footer), and no dictionaries. LZ4, not zstd: a chunk lives only until its trace's
+    compaction rewrites it with zstd, and LZ4 writes it in 0.35 ms for 512 spans where zstd
+    took 0.61 ms (29 KiB against 16 KiB); written with Parquet's defaults it took 0.95 ms."""
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=SCHEMA)
     buffer = io.BytesIO()
     pq.write_table(
         table,
         buffer,
-        compression="zstd",
+        compression="lz4",
         use_dictionary=False,
         write_statistics=["start_ns", "end_ns"],
     )
@@ -472,13 +479,23 @@ class TraceStore(abc.ABC):
 
 
 class ParquetTraceStore(TraceStore):
-    """Zstd Parquet chunks in the artifact store (`hub.storage`), under `traces/<trace_id>/`,
+    """Parquet chunks in the artifact store (`hub.storage`), under `traces/<trace_id>/`,
     compacted as they are read (see the module's text)."""
 
     def add_chunk(self, trace_id: str, rows: pa.Table) -> str:
-        path = f"{chunk_folder(trace_id)}/{secrets.token_hex(8)}.parquet"
-        storage.write(path, [parquet_bytes(rows)])
-        return path
+        name = f"{secrets.token_hex(8)}.parquet"
+        data = parquet_bytes(rows)
+        folder = _chunk_folders.get(trace_id)
+        if folder is None:
+            if len(_chunk_folders) >= _CHUNK_FOLDERS_KEPT:
+                _chunk_folders.clear()
+            folder = _chunk_folders[trace_id] = storage.resolve(chunk_folder(trace_id))
+        try:
+            storage.write_new(folder, name, data)
+        except FileNotFoundError:  # the trace's first chunk (or its folder was removed since)
+            folder.mkdir(parents=True, exist_ok=True)
+            storage.write_new(folder, name, data)
+        return f"{chunk_folder(trace_id)}/{name}"
 
     def remove_chunk(self, handle: str) -> None:
         storage.remove(handle)

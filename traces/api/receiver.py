@@ -28,6 +28,7 @@ from hub.api.errors import error_body
 from hub.authentication import authenticate_token
 from hub.models import ApiToken
 from traces.access import WRITE_SCOPES
+from traces.api import processes
 from traces.errors import TraceError
 from traces.ingest import ingest
 from traces.otlp import decode
@@ -51,7 +52,14 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mlmodelscope"'}
 def _error(
     status: int, message: str, headers: dict[str, str] | None = None, path: str = ""
 ) -> Answer:
-    code = {404: "not_found", 403: "forbidden", 409: "conflict", 413: "too_large"}.get(status)
+    code = {
+        404: "not_found",
+        403: "forbidden",
+        409: "conflict",
+        413: "too_large",
+        500: "server_error",
+        503: "unavailable",
+    }.get(status)
     body = json.dumps(error_body(message, path=path, code=code or "invalid")).encode()
     return Answer(status, body, "application/json", dict(headers or {}))
 
@@ -191,7 +199,7 @@ async def asgi_receiver(scope: dict[str, Any], receive_message: Any, send: Any) 
         if not message.get("more_body", False):
             break
     raw = b"".join(chunks)
-    answer = await database_sync_to_async(_authorized_receive)(headers, raw, oversized)
+    answer = await _answer(headers, raw, oversized)
     response_headers = [
         (b"content-type", answer.content_type.encode()),
         (b"content-length", str(len(answer.body)).encode()),
@@ -202,6 +210,28 @@ async def asgi_receiver(scope: dict[str, Any], receive_message: Any, send: Any) 
         {"type": "http.response.start", "status": answer.status, "headers": response_headers}
     )
     await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _answer(headers: dict[str, str], raw: bytes, oversized: bool) -> Answer:
+    """The export stored by an ingest process (`traces.api.processes`) once one is ready, else
+    in Django's thread for synchronous code."""
+    ingest = processes.pool()
+    if ingest is None or not ingest.ready:
+        return await database_sync_to_async(_authorized_receive)(headers, raw, oversized)
+    try:
+        answer: Answer = await ingest.receive(headers, raw, oversized)
+    except processes.ProcessEnded:
+        return _error(
+            503,
+            "The hub's ingest process ended while it stored this export; send it again.",
+            {"Retry-After": "1"},
+        )
+    return answer
+
+
+def internal_error() -> Answer:
+    """The answer to an export whose storing failed unexpectedly (the error is logged)."""
+    return _error(500, "Internal server error.")
 
 
 def _authorized_receive(headers: Mapping[str, str], raw: bytes, oversized: bool) -> Answer:
