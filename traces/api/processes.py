@@ -66,11 +66,12 @@ def _serve(sock: socket.socket) -> None:
     import django
     from django.conf import settings
 
+    # One thread stores every export of this process: one connection, kept between exports
+    # (checked before each on PostgreSQL, `CONN_HEALTH_CHECKS`), not a pool of them. A hub
+    # holds at most DATABASE_POOL_SIZE + TRACE_INGEST_PROCESSES connections to PostgreSQL.
     database = settings.DATABASES["default"]
-    if database["ENGINE"] == "django.db.backends.sqlite3":
-        # One thread stores every export of this process: its connection is kept between them
-        # (PostgreSQL's are borrowed from psycopg's pool per export, as in daphne's process).
-        database["CONN_MAX_AGE"] = None
+    database.get("OPTIONS", {}).pop("pool", None)
+    database["CONN_MAX_AGE"] = None
     django.setup(set_prefix=False)
     try:
         _answer_exports(sock)
