@@ -2,7 +2,7 @@
 payloads ingested in-process. A measurement, not a test; see benchmarks/README.md.
 
     .venv/bin/python benchmarks/ingest.py [--spans 200000] [--request-spans 512,4096]
-        [--clients 1,4] [--json]
+        [--clients 1,4] [--rounds 3] [--json]
 
 A hub of its own (a temporary folder: SQLite, artifact store; migrated; served by daphne on a
 free port), a user with a token of scope `write`, and for every run a running evaluation of
@@ -18,12 +18,14 @@ For each request size:
 - *parse*: `ExportTraceServiceRequest.ParseFromString` of every body, in this process: the
   floor, what any OTLP receiver written in Python pays;
 - *in-process*: the hub's ingest path without HTTP, in this process, one body after the other:
-  `traces.otlp.decode` then `traces.ingest.ingest` (rows, authorization, a zstd
-  Parquet chunk written to the artifact store, the Trace row, the evaluation's event) — the
+  `traces.otlp.decode` then `traces.ingest.ingest` (rows, authorization, an LZ4
+  Parquet chunk written to the artifact store, the Trace row, the evaluation's event, which a
+  process without an event loop sends through a thread of its own: about 1 ms) — the
   baseline;
 - *http*: `POST /v1/traces` with `Authorization: Bearer …` and
   `Content-Type: application/x-protobuf`, from `--clients` threads with a keep-alive connection
-  each, to daphne: the wall time from the first request to the last answer. Before the first
+  each, to daphne (which hands the exports to its ingest processes, `traces.api.processes`):
+  the wall time from the first request to the last answer. Before the first
   size's runs, the same exports are sent once, untimed, into a trace of their own: a hub that
   has run a while (its first exports start its ingest processes, `traces.api.processes`, and
   are stored in daphne's own thread until they are ready).
@@ -31,7 +33,10 @@ For each request size:
 Each export carries an export id (`X-MLMS-Export`, in-process the `key` argument), as the
 agents' exports do (`predictors.span_delivery`), so that the hub does its exactly-once work.
 
-spans/s is spans sent / wall time; the ratio is http (or parse) over in-process, so that the
+Each path runs `--rounds` times, the paths interleaved (round 1: parse, in-process, http with
+each client count; round 2: …), each run into a trace of its own; the table gives the median
+and the range. spans/s is spans sent / wall time; the ratio is http (or parse) over
+in-process (medians), so that the
 share of HTTP, ASGI, authentication and concurrency (below 1) or of storage (parse, above 1)
 is visible. After every run the trace's `span_count` is read from the hub's database and must
 equal the spans sent; a mismatch (or any answer but 200) is an error exit. The client threads
@@ -153,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         default="1,4",
         help="concurrent HTTP client threads, comma-separated (default 1,4)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of each path per request size, interleaved; the median is reported",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--keep", action="store_true", help="keep the hub's temporary folder")
     args = parser.parse_args(argv)
@@ -190,31 +201,38 @@ def main(argv: list[str] | None = None) -> int:
                 _scratch, own = trace_for_run()
                 seconds = run_http(url, own, [secrets.token_hex(16) for _ in own], raw_token, 4)
                 log(f"  warm-up (untimed), 4 clients: {args.spans / seconds:,.0f} spans/s")
-            runs: list[tuple[str, int, float, str | None]] = []
-            seconds = run_parse(bodies)
-            runs.append(("parse", 1, seconds, None))
-            log(f"  parse: {args.spans / seconds:,.0f} spans/s")
-
-            trace_id, own = trace_for_run()
-            seconds = run_in_process(own, keys, raw_token)
-            runs.append(("in-process", 1, seconds, trace_id))
-            log(f"  in-process: {args.spans / seconds:,.0f} spans/s")
-
-            for clients in client_counts:
-                trace_id, own = trace_for_run()
-                seconds = run_http(url, own, keys, raw_token, clients)
-                runs.append(("http", clients, seconds, trace_id))
-                log(f"  http, {clients} clients: {args.spans / seconds:,.0f} spans/s")
-
-            baseline = args.spans / runs[1][2]
-            for path, clients, seconds, trace_id in runs:
-                stored = stored_spans(trace_id) if trace_id else None
-                if stored is not None and stored != args.spans:
-                    raise SystemExit(
-                        f"trace {trace_id} ({path}, {clients} clients) stored {stored} spans "
-                        f"of {args.spans} sent"
+            # Rounds interleave the paths, so that a slower minute of a shared machine falls
+            # on all of them; each run goes into a trace of its own.
+            paths = [("parse", 1), ("in-process", 1), *(("http", c) for c in client_counts)]
+            seconds_of: dict[tuple[str, int], list[float]] = {path: [] for path in paths}
+            for round_number in range(1, args.rounds + 1):
+                for path, clients in paths:
+                    trace_id = None
+                    if path == "parse":
+                        seconds = run_parse(bodies)
+                    elif path == "in-process":
+                        trace_id, own = trace_for_run()
+                        seconds = run_in_process(own, keys, raw_token)
+                    else:
+                        trace_id, own = trace_for_run()
+                        seconds = run_http(url, own, keys, raw_token, clients)
+                    stored = stored_spans(trace_id) if trace_id else None
+                    if stored is not None and stored != args.spans:
+                        raise SystemExit(
+                            f"trace {trace_id} ({path}, {clients} clients) stored {stored} "
+                            f"spans of {args.spans} sent"
+                        )
+                    seconds_of[(path, clients)].append(seconds)
+                    log(
+                        f"  round {round_number}, {path}"
+                        + (f", {clients} clients" if path == "http" else "")
+                        + f": {args.spans / seconds:,.0f} spans/s"
                     )
-                rate = args.spans / seconds
+
+            baseline = args.spans / statistics.median(seconds_of[("in-process", 1)])
+            for (path, clients), times in seconds_of.items():
+                rates = sorted(args.spans / seconds for seconds in times)
+                rate = statistics.median(rates)
                 rows.append(
                     {
                         "request_spans": size,
@@ -223,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                         "path": path,
                         "clients": clients,
                         "spans": args.spans,
-                        "seconds": round(seconds, 3),
+                        "rounds": len(rates),
                         "spans_per_s": round(rate),
+                        "spans_per_s_min": round(rates[0]),
+                        "spans_per_s_max": round(rates[-1]),
                         "ratio": round(rate / baseline, 3),
-                        "stored_span_count": stored,
+                        "stored_span_count": None if path == "parse" else args.spans,
                     }
                 )
     log(f"done in {time.monotonic() - started:.0f} s")
@@ -238,18 +258,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"machine": machine, "runs": rows}, indent=2))
         return 0
-    print(f"{machine}; {args.spans} spans per run, {_hub.SPANS_PER_BATCH} spans per batch\n")
     print(
-        "| spans/request | requests | KiB/request | path | clients | seconds | spans/s "
-        "| ratio to in-process | stored span_count |"
+        f"{machine}; {args.spans} spans per run, {_hub.SPANS_PER_BATCH} spans per batch, "
+        f"{args.rounds} rounds\n"
+    )
+    print(
+        "| spans/request | requests | KiB/request | path | clients | spans/s, median "
+        "| min–max | ratio to in-process | stored span_count |"
     )
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for row in rows:
         stored = "—" if row["stored_span_count"] is None else str(row["stored_span_count"])
         print(
             f"| {row['request_spans']} | {row['requests']} | {row['request_kib']:.0f} "
-            f"| {row['path']} | {row['clients']} | {row['seconds']:.2f} "
-            f"| {row['spans_per_s']:,} | {row['ratio']:.2f} | {stored} |"
+            f"| {row['path']} | {row['clients']} | {row['spans_per_s']:,} "
+            f"| {row['spans_per_s_min']:,}–{row['spans_per_s_max']:,} | {row['ratio']:.2f} "
+            f"| {stored} |"
         )
     return 0
 

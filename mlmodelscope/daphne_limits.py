@@ -75,6 +75,10 @@ def answer_overlong_lines() -> None:
     http.HTTPChannel.lineLengthExceeded = _line_length_exceeded  # type: ignore[method-assign,assignment]
 
 
+# The body bytes of one ASGI `http.request` message: daphne's default (8 KiB; its command line
+# has no option for it) cut a 166 KiB OTLP export into 21 messages, each a turn of the event
+# loop for the application that reads them.
+BODY_MESSAGE_BYTES = 1024 * 1024
 # The longest request body kept in memory while it arrives (longer ones, or of unknown length,
 # go to a temporary file as Twisted does).
 IN_MEMORY_BODY_BYTES = 4 * 1024 * 1024
@@ -82,6 +86,9 @@ IN_MEMORY_BODY_BYTES = 4 * 1024 * 1024
 
 def _got_length(request: Any, length: int | None) -> None:
     """`http.Request.gotLength`: where the body of `length` bytes is kept as it arrives."""
+    server = getattr(request, "server", None)  # daphne's `Server` (WebRequest sets it)
+    if server is not None and server.request_buffer_size < BODY_MESSAGE_BYTES:
+        server.request_buffer_size = BODY_MESSAGE_BYTES
     if length is not None and length <= IN_MEMORY_BODY_BYTES:
         request.content = io.BytesIO()
     else:
