@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from rest_framework.utils.encoders import JSONEncoder
 
 from evaluations.models import Evaluation, StatusChange
+from hub import group_sends
 
 logger = logging.getLogger(__name__)
 
@@ -115,50 +111,4 @@ def on_spans_received(
 def _send(evaluation: Evaluation, payload: dict[str, Any]) -> None:
     message = {"type": MESSAGE_TYPE, "payload": plain(payload)}
     groups = [evaluation_group(evaluation.pk), user_group(evaluation.user_id), STAFF_GROUP]
-    transaction.on_commit(lambda: _group_send(groups, message), robust=True)
-
-
-# While set (`collected`): where events go instead of the channel layer.
-_COLLECTOR: ContextVar[list[tuple[list[str], dict[str, Any]]] | None] = ContextVar(
-    "evaluation_events", default=None
-)
-
-
-@contextmanager
-def collected() -> Iterator[list[tuple[list[str], dict[str, Any]]]]:
-    """The events sent inside the block, as (groups, message), instead of sending them: a
-    process whose channel layer no page listens on (the receiver's ingest processes) hands them
-    to one that sends them (`send_collected`)."""
-    events: list[tuple[list[str], dict[str, Any]]] = []
-    token = _COLLECTOR.set(events)
-    try:
-        yield events
-    finally:
-        _COLLECTOR.reset(token)
-
-
-async def send_collected(events: list[tuple[list[str], dict[str, Any]]]) -> None:
-    """Send events that `collected` kept, from the event loop."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    for groups, message in events:
-        for group in groups:
-            await layer.group_send(group, message)
-
-
-def _group_send(groups: list[str], message: dict[str, Any]) -> None:
-    collector = _COLLECTOR.get()
-    if collector is not None:
-        collector.append((groups, message))
-        return
-    layer = get_channel_layer()
-    if layer is None:
-        return
-
-    async def send_all() -> None:
-        for group in groups:
-            await layer.group_send(group, message)
-
-    # One hop to the event loop for all the groups, not one per group.
-    async_to_sync(send_all)()
+    transaction.on_commit(lambda: group_sends.send(groups, message), robust=True)

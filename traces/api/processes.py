@@ -16,7 +16,8 @@ The processes start with the first export, and until one of them is ready, expor
 in daphne's own thread, as with `TRACE_INGEST_PROCESSES=0`. A process that dies (killed, out of
 memory) is replaced; the export it held is answered 503 with `Retry-After` (OTLP exporters send
 it again; an export id, `X-MLMS-Export`, keeps one that was stored after all from being stored
-twice). The processes end when daphne's does (they read the end of their socket).
+twice); so is an export that found no process idle for `IDLE_WAIT_SECONDS`. The processes end
+when daphne's does (they read the end of their socket).
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from hub.group_sends import collected, send_collected
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["IngestPool", "pool"]
+__all__ = ["IDLE_WAIT_SECONDS", "IngestPool", "Unavailable", "pool"]
 
 _LENGTH = struct.Struct("!Q")
-Events = list[tuple[list[str], dict[str, Any]]]
 
 
 # --- In an ingest process ------------------------------------------------------------------------
@@ -82,7 +84,6 @@ def _serve(sock: socket.socket) -> None:
 def _answer_exports(sock: socket.socket) -> None:
     from django.db import close_old_connections
 
-    from evaluations.events import collected
     from traces.api.receiver import Answer, _authorized_receive, internal_error
 
     sock.sendall(_LENGTH.pack(0))  # ready
@@ -92,7 +93,7 @@ def _answer_exports(sock: socket.socket) -> None:
         if payload is None:
             return
         headers, raw, oversized = pickle.loads(payload)  # noqa: S301 (daphne's process wrote it)
-        events: Events = []
+        events: list[Any] = []
         close_old_connections()
         try:
             with collected() as events:
@@ -116,8 +117,14 @@ class _Process:
     writer: asyncio.StreamWriter
 
 
-class ProcessEnded(Exception):
-    """The ingest process ended before it answered."""
+class Unavailable(Exception):
+    """No ingest process answered the export (its message says why): the sender should send
+    it again (503)."""
+
+
+# How long an export waits for an idle ingest process (they are all busy, or all are starting
+# again) before it is answered 503.
+IDLE_WAIT_SECONDS = 60
 
 
 class IngestPool:
@@ -164,10 +171,17 @@ class IngestPool:
         self._idle.put_nowait(_Process(process, reader, writer))
 
     async def receive(self, headers: dict[str, str], raw: bytes, oversized: bool) -> Any:
-        """An idle process's answer to an export (its events sent); ProcessEnded when the
-        process ended before it answered (it is replaced). The exchange goes on when the
-        request is cancelled (its client left), so that the process is not left mid-answer."""
-        worker = await self._idle.get()
+        """An idle process's answer to an export (its events sent); Unavailable when none was
+        idle within IDLE_WAIT_SECONDS, or when the process ended before it answered (it is
+        replaced). The exchange goes on when the request is cancelled (its client left), so
+        that the process is not left mid-answer."""
+        try:
+            worker = await asyncio.wait_for(self._idle.get(), IDLE_WAIT_SECONDS)
+        except TimeoutError:
+            raise Unavailable(
+                f"No ingest process of the hub was free for {IDLE_WAIT_SECONDS} s; "
+                "send the export again."
+            ) from None
         payload = pickle.dumps((headers, raw, oversized), protocol=pickle.HIGHEST_PROTOCOL)
         return await asyncio.shield(self.loop.create_task(self._exchange(worker, payload)))
 
@@ -179,9 +193,9 @@ class IngestPool:
             reply = await worker.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError) as error:
             self._ended(worker)
-            raise ProcessEnded from error
-        from evaluations.events import send_collected
-
+            raise Unavailable(
+                "The hub's ingest process ended while it stored this export; send it again."
+            ) from error
         self._idle.put_nowait(worker)
         answer, events = pickle.loads(reply)  # noqa: S301 (our own process wrote it)
         await send_collected(events)

@@ -220,12 +220,8 @@ async def _answer(headers: dict[str, str], raw: bytes, oversized: bool) -> Answe
         return await database_sync_to_async(_authorized_receive)(headers, raw, oversized)
     try:
         answer: Answer = await ingest.receive(headers, raw, oversized)
-    except processes.ProcessEnded:
-        return _error(
-            503,
-            "The hub's ingest process ended while it stored this export; send it again.",
-            {"Retry-After": "1"},
-        )
+    except processes.Unavailable as error:
+        return _error(503, str(error), {"Retry-After": "1"})
     return answer
 
 
