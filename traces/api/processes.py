@@ -149,8 +149,14 @@ class IngestPool:
         process = multiprocessing.get_context("spawn").Process(
             target=_serve, args=(theirs,), name="mlmodelscope-ingest", daemon=True
         )
-        process.start()
-        theirs.close()
+        try:
+            process.start()
+        except OSError:  # no process to be had (limits): exports stay in daphne's thread
+            logger.exception("an ingest process could not be started")
+            ours.close()
+            return
+        finally:
+            theirs.close()
         task = self.loop.create_task(self._connect(process, ours))
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
@@ -198,7 +204,10 @@ class IngestPool:
             ) from error
         self._idle.put_nowait(worker)
         answer, events = pickle.loads(reply)  # noqa: S301 (our own process wrote it)
-        await send_collected(events)
+        try:
+            await send_collected(events)
+        except Exception:  # the spans are stored: a page misses an update, as on_commit's would
+            logger.exception("the events of a stored export were not sent")
         return answer
 
     def _ended(self, worker: _Process) -> None:
