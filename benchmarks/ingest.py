@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--keep", action="store_true", help="keep the hub's temporary folder")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     sizes, client_counts = _ints(args.request_spans), _ints(args.clients)
 
     folder = Path(tempfile.mkdtemp(prefix="mlms-ingest-"))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import F, Model, QuerySet
+from django.db.models import F
 
 from evaluations.models import Evaluation
 from hub.models import ApiToken
+from hub.statements import statement
 from traces.errors import TraceError
 from traces.models import Trace
 from traces.store import TRACE_ID
@@ -49,42 +49,43 @@ def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
 
 # What authorizing an export and counting its spans read of a trace's row and of an evaluation
 # (and its host's token, `host_token_id`): only these fields (any other is read from the database
-# when asked for). The ORM builds each statement once per process and number of trace ids, and
-# `raw()` runs it with the ids: building the ORM's queries took several times as long as the
-# database took to answer them, on every export.
+# when asked for). Each query is built once per process and number of trace ids
+# (`hub.statements`): building it took several times as long as the database took to answer.
 _TRACE_FIELDS = ("trace_id", "owner_id", "evaluation_id")
 _EVALUATION_FIELDS = ("id", "user", "status", "attempts", "claim", "trace_id")
 
 
-@functools.lru_cache(maxsize=64)
-def _statement(model: type[Model], count: int) -> str:
-    """The SQL of the query of `model`'s rows of `count` trace ids (`%s` each)."""
-    ids = [f"{index:032x}" for index in range(count)]  # distinct: `__in` drops repeats
-    queryset: QuerySet[Any]
-    if model is Trace:
-        queryset = Trace.objects.filter(trace_id__in=ids).only(*_TRACE_FIELDS).order_by()
-    else:
-        queryset = (
-            Evaluation.objects.filter(trace_id__in=ids)
-            .annotate(host_token_id=F("host__token_id"))
-            .only(*_EVALUATION_FIELDS)
-        )
-    sql, params = queryset.query.sql_with_params()
-    if list(params) != ids:  # pragma: no cover (the statement must take exactly the ids)
-        raise AssertionError(f"unexpected parameters {params!r}")
-    return str(sql)
+def _placeholders(count: int) -> list[str]:
+    return [f"{index:032x}" for index in range(count)]  # distinct: `__in` drops repeats
+
+
+@functools.lru_cache(maxsize=32)
+def _traces_statement(count: int) -> str:
+    ids = _placeholders(count)
+    return statement(Trace.objects.filter(trace_id__in=ids).only(*_TRACE_FIELDS).order_by(), ids)
+
+
+@functools.lru_cache(maxsize=32)
+def _evaluations_statement(count: int) -> str:
+    ids = _placeholders(count)
+    queryset = (
+        Evaluation.objects.filter(trace_id__in=ids)
+        .annotate(host_token_id=F("host__token_id"))
+        .only(*_EVALUATION_FIELDS)
+    )
+    return statement(queryset, ids)
 
 
 def _traces(trace_ids: list[str]) -> dict[str, Trace]:
     """The `Trace` rows of these trace ids."""
-    rows = Trace.objects.raw(_statement(Trace, len(trace_ids)), trace_ids)
+    rows = Trace.objects.raw(_traces_statement(len(trace_ids)), trace_ids)
     return {trace.trace_id: trace for trace in rows}
 
 
 def _evaluations(trace_ids: list[str]) -> list[Evaluation]:
     """The evaluations of these trace ids (newest first, as the model orders them), each with
     its host's token id as `host_token_id` (None without a host)."""
-    return list(Evaluation.objects.raw(_statement(Evaluation, len(trace_ids)), trace_ids))
+    return list(Evaluation.objects.raw(_evaluations_statement(len(trace_ids)), trace_ids))
 
 
 def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "") -> list[Target]:

@@ -4,8 +4,9 @@
 *chunk*), take a chunk back (an export refused after it was written), read every span of a
 trace, and read a timeline window. `ParquetTraceStore`, the one in use (`get_store()`), keeps
 them as Parquet files in the artifact store, under `traces/<trace_id>/`, each export one
-chunk (LZ4; compacted files are zstd): cheap to write, but a million-span trace sent in 512-span exports is about two thousand
-files, and opening them all for every timeline window costs seconds.
+chunk (LZ4; compacted files are zstd): cheap to write, but a million-span trace sent in
+512-span exports is about two thousand files, and opening them all for every timeline window
+costs seconds.
 
 **Compaction.** When an evaluation finishes, its trace's data files are merged (under a lock
 on the folder, so that one process compacts and the others wait) into one file,
