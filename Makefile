@@ -121,11 +121,13 @@ test-sqlite: venv
 	@echo "=== test suite on SQLite (embedded default), $$(date +%T) ==="
 	env -u DATABASE_URL -u CELERY_BROKER_URL -u CHANNEL_LAYER_URL $(BIN)/python -m pytest $(PYTEST_FLAGS)
 
+# The machine's Redis lets a client without a password in, on which a hub refuses to start
+# unless BROKER_ALLOW_OPEN_DEFAULT_USER says so (docs/reliability.md, broker isolation).
 test-postgres: venv
 	@if $(BIN)/python -m tests.services postgres redis; then \
 	  echo "=== test suite on PostgreSQL + Redis, $$(date +%T) ==="; \
 	  DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL)/0 CHANNEL_LAYER_URL=$(REDIS_URL)/1 \
-	  MLMS_FUZZ_EXAMPLES=$${MLMS_FUZZ_EXAMPLES:-10} \
+	  BROKER_ALLOW_OPEN_DEFAULT_USER=true MLMS_FUZZ_EXAMPLES=$${MLMS_FUZZ_EXAMPLES:-10} \
 	    $(BIN)/python -m pytest $(PYTEST_FLAGS); \
 	elif [ "$$CI" = "true" ]; then \
 	  echo "CI: PostgreSQL and Redis must be reachable" >&2; exit 1; \

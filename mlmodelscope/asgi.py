@@ -51,6 +51,12 @@ class BodyLengthASGIHandler(ASGIHandler):
 # Django's set-up comes first (as django.core.asgi.get_asgi_application does it): the imports
 # below need the app registry.
 django.setup(set_prefix=False)
+
+from evaluations.broker_access import refuse_open_redis  # noqa: E402
+
+# Not on a Redis that anyone may read: the agents' scoped broker users would protect nothing
+# (BROKER_ALLOW_OPEN_DEFAULT_USER=true overrides; one connection per Redis, once).
+refuse_open_redis()
 django_asgi_app = BodyLengthASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

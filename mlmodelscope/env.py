@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
+import re
+from urllib.parse import parse_qs, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -60,3 +61,23 @@ def envurl(name: str, schemes: tuple[str, ...]) -> str:
             f"{name}={raw!r} has scheme {scheme!r}; expected one of: {', '.join(schemes)}"
         )
     return raw
+
+
+def envname(name: str, pattern: str, rule: str) -> str:
+    """An optional name that must match `pattern` entirely ('' when unset); `rule` says, in
+    words, what the pattern allows."""
+    raw = os.environ.get(name, "").strip()
+    if raw and not re.fullmatch(pattern, raw):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not allowed: {rule}")
+    return raw
+
+
+def redis_database(url: str) -> int:
+    """The database number a redis:// URL selects (its path, else its `db` query; 0 when it
+    names none), as redis-py reads it."""
+    parts = urlsplit(url)
+    raw = parse_qs(parts.query).get("db", [""])[0] or parts.path.strip("/")
+    try:
+        return int(raw) if raw else 0
+    except ValueError:
+        return -1

@@ -14,7 +14,15 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from mlmodelscope.env import envbool, envint, envlist, envstr, envurl
+from mlmodelscope.env import (
+    envbool,
+    envint,
+    envlist,
+    envname,
+    envstr,
+    envurl,
+    redis_database,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("MLMS_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -152,6 +160,30 @@ AGENT_BROKER_URL = envstr("AGENT_BROKER_URL") or CELERY_BROKER_URL
 AGENT_BROKER_TRANSPORT_OPTIONS = (
     CELERY_BROKER_TRANSPORT_OPTIONS if AGENT_BROKER_URL == CELERY_BROKER_URL else {}
 )
+# With Redis, each host scope's agents get a Redis user that reaches only the keys of their
+# scope (evaluations.broker_access). The broker is database 0: those users may not SELECT
+# another, and redis-py selects none for 0.
+for _name, _url in (
+    ("CELERY_BROKER_URL", CELERY_BROKER_URL),
+    ("AGENT_BROKER_URL", AGENT_BROKER_URL),
+):
+    if _url.startswith(("redis:", "rediss:")) and redis_database(_url) != 0:
+        raise ImproperlyConfigured(
+            f"{_name} must name Redis database 0 (redis://host:6379/0): the broker users of "
+            "the agents may not SELECT another database; put the channel layer "
+            "(CHANNEL_LAYER_URL) on another one instead"
+        )
+# The hub's part of every broker user's name and key prefix (`mlms-<namespace>-<scope>`,
+# `<namespace>:<scope>:`), so that hubs sharing one Redis keep apart: 1 to 16 characters of
+# a-z, 0-9 and '-'. Unset: derived from SECRET_KEY (the same in every replica of one hub).
+BROKER_NAMESPACE = envname(
+    "BROKER_NAMESPACE",
+    r"[a-z0-9](?:[a-z0-9-]{0,14}[a-z0-9])?",
+    "use 1 to 16 characters of a-z, 0-9 and '-' (not first or last)",
+)
+# The hub refuses to start on a Redis (broker or channel layer) that a client without a
+# password may read, unless this says so (a test machine's Redis; see broker_access).
+BROKER_ALLOW_OPEN_DEFAULT_USER = envbool("BROKER_ALLOW_OPEN_DEFAULT_USER", False)
 # An evaluation whose host stops heartbeating is dispatched again, at most this many attempts.
 EVALUATION_MAX_ATTEMPTS = envint("EVALUATION_MAX_ATTEMPTS", 3, minimum=1)
 # How often the hub looks for such evaluations (seconds; 0 turns the hub's own sweep off).

@@ -881,11 +881,22 @@ def _token(args: argparse.Namespace) -> str:
 
 def _broker(given: str | None, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The broker URL and transport options: the hub's, or `given` with the options that keep
-    to the host's scope (its key prefix; the filesystem folders belong to the hub's URL only)."""
+    to the host's scope (its key prefix; the filesystem folders belong to the hub's URL only).
+    A Redis `given` without credentials of its own gets the hub's, those of the host scope's
+    broker user: it names another address of the same broker."""
+    from urllib.parse import urlsplit, urlunsplit
+
     options = dict(config.get("broker_transport_options") or {})
-    if not given or given == config["broker_url"]:
-        return str(config["broker_url"]), options
+    hubs = str(config["broker_url"])
+    if not given or given == hubs:
+        return hubs, options
     scoped = {key: options[key] for key in ("global_keyprefix",) if key in options}
+    ours, theirs = urlsplit(given), urlsplit(hubs)
+    redis = ("redis", "rediss")
+    if ours.scheme in redis and theirs.scheme in redis and "@" not in ours.netloc:
+        if "@" in theirs.netloc:
+            credentials = theirs.netloc.rsplit("@", 1)[0]
+            given = urlunsplit(ours._replace(netloc=f"{credentials}@{ours.netloc}"))
     return given, scoped
 
 

@@ -133,6 +133,12 @@ class LiveHub:
         self.services = services
         env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARIABLES}
         env.update(MLMS_VAR_DIR=str(folder / "var"), DJANGO_SETTINGS_MODULE="mlmodelscope.settings")
+        # The test machine's Redis has a default user without a password, on which a hub
+        # refuses to start unless told (evaluations.broker_access.refuse_open_redis); each
+        # hub's queues and broker users are its own (`purge_queues` removes them).
+        env.update(
+            BROKER_ALLOW_OPEN_DEFAULT_USER="true", BROKER_NAMESPACE=f"live-{secrets.token_hex(4)}"
+        )
         # The PostgreSQL database of the hub's own, created by migrate(); "" on SQLite.
         self.database = ""
         broker = os.environ.get("CELERY_BROKER_URL", "")
@@ -218,17 +224,21 @@ class LiveHub:
         return self.agent_token_file
 
     def purge_queues(self) -> None:
-        """Delete the jobs that earlier runs left on a Redis broker, which no hub knows now."""
-        broker = self.env.get("CELERY_BROKER_URL", "")
-        if not broker.startswith("redis"):
+        """Delete this hub's jobs and its agents' broker users from a Redis broker (the keys and
+        users of its BROKER_NAMESPACE), which `close()` does too."""
+        broker, namespace = self.env.get("CELERY_BROKER_URL", ""), self.env.get("BROKER_NAMESPACE")
+        if not broker.startswith("redis") or not namespace:
             return
         import redis
 
-        client = redis.Redis.from_url(broker)
+        client = redis.Redis.from_url(broker, socket_connect_timeout=2, socket_timeout=5)
         try:
-            for pattern in ("pool:*", "user-*", "group-*"):
-                for key in client.scan_iter(match=pattern, count=1000):
-                    client.delete(key)
+            for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+                client.delete(key)
+            for user in client.acl_users():
+                name = user.decode() if isinstance(user, bytes) else str(user)
+                if name.startswith(f"mlms-{namespace}-"):
+                    client.acl_deluser(name)
         finally:
             client.close()
 
@@ -341,6 +351,10 @@ class LiveHub:
             if self._created:
                 postgres(f"DROP DATABASE IF EXISTS {self.database} WITH (FORCE)")
                 self._created = False
+            try:
+                self.purge_queues()
+            except Exception:  # noqa: S110 (a Redis a fault test stopped: nothing to purge)
+                pass
 
     def logs(self, tail: int = 4000) -> str:
         """The end of every process's log, for a failure's report."""
@@ -586,12 +600,15 @@ class WebSocket:
 
 class RedisServer:
     """`redis-server` on a free port, without persistence (what it holds dies with it), that
-    a test may kill and start again; `url` is its database 0."""
+    a test may kill and start again; `url` is its database 0. With `password`, its default user
+    needs it (`--requirepass`, as docker-compose.yml runs Redis) and `url` carries it."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, password: str = "") -> None:
         self.folder = folder
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        credentials = f":{password}@" if password else ""
+        self.url = f"redis://{credentials}127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
     @staticmethod
@@ -604,7 +621,8 @@ class RedisServer:
             raise LiveHubError("redis-server is not installed")
         self.process = subprocess.Popen(
             [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            + ["--appendonly", "no", "--dir", str(self.folder)],
+            + ["--appendonly", "no", "--dir", str(self.folder)]
+            + (["--requirepass", self.password] if self.password else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

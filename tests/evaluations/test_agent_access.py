@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from evaluations import broker_access
 from tests.evaluations.factories import claim, launch, launched_id, post_result, result_body
 from tests.hub.factories import model_yaml, onnx_graph, upload
 
@@ -47,8 +48,9 @@ def test_the_agent_config_names_the_broker_and_queues_of_its_host(
     body = response.json()
     if settings.AGENT_BROKER_URL.startswith("redis"):
         # Credentials of the host's scope, and the key prefix of its jobs.
-        assert body["broker_url"].startswith("redis://mlms-pool:")
-        assert body["broker_transport_options"]["global_keyprefix"] == "pool:"
+        namespace = broker_access.namespace()
+        assert body["broker_url"].startswith(f"redis://mlms-{namespace}-pool:")
+        assert body["broker_transport_options"]["global_keyprefix"] == f"{namespace}:pool:"
     else:
         assert body["broker_url"] == settings.AGENT_BROKER_URL
     assert body["queues"] == ["pool.host.cpu-1", "pool.onnxruntime.cpu"]

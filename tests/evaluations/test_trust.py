@@ -207,16 +207,19 @@ def test_a_scopes_broker_credentials_reach_only_its_own_keys(
 ) -> None:
     import redis
 
+    from evaluations import broker_access
+
     with django_capture_on_commit_callbacks(execute=True):
         launched_id(launch(alice_private, model="alice-net"))
     config = bobs_agent.get(f"/api/v1/agent/config/?host={bobs_box.pk}").json()
     prefix = config["broker_transport_options"]["global_keyprefix"]
-    assert prefix == f"{bobs_box.scope}:"
+    assert prefix == f"{broker_access.namespace()}:{bobs_box.scope}:"
     client = redis.Redis.from_url(config["broker_url"])
     try:
         client.lpush(f"{prefix}{bobs_box.scope}.onnxruntime.cpu", b"mine")
-        assert client.lpop(f"{prefix}{bobs_box.scope}.onnxruntime.cpu") == b"mine"
-        for key in ("pool:pool.onnxruntime.cpu", "pool:unacked", "_kombu.binding.x", "x"):
+        assert client.rpop(f"{prefix}{bobs_box.scope}.onnxruntime.cpu") == b"mine"
+        pool = broker_access.key_prefix("pool")
+        for key in (f"{pool}pool.onnxruntime.cpu", f"{pool}unacked", "_kombu.binding.x", "x"):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 client.lrange(key, 0, -1)
         with pytest.raises(redis.exceptions.NoPermissionError):

@@ -10,8 +10,10 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from evaluations.broker_access import refuse_open_redis
 from evaluations.sweeper import sweep_once
 
 
@@ -33,6 +35,11 @@ class Command(BaseCommand):
             every = float(settings.EVALUATION_SWEEP_SECONDS or 5)
         if not 0 < every <= 3600:
             raise CommandError(f"--every must be more than 0 and at most 3600 seconds; got {every}")
+        # Not on a Redis that anyone may read (BROKER_ALLOW_OPEN_DEFAULT_USER overrides).
+        try:
+            refuse_open_redis()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
         while True:
             changed = sweep_once()
             if changed:
