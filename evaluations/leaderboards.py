@@ -151,7 +151,10 @@ def board_entries(task: str, dataset: str, params: Mapping[str, Any] | None = No
         if choices and value not in choices:
             raise Invalid(f"{name} must be one of {', '.join(choices)}", path=name)
         queryset = queryset.filter(**{lookup: value})
-    ordering = str(params.get("ordering") or default_ordering(task))
+    # Left out, the board's own order; given, one of ORDERINGS (an empty value is refused, as
+    # the filters' are, and as the schema's enum says).
+    given = params.get("ordering")
+    ordering = default_ordering(task) if given is None else str(given)
     if ordering not in ORDERINGS:
         raise Invalid(f"ordering must be one of {', '.join(ORDERINGS)}", path="ordering")
     name = ordering.lstrip("-")

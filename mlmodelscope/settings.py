@@ -72,9 +72,10 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "hub.middleware.RejectNulQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A NUL (or lone surrogate) in the URL's path or query is a 400 before any view runs.
+    "hub.middleware.RejectMalformedUrlMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -265,14 +266,18 @@ REST_FRAMEWORK = {
         "hub.permissions.KnownQueryParameters",
     ],
     "DEFAULT_PAGINATION_CLASS": "hub.api.pagination.Pagination",
-    # JSON bodies must be objects of bounded depth (hub.api.parsers); forms as DRF parses them.
+    # Bodies are refused at the parsers (hub.api.parsers): JSON must be an object of bounded
+    # depth, and no body may hold a NUL, a lone surrogate, an integer outside 64 bits or a
+    # number that is not finite.
     "DEFAULT_PARSER_CLASSES": [
         "hub.api.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "hub.api.parsers.FormParser",
+        "hub.api.parsers.MultiPartParser",
     ],
     # The schema states each operation's security and error answers (hub/api/openapi.py).
     "DEFAULT_SCHEMA_CLASS": "hub.api.openapi.AutoSchema",
+    # OPTIONS: what the view is, and where the schema describes its bodies (hub/api/metadata.py).
+    "DEFAULT_METADATA_CLASS": "hub.api.metadata.Metadata",
     "EXCEPTION_HANDLER": "hub.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",

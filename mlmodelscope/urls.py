@@ -20,6 +20,8 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-# Under /api/ and /v1/ a URL that names nothing answers in the API's JSON error format.
+# Under /api/ and /v1/ a malformed request and a URL that names nothing answer in the API's JSON
+# error format.
+handler400 = "hub.api.errors.bad_request"
 handler404 = "hub.api.errors.not_found"
 handler500 = "hub.api.errors.server_error"

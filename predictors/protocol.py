@@ -310,7 +310,10 @@ class JobOptions:
     split: str = _option(
         "validation", "the dataset split to evaluate", pattern=r"^[A-Za-z0-9._-]{1,64}$"
     )
-    limit: int | None = _option(None, "evaluate the first N inputs", minimum=1, nullable=True)
+    # At most what the hub's progress columns count (PostgreSQL integer: 2^31 - 1).
+    limit: int | None = _option(
+        None, "evaluate the first N inputs", minimum=1, maximum=2**31 - 1, nullable=True
+    )
     batch_sizes: tuple[int, ...] = _option(
         (1,), "batch sizes to time, in order", minimum=1, maximum=MAX_BATCH_SIZE, max_items=16
     )

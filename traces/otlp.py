@@ -172,7 +172,9 @@ def decode(body: bytes, content_type: str) -> Any:
         _check_json_shape(data, message.DESCRIPTOR, "")
         try:
             json_format.ParseDict(data, message)
-        except json_format.ParseError as error:
+        except (json_format.ParseError, OverflowError, ValueError) as error:
+            # OverflowError: a double written as an integer past a double's range (protobuf
+            # converts it with float()).
             raise TraceError(400, f"The body is not an OTLP JSON export: {error}") from None
     else:
         raise TraceError(

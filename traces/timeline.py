@@ -118,7 +118,10 @@ def _counters(
     if not samples.num_rows and held is None:
         return sampled, {}
     # Equal buckets over the window; each keeps its largest value (the earliest, on a tie).
-    offsets = pc.cast(pc.subtract(samples["t"], start), pa.float64())
+    # An offset is nanoseconds, past 2^53 in a window from 0 (Unix time): a double holds it only
+    # to its 53 bits, which a bucket of a thousandth of such a window cannot tell apart, so the
+    # cast may round (a safe cast refuses to, and failed every such window).
+    offsets = pc.cast(pc.subtract(samples["t"], start), pa.float64(), safe=False)
     bucket = pc.floor(pc.multiply(pc.divide(offsets, float(end - start + 1)), float(max_points)))
     bucket = pc.min_element_wise(pc.cast(bucket, pa.int64()), max_points - 1)
     samples = samples.append_column("bucket", bucket)

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from evaluations import outputs
 from evaluations.models import Evaluation, Result, StatusChange
+from hub.api.fields import BIGINT_MAX, BIGINT_MIN, FLOAT32_MAX, INTEGER_MAX, SMALLINT_MAX
 from predictors.predictor import FRAMEWORKS
 from predictors.protocol import (
     DEVICES,
@@ -379,14 +380,18 @@ class EvaluationDetailSerializer(EvaluationSerializer):
 
 
 class ClaimSerializer(serializers.Serializer[dict[str, Any]]):
-    host = serializers.IntegerField(min_value=1, help_text="the id of the agent's host")
-    dispatch = serializers.IntegerField(min_value=1, help_text="the message's dispatch number")
+    host = serializers.IntegerField(
+        min_value=1, max_value=BIGINT_MAX, help_text="the id of the agent's host"
+    )
+    dispatch = serializers.IntegerField(
+        min_value=1, max_value=INTEGER_MAX, help_text="the message's dispatch number"
+    )
 
 
 class ProgressSerializer(serializers.Serializer[dict[str, Any]]):
     claim = serializers.RegexField(r"^[0-9a-f]{32}$")
-    done = serializers.IntegerField(min_value=0)
-    total = serializers.IntegerField(min_value=0)
+    done = serializers.IntegerField(min_value=0, max_value=INTEGER_MAX)
+    total = serializers.IntegerField(min_value=0, max_value=INTEGER_MAX)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["done"] > attrs["total"]:
@@ -426,7 +431,7 @@ class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
         help_text="the task's second metric (top-5, F1, pixel accuracy, …; for regression the "
         "RMSE); null where it says nothing, as top-5 of five classes or fewer",
     )
-    count = serializers.IntegerField(min_value=0)
+    count = serializers.IntegerField(min_value=0, max_value=INTEGER_MAX)
 
 
 class LatencySerializer(serializers.Serializer[dict[str, Any]]):
@@ -437,11 +442,11 @@ class LatencySerializer(serializers.Serializer[dict[str, Any]]):
     min_ms = serializers.FloatField(min_value=0)
     max_ms = serializers.FloatField(min_value=0)
     std_ms = serializers.FloatField(min_value=0)
-    count = serializers.IntegerField(min_value=1)
+    count = serializers.IntegerField(min_value=1, max_value=INTEGER_MAX)
 
 
 class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
-    top_k = serializers.IntegerField(min_value=1)
+    top_k = serializers.IntegerField(min_value=1, max_value=SMALLINT_MAX)
     labels = serializers.ListField(child=serializers.IntegerField())
     classes = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
     probabilities = serializers.ListField(
@@ -461,6 +466,20 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = len(attrs["labels"])
+        # The stored columns' ranges (`evaluations.outputs`): int64 classes (a form's values are
+        # text, which no parser bounds) and float32 probabilities (a larger double would be
+        # stored as infinity, which no answer can carry).
+        for name, rows, low, high, kind in (
+            ("labels", [attrs["labels"]], BIGINT_MIN, BIGINT_MAX, "a 64-bit integer"),
+            ("classes", attrs["classes"], BIGINT_MIN, BIGINT_MAX, "a 64-bit integer"),
+            ("probabilities", attrs["probabilities"], -FLOAT32_MAX, FLOAT32_MAX, "a 32-bit float"),
+        ):
+            for index, row in enumerate(rows):
+                if row and (min(row) < low or max(row) > high):
+                    where = name if name == "labels" else f"{name}.{index}"
+                    raise serializers.ValidationError(
+                        {where: [f"holds a value beyond the range of {kind}"]}
+                    )
         for name in ("classes", "probabilities", "boxes"):
             if name in attrs and len(attrs[name]) != count:
                 raise serializers.ValidationError(

@@ -80,6 +80,18 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
 
 
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's 400 handler (a SuspiciousOperation no view caught: too many form fields, a
+    malformed multipart body read outside DRF): the API's error format under its paths, naming
+    the problem; the site's 400 page elsewhere."""
+    if request.path.startswith(API_PREFIXES):
+        from hub.api.parsers import printable
+
+        message = printable(str(exception or "")) or "The request is malformed."
+        return JsonResponse(error_body(f"Bad request: {message}"), status=400)
+    return defaults.bad_request(request, exception)  # type: ignore[arg-type]
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """Django's 500 handler: the API's error format under its paths, the site's page elsewhere."""
     if request.path.startswith(API_PREFIXES):

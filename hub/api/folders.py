@@ -20,7 +20,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
 from drf_spectacular.utils import extend_schema
-from rest_framework import parsers, status
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 from hub import actions
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
+from hub.api.parsers import MultiPartParser
 from hub.api.serializers import ManifestSerializer
 from hub.models import Manifest
 from predictors import folder_dataset
@@ -71,7 +72,7 @@ def _field(data: Any, name: str, default: str | None = None) -> str | None:
 
 
 class DatasetFromFolder(APIView):
-    parser_classes = [parsers.MultiPartParser]
+    parser_classes = [MultiPartParser]
     query_parameters: tuple[str, ...] = ()
 
     @extend_schema(

@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from hub import actions
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
+from hub.api.parsers import MultiPartParser
 from hub.api.query import choice
 from hub.api.serializers import ManifestSerializer, ManifestSummarySerializer
 from hub.models import Manifest
@@ -182,7 +183,7 @@ _MULTIPART_BODY = {
 
 
 class _ManifestParsers:
-    parser_classes = [YamlParser, ApplicationYamlParser, TextYamlParser, parsers.MultiPartParser]
+    parser_classes = [YamlParser, ApplicationYamlParser, TextYamlParser, MultiPartParser]
 
 
 @extend_schema_view(

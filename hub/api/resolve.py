@@ -65,9 +65,6 @@ class Resolve(APIView):
         values: dict[str, Any] = {
             field: request.query_params.get(field, "").strip() for field in self.query_parameters
         }
-        for field, value in values.items():
-            if "\x00" in value:
-                raise ApiError([{"path": field, "message": "must not contain NUL characters"}])
         memory = values.pop("min_memory_gb")
         values["min_memory_gb"] = _number("min_memory_gb", memory) if memory else None
         query = solver.Request(**values)

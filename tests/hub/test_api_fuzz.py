@@ -27,11 +27,16 @@ queued evaluation, and a trace with spans. Operations run GETs first and DELETEs
 deletions do not hide what the reads would reach; a caller whose token a fuzzed
 `DELETE /tokens/{id}/` revoked gets a new one.
 
+schemathesis calls only the operations the schema declares, which declares no OPTIONS:
+`test_options_answers_on_every_path` calls OPTIONS on every path of the schema, with real ids,
+as each caller (a 2xx with the endpoint's metadata or a 4xx in the `Error` format, never a 5xx).
+
 Bounds: `MAX_EXAMPLES` (25 unless MLMS_FUZZ_EXAMPLES says otherwise) per operation and mode,
-no shrinking, derandomized (the same cases every run): 3 callers × 34 operations × 2 modes ×
-25 ≈ 5,000 requests in the SQLite pass; `make test-postgres` sets 10 (≈ 2,000 requests, still
-derandomized), enough for what that pass adds, PostgreSQL's own answers to the same kinds of
-request, at less than half the time.
+no shrinking, derandomized (the same cases every run; an exploratory run sets MLMS_FUZZ_SEED
+to draw others, with `--timeout 0` past pytest-timeout's 300 s): 3 callers × 34 operations ×
+2 modes × 25 ≈ 5,000 requests in the SQLite pass; `make test-postgres` sets 10 (≈ 2,000
+requests, still derandomized), enough for what that pass adds, PostgreSQL's own answers to the
+same kinds of request, at less than half the time.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Any
 import pytest
 import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from rest_framework.test import APIClient
@@ -74,6 +79,9 @@ from tests.hub.factories import (
 )
 
 MAX_EXAMPLES = int(os.environ.get("MLMS_FUZZ_EXAMPLES", "25"))
+# Exploratory runs draw other cases: MLMS_FUZZ_SEED=<n> turns derandomization off and seeds
+# hypothesis with n (CI leaves it unset: the same cases every run).
+FUZZ_SEED = os.environ.get("MLMS_FUZZ_SEED")
 CALLERS = ("anonymous", "user", "agent")
 ARTIFACT = "models/withfile/1.0.0/model.onnx"
 YAML = "application/x-yaml"
@@ -281,7 +289,7 @@ def _run_operation(operation: Any, mode: GenerationMode, caller: Caller, report:
         max_examples=MAX_EXAMPLES,
         deadline=None,
         database=None,
-        derandomize=True,
+        derandomize=FUZZ_SEED is None,
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
@@ -296,6 +304,8 @@ def _run_operation(operation: Any, mode: GenerationMode, caller: Caller, report:
             return
         report.statuses[(operation.label, response.status_code)] += 1
 
+    if FUZZ_SEED is not None:
+        run = seed(int(FUZZ_SEED))(run)
     if mode == GenerationMode.POSITIVE:
         for case in _valid_requests(operation):
             run = example(case=case)(run)
@@ -333,3 +343,72 @@ def test_every_operation_answers_as_the_schema_says(seeded: Seeded, caller_kind:
     assert "POST /v1/traces" in labels and len(labels) >= 34, sorted(labels)
     assert report.cases >= len(operations) * 2, "too few cases ran"
     assert not report.failures, report.text()
+
+
+# --- OPTIONS on every path ------------------------------------------------------------------------
+#
+# schemathesis calls only the operations the schema declares, and it declares no OPTIONS: this
+# calls OPTIONS on every path of the schema, with real ids, for each caller.
+
+PATH_VALUES = {
+    "path": ARTIFACT,
+    "span_id": "0102030405060708",
+    "digest": "sha256:" + "0" * 64,
+    "other": "sha256:" + "1" * 64,
+    "index": 0,
+    "username": "alice",
+}
+
+
+def _filled(template: str, values: dict[str, Any]) -> str:
+    """`template` (a schema path) with its parameters replaced by `values`; `{id}` by the first
+    id of the collection it follows."""
+    path = template
+    for collection, ids in values["ids"].items():
+        path = path.replace(f"/{collection}/{{id}}", f"/{collection}/{ids[0]}")
+    for name, value in values.items():
+        if name != "ids":
+            path = path.replace(f"{{{name}}}", str(value))
+    assert "{" not in path, path
+    return path
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("caller_kind", CALLERS)
+def test_options_answers_on_every_path(seeded: Seeded, caller_kind: str) -> None:
+    """2xx with what the endpoint is (DRF's metadata, `hub.api.metadata`), or a 4xx in the
+    API's error format (401 anonymous, 403 a token without the scope the endpoint reads with):
+    never a 5xx, always JSON."""
+    user = APIClient()
+    user.credentials(HTTP_AUTHORIZATION=f"Bearer {seeded.user_token}")
+    assert user.post("/api/v1/groups/", {"name": "lab"}, format="json").status_code == 201
+    finished = Evaluation.objects.get(pk=seeded.ids["evaluations"][0])
+    values: dict[str, Any] = {
+        **PATH_VALUES,
+        "ids": seeded.ids,
+        "trace_id": seeded.ids["traces"][0],
+        "group": "lab",
+        "name": "lab",
+        "task": finished.task,
+        "dataset": finished.dataset_name,
+    }
+    schema = user.get("/api/schema/", {"format": "json"}).json()
+    caller = Caller(caller_kind, seeded)
+    client = APIClient()
+    statuses: Counter[int] = Counter()
+
+    for template in schema["paths"]:
+        address = _filled(template, values)
+        response = client.options(address, headers=caller.headers())
+
+        statuses[response.status_code] += 1
+        assert response.status_code < 500, (address, response.content)
+        assert response["Content-Type"] == "application/json", (address, response.content)
+        body = response.json()
+        if response.status_code < 300:
+            assert {"name", "methods", "renders", "parses"} <= set(body), (address, body)
+            assert "OPTIONS" in response["Allow"] and "OPTIONS" in body["methods"]
+        else:
+            assert set(body) == {"detail", "code", "errors"}, (address, body)
+    print(f"\n{caller_kind}: OPTIONS on {len(schema['paths'])} paths: {dict(statuses)}")
+    assert len(schema["paths"]) >= 40

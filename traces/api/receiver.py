@@ -20,7 +20,6 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from rest_framework import exceptions
 
@@ -55,6 +54,7 @@ def _error(
     code = {
         404: "not_found",
         403: "forbidden",
+        405: "method_not_allowed",
         409: "conflict",
         413: "too_large",
         500: "server_error",
@@ -151,11 +151,28 @@ def _response(answer: Answer) -> HttpResponse:
     )
 
 
+_ALLOW = {"Allow": "POST, OPTIONS"}
+
+
 @csrf_exempt
-@require_POST
 def otlp_receiver(request: HttpRequest) -> HttpResponse:
     """OTLP/HTTP traces through Django (the in-process clients; daphne serves the same path
-    through `asgi_receiver`): decode, authorize, store; nothing is stored on any error."""
+    through `asgi_receiver`): decode, authorize, store; nothing is stored on any error.
+    OPTIONS answers what the receiver takes (as the API's other endpoints do); any other
+    method than POST is 405 in the API's error format."""
+    if request.method == "OPTIONS":
+        metadata = {
+            "name": "OTLP/HTTP trace receiver",
+            "description": "OpenTelemetry span exports (ExportTraceServiceRequest).",
+            "renders": ["application/x-protobuf", "application/json"],
+            "parses": ["application/x-protobuf", "application/json"],
+            "methods": ["POST", "OPTIONS"],
+            "schema": "/api/schema/",
+        }
+        return HttpResponse(json.dumps(metadata), content_type="application/json", headers=_ALLOW)
+    if request.method != "POST":
+        method = str(request.method)[:16]
+        return _response(_error(405, f"Method {method!r} is not allowed here: POST spans.", _ALLOW))
     headers = {name.lower(): value for name, value in request.headers.items()}
     token = authorize(headers)
     if isinstance(token, Answer):
