@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evaluations import events, leaderboards, outputs, placement, tasks
+from evaluations import events, leaderboards, outputs, permissions, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
@@ -347,12 +347,14 @@ def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluatio
     hub_actions.record_heartbeat(host)  # claiming shows that the host is alive
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
-        if not Host.objects.trusted_by(evaluation.user).filter(pk=host.pk).exists():
-            # Before anything else, and changing nothing: a host its launcher does not trust
-            # learns nothing of the evaluation, and cannot move it elsewhere either.
+        if permissions.why_host_may_not_run(evaluation, host):
+            # Before anything else, and changing nothing: a host that may not run the job
+            # (`hub.trust`) learns nothing of the evaluation, and cannot move it elsewhere either.
             raise Forbidden(
                 f"host {host.name} may not run evaluation {evaluation.pk}: its launcher runs "
-                "jobs only on their own hosts, their groups' and the operators' shared pool",
+                "jobs only on their own hosts, the operators' shared pool and the hosts of "
+                "groups whose hosts they trust or that they name, and only on hosts whose owner "
+                "may read the model and dataset",
                 code=EvaluationErrorCode.HOST_NOT_TRUSTED,
             )
         refusal = _claim_refusal(evaluation, host, dispatch)
@@ -410,12 +412,18 @@ def _framework_version(host: Host, framework: str) -> str:
 
 
 def _check_claim(evaluation: Evaluation, token: ApiToken, claim: str) -> None:
-    """403 when another token's host holds the evaluation; 409 unless `claim` is current."""
-    if evaluation.host is not None and evaluation.host.token_id != token.pk:
-        raise Forbidden(
-            "This evaluation runs on a host of another agent token.",
-            code=EvaluationErrorCode.HOST_NOT_YOURS,
-        )
+    """403 unless a host of `token` holds the evaluation, or held an attempt of it (a token
+    that never did learns nothing of it, not even its status); 409 unless `claim` is current."""
+    holder = evaluation.host
+    if holder is None or holder.token_id != token.pk:
+        held = StatusChange.objects.filter(
+            evaluation=evaluation, status=RUNNING, host__token=token
+        ).exists()
+        if not held:
+            raise Forbidden(
+                "No host of this agent token holds a claim on this evaluation.",
+                code=EvaluationErrorCode.HOST_NOT_YOURS,
+            )
     if evaluation.status != RUNNING or evaluation.claim != claim:
         state = evaluation.status
         if state == RUNNING:
@@ -431,6 +439,7 @@ def record_progress(
 ) -> Evaluation:
     """Record the claimant's progress (predictions done of total); it doubles as its report
     that it is still working on the job."""
+    _check_still_allowed(evaluation_id, token, claim)
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
         _check_claim(evaluation, token, claim)
@@ -445,9 +454,31 @@ def record_progress(
     return evaluation
 
 
+def _check_still_allowed(evaluation_id: Any, token: ApiToken, claim: str) -> None:
+    """Before a report of the claimant (progress, result, status) is taken: when its host may no
+    longer run the job (`hub.trust`: access withdrawn while it ran), the job is taken back and
+    dispatched again, and once that has committed the agent is told to stop (409). Reports of
+    anyone but the current claimant are left to `_check_claim`."""
+    withdrawn = None
+    with transaction.atomic():
+        evaluation = _get_locked(evaluation_id)
+        host = evaluation.host
+        if evaluation.status == RUNNING and evaluation.claim == claim and host is not None:
+            if host.token_id == token.pk:
+                withdrawn = permissions.why_host_may_not_run(evaluation, host)
+                if withdrawn:
+                    _lose(evaluation, withdrawn)
+    if withdrawn:
+        raise Conflict(
+            f"evaluation {evaluation.pk} is no longer yours ({withdrawn}); stop working on it",
+            code=EvaluationErrorCode.CLAIM_SUPERSEDED,
+        )
+
+
 def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: ResultUpload) -> Result:
     """Store the claimant's result and finish the evaluation as succeeded. Posting the same
     result again (a retry) answers the stored one."""
+    _check_still_allowed(evaluation_id, token, claim)
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
         if evaluation.status == SUCCEEDED and evaluation.claim == claim:
@@ -598,6 +629,7 @@ def report_status(
 ) -> Evaluation:
     """The claimant finishes the evaluation as failed (saying why) or cancelled, or gives it
     back as `lost` (saying why), to be dispatched again like the job of a lost agent."""
+    _check_still_allowed(evaluation_id, token, claim)
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
         _check_claim(evaluation, token, claim)
@@ -615,6 +647,17 @@ def report_status(
             )
         record_status(evaluation, status, reason, host=host)
     return evaluation
+
+
+def on_agent_restarted(sender: Any, *, host: Host, **_: Any) -> None:
+    """`hub.signals.agent_restarted`: the host's agent started afresh, so the jobs its previous
+    process held are lost; each is dispatched again now (as `requeue_lost` would once their
+    silence had lasted HOST_LIVE_SECONDS)."""
+    for pk in Evaluation.objects.filter(status=RUNNING, host=host).values_list("pk", flat=True):
+        with transaction.atomic():
+            evaluation = _locked(pk)
+            if evaluation and evaluation.status == RUNNING and evaluation.host_id == host.pk:
+                _lose(evaluation, f"the agent of host {host.name} was restarted during the job")
 
 
 # -- the user's side -------------------------------------------------------------------------

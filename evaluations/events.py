@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -106,6 +107,51 @@ def on_spans_received(
 ) -> None:
     """`traces.signals.spans_received`: send `spans_received`."""
     spans_received(evaluation, levels)
+
+
+# The consumers' handler for "check your access again" (`access_changed`).
+ACCESS_MESSAGE = {"type": "access.changed"}
+
+
+def access_groups(
+    *, user_id: Any = None, token_id: Any = None, evaluation_id: Any = None
+) -> list[str]:
+    """The groups of the sockets whose access may end with a user's (a group left or a member
+    removed), a token's (revoked) or an evaluation's (unshared, unpublished)."""
+    groups = []
+    if user_id is not None:
+        groups.append(f"access.user.{user_id}")
+    if token_id is not None:
+        groups.append(f"access.token.{token_id}")
+    if evaluation_id is not None:
+        groups.append(f"access.evaluation.{evaluation_id}")
+    return groups
+
+
+def access_withdrawn(
+    users: Iterable[Any] = (), tokens: Iterable[Any] = (), evaluations: Iterable[Any] = ()
+) -> None:
+    """Tell the sockets of these users, tokens and evaluations, on commit, to check their
+    access again (and close, or drop what they may no longer see)."""
+    groups = [
+        *(group for pk in users for group in access_groups(user_id=pk)),
+        *(group for pk in tokens for group in access_groups(token_id=pk)),
+        *(group for pk in evaluations for group in access_groups(evaluation_id=pk)),
+    ]
+    if groups:
+        transaction.on_commit(lambda: group_sends.send(groups, ACCESS_MESSAGE), robust=True)
+
+
+def on_access_withdrawn(
+    sender: Any,
+    *,
+    users: Iterable[Any] = (),
+    tokens: Iterable[Any] = (),
+    evaluations: Iterable[Any] = (),
+    **_: Any,
+) -> None:
+    """`hub.signals.access_withdrawn`: `access_withdrawn`."""
+    access_withdrawn(users, tokens, evaluations)
 
 
 def _send(evaluation: Evaluation, payload: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@
   (`Evaluation.objects.visible_to`).
 - An agent token acts only on the evaluations its own hosts (those it registered) claimed, and
   may download the files of their model and dataset manifests through /api/v1/artifacts/,
-  even when another user's manifest is private, for as long as the evaluation runs.
+  even when another user's manifest is private, while its host holds the live claim on the
+  evaluation and may still run it (`hub.trust`).
 """
 
 from __future__ import annotations
@@ -14,18 +15,36 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 
 from evaluations.models import Evaluation
-from hub.models import ApiToken, Artifact, Manifest
+from hub import trust
+from hub.models import ApiToken, Artifact, Host, Manifest
+
+
+def why_host_may_not_run(evaluation: Evaluation, host: Host) -> str | None:
+    """Why `host` may not run `evaluation` (`hub.trust`), or None. A manifest deleted since the
+    launch is left out (the claim or the run says what that means)."""
+    manifests = [m for m in (evaluation.model, evaluation.dataset) if m is not None]
+    named = str(evaluation.request.get("host") or "")
+    if not trust.trusts(evaluation.user, host, named=named):
+        return f"its launcher does not trust host {host.name}"
+    if not trust.reads(host, manifests):
+        return f"the owner of host {host.name} may not read its model or dataset"
+    return None
 
 
 def agent_may_fetch(token: ApiToken, artifact: Artifact) -> bool:
-    """Whether an agent token's host is running an evaluation that needs `artifact`."""
+    """Whether an agent token's host holds the live claim on an evaluation that needs
+    `artifact`, and may still run it (`hub.trust`)."""
     if "agent" not in token.scopes:
         return False
-    running = Evaluation.objects.filter(status=Evaluation.RUNNING, host__token=token)
-    return (
-        Manifest.objects.filter(artifacts=artifact)
-        .filter(Q(model_evaluations__in=running) | Q(dataset_evaluations__in=running))
-        .exists()
+    manifests = Manifest.objects.filter(artifacts=artifact)
+    running = (
+        Evaluation.objects.filter(status=Evaluation.RUNNING, host__token=token)
+        .filter(Q(model__in=manifests) | Q(dataset__in=manifests))
+        .select_related("host", "model", "dataset", "user")
+    )
+    return any(
+        evaluation.host is not None and why_host_may_not_run(evaluation, evaluation.host) is None
+        for evaluation in running
     )
 
 

@@ -1,10 +1,12 @@
 """Where an evaluation runs: the queue, for a request the solver (`hub.solver`) has solved.
 
-The solver offers only hosts the launcher trusts (their own, their groups', the operators'
-shared pool; `Host.objects.trusted_by`) that meet every constraint. Placement only picks the
-queue. A request that names a `host` goes to that host's own queue `<scope>.host.<name>`.
-Otherwise `hosts: one` prefers the launcher's own hosts, then their groups', then the shared
-pool, and within that scope goes to the capability queue `<scope>.<framework>.<cpu|gpu>` so
+The solver offers only hosts that may run the job (`hub.trust`: the launcher's own, the
+operators' shared pool, the hosts of the groups whose hosts the launcher trusts or the host the
+launch names; and only where the host's owner may read the model and dataset) and that meet
+every constraint. Placement only picks the queue. A request that names a `host` goes to that
+host's own queue `<scope>.host.<name>`. Otherwise `hosts: one` prefers the launcher's own hosts,
+then the shared pool, then their trusted groups' hosts, and within that scope goes to the
+capability queue `<scope>.<framework>.<cpu|gpu>` so
 that Celery balances the job among equal hosts, provided every live host consuming that queue
 can run it; otherwise (a framework version or hardware constraint that only some of them meet)
 it is pinned to the eligible host with the fewest active jobs, on that host's own queue.
@@ -56,20 +58,24 @@ def replace(evaluation: Evaluation) -> Placement:
     host that can run it; for `hosts: all`, on the same host only."""
     if evaluation.model is None:
         raise Unsatisfiable("model", f"the manifest of {evaluation.model_name} was deleted")
+    if evaluation.dataset is None:
+        raise Unsatisfiable("dataset", f"the manifest of {evaluation.dataset_name} was deleted")
     eligible = eligible_hosts(evaluation)
     if evaluation.request["hosts"] == "all":
         pinned = evaluation.target_host
         if pinned is None or all(h.pk != pinned.pk for h in eligible):
-            name = pinned.name if pinned is not None else "its host"
-            raise Unsatisfiable("hosts", f"host {name} is no longer live")
+            if pinned is None:
+                raise Unsatisfiable("hosts", "its host was removed")
+            why = "may no longer run it" if pinned.is_live else "is no longer live"
+            raise Unsatisfiable("hosts", f"host {pinned.name} {why}")
         return Placement(evaluation.model, host_queue(pinned.scope, pinned.name), pinned)
     return _choose(evaluation.model, eligible, evaluation.request, evaluation.user_id)
 
 
 def eligible_hosts(evaluation: Evaluation, among: list[Host] | None = None) -> list[Host]:
-    """The live hosts (of `among`, if given) that can run `evaluation`: its own manifest, its
-    whole request."""
-    if evaluation.model is None:
+    """The live hosts (of `among`, if given) that may run `evaluation` (`hub.trust`) and meet
+    its whole request, with its own model and dataset manifests."""
+    if evaluation.model is None or evaluation.dataset is None:
         return []
     try:
         solution = solver.solve(
@@ -77,6 +83,7 @@ def eligible_hosts(evaluation: Evaluation, among: list[Host] | None = None) -> l
             _constraints(evaluation.request),
             hosts=among,
             manifests=[evaluation.model],
+            dataset=evaluation.dataset,
         )
     except Unsatisfiable:
         return []
@@ -84,13 +91,14 @@ def eligible_hosts(evaluation: Evaluation, among: list[Host] | None = None) -> l
 
 
 def can_run(evaluation: Evaluation, host: Host) -> bool:
-    """Whether `host` (live or not) meets `evaluation`'s request: a claim's check."""
+    """Whether `host` (live or not) may run `evaluation` and meets its request: a claim's
+    check, repeated at each report of the claimant."""
     return bool(eligible_hosts(evaluation, among=[host]))
 
 
 def _constraints(request: Mapping[str, Any]) -> solver.Request:
-    """An evaluation's constraints, but its dataset (chosen at launch) and host (placement's)."""
-    return dataclasses.replace(solver.Request.of_launch(request), dataset="", host="")
+    """An evaluation's constraints, but its dataset (chosen at launch)."""
+    return dataclasses.replace(solver.Request.of_launch(request), dataset="")
 
 
 def _choose(
@@ -135,7 +143,8 @@ def _choose(
 
 
 def _scope_rank(scope: str, user_id: int) -> int:
-    """The launcher's own hosts first, then their groups', then the shared pool."""
+    """The launcher's own hosts first, then the shared pool, then the hosts of the groups whose
+    hosts they trust (a group's host is never preferred to the pool)."""
     if scope == f"user-{user_id}":
         return 0
-    return 1 if scope.startswith("group-") else 2
+    return 1 if scope == "pool" else 2

@@ -19,7 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 from django.utils import timezone
 
-from evaluations import leaderboards
+from evaluations import events, leaderboards
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation
 from hub import groups
@@ -88,6 +88,7 @@ def unpublish(user: AbstractBaseUser, evaluation_id: Any) -> Evaluation:
             result = getattr(evaluation, "result", None)
             if result is not None:
                 leaderboards.recount(result.configuration)
+            events.access_withdrawn(evaluations=[evaluation.pk])
     return evaluation
 
 
@@ -119,6 +120,7 @@ def unshare(user: AbstractBaseUser, evaluation_id: Any, group_name: str) -> None
                 f"the evaluation is not shared with '{str(group_name)[:64]}'", path="group"
             )
         evaluation.shared_groups.remove(group)
+        events.access_withdrawn(evaluations=[evaluation.pk])
 
 
 def shared_with(user: AbstractBaseUser, evaluation: Evaluation) -> list[str]:
@@ -146,4 +148,5 @@ def unpublish_private(manifest: Manifest) -> int:
     )
     for configuration in {e.result.configuration for e in affected if hasattr(e, "result")}:
         leaderboards.recount(configuration)
+    events.access_withdrawn(evaluations=[e.pk for e in affected])
     return len(affected)

@@ -16,7 +16,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from hub import storage
+from hub import signals, storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
@@ -344,6 +344,10 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     queues the host's agent consumes: its own `<scope>.host.<name>` and one `<scope>.<capability>`
     per capability it offers (`queues` in the payload, by default every framework × device it
     registers; each must be one of those).
+
+    `instance` is the registering agent process's id: a registration from another process than
+    the last one means that one ended, and the jobs it held are dispatched again at once
+    (`hub.signals.agent_restarted`).
     """
     name = payload["name"]
     user = token.user
@@ -381,6 +385,10 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     created = host is None
     if host is None:
         host = Host(name=name, owner=user)
+    instance = str(payload.get("instance") or "")
+    restarted = bool(instance and host.agent_instance and host.agent_instance != instance)
+    if instance:
+        host.agent_instance = instance
     for field in ("hardware", "software", "frameworks", "devices"):
         setattr(host, field, payload.get(field, getattr(host, field)))
     host.queues = queues
@@ -390,6 +398,10 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     host.last_heartbeat = timezone.now()
     host.save()
     host.images.set([_container_image(entry, user) for entry in payload.get("images") or []])
+    if restarted:
+        # The agent process that held the host's jobs ended: they are lost now, not only once
+        # its silence has lasted HOST_LIVE_SECONDS.
+        signals.agent_restarted.send(sender=Host, host=host)
     return host, created
 
 
@@ -450,9 +462,13 @@ def record_heartbeat(host: Host) -> Host:
 
 
 def revoke_token(token: ApiToken) -> None:
+    """Revoke `token`: every request with it is refused from now on, and the WebSockets it
+    opened are closed (`hub.signals.access_withdrawn`)."""
     if token.revoked_at is None:
-        token.revoked_at = timezone.now()
-        token.save(update_fields=["revoked_at"])
+        with transaction.atomic():
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            signals.access_withdrawn.send(sender=ApiToken, tokens=[token.pk])
 
 
 def check_framework_versions(frameworks: list[dict[str, Any]]) -> list[dict[str, Any]]:

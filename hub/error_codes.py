@@ -20,3 +20,4 @@ class HubErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     NOT_OWNER = "not_owner"  # only the object's owner may do this
     NOT_GROUP_OWNER = "not_group_owner"  # only the group's owner may do this
+    ALREADY_MEMBER = "already_member"  # an invitation to someone who belongs to the group

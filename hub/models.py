@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 SCOPES = ("read", "write", "evaluate", "agent")
@@ -170,6 +170,50 @@ class GroupProfile(models.Model):
         return f"group {self.group.name}"
 
 
+class GroupInvitation(models.Model):
+    """An invitation to join a group, which only the invitee turns into a membership (by
+    accepting it) or discards (by declining it); the group's owner may withdraw it. Nobody joins
+    a group without saying yes (`hub.groups`)."""
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="invitations")
+    invitee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="group_invitations"
+    )
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "invitee"], name="one_invitation_per_member")
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.invitee_id} to group {self.group_id}"
+
+
+class GroupTrust(models.Model):
+    """A member's choice to run their jobs on the hosts that members lend to a group (off until
+    they turn it on; `hub.trust`). Without it, a group's host runs a member's job only when the
+    launch names that host."""
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="trusts")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="group_trusts"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "user"], name="one_trust_per_member")
+        ]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} trusts the hosts of group {self.group_id}"
+
+
 class ContainerImage(models.Model):
     """A predictor image that an agent registered (`mlms agent --docker`), kept once per digest
     and registrant: its software environment (every Python and Debian package with its
@@ -209,14 +253,28 @@ class HostQuerySet(models.QuerySet["Host"]):
         cutoff = timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
         return self.filter(last_heartbeat__gte=cutoff)
 
-    def trusted_by(self, user: AbstractBaseUser | AnonymousUser) -> HostQuerySet:
-        """The hosts `user`'s jobs may run on: their own, their groups', and the operators'
-        shared pool. An anonymous caller trusts the pool only."""
+    def usable_by(self, user: AbstractBaseUser | AnonymousUser) -> HostQuerySet:
+        """The hosts `user`'s jobs may run on when the launch names one (`hub.trust`): the
+        operators' shared pool, their own, and those lent to a group they belong to by a member
+        of it. An anonymous caller uses the pool only."""
         if not user.is_authenticated:
             return self.filter(pool=True)
-        return self.filter(
-            Q(pool=True) | Q(owner=user) | Q(group__in=user.groups.all())  # type: ignore[union-attr]
-        ).distinct()
+        return self.filter(Q(pool=True) | Q(owner=user) | Q(pk__in=_lent_to(user.groups.all())))  # type: ignore[union-attr]
+
+    def trusted_by(self, user: AbstractBaseUser | AnonymousUser) -> HostQuerySet:
+        """The hosts placement may choose for `user`'s jobs unasked (`hub.trust`): the pool,
+        their own, and the hosts lent to those of their groups whose hosts they chose to trust
+        (`GroupTrust`)."""
+        if not user.is_authenticated:
+            return self.filter(pool=True)
+        trusted = user.groups.filter(trusts__user=user)  # type: ignore[union-attr]
+        return self.filter(Q(pool=True) | Q(owner=user) | Q(pk__in=_lent_to(trusted)))
+
+
+def _lent_to(groups: models.QuerySet[Group]) -> models.QuerySet[Host]:
+    """The ids of the hosts lent to `groups` by one of their members (a host whose owner left
+    the group, or never joined it, is lent to nobody)."""
+    return Host.objects.filter(group__in=groups, group__user=F("owner")).values("pk")
 
 
 class Host(models.Model):
@@ -226,7 +284,9 @@ class Host(models.Model):
     queues (and, with Redis, which broker credentials) its agent gets:
 
     - the operators' shared pool (`pool`, set only by staff): every user's jobs;
-    - a group (`group`, set by a member): the jobs of that group's members;
+    - a group (`group`, set by a member): the jobs of that group's members who trust its hosts
+      or name this one, while its owner stays a member, and only of jobs whose model and dataset
+      its owner may read (`hub.trust`);
     - otherwise its owner alone: the owner's jobs (a self-hosted agent).
     """
 
@@ -248,6 +308,10 @@ class Host(models.Model):
     queues = models.JSONField(default=list)
     # The predictor images an agent with --docker has (it runs every job in one of them).
     images = models.ManyToManyField(ContainerImage, blank=True, related_name="hosts")
+    # The agent process that registered the host last (a fresh id each time an agent starts):
+    # a registration from another process means that the one before it ended, and the jobs it
+    # held are lost (`evaluations.actions.agent_restarted`).
+    agent_instance = models.CharField(max_length=64, blank=True, default="")
     registered_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
 

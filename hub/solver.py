@@ -30,6 +30,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from hub import trust
 from hub.models import Host, Manifest
 from predictors.custom_code import fields_with_code
 from predictors.protocol import DEVICES, GPU
@@ -125,15 +126,19 @@ def solve(
     *,
     hosts: Iterable[Host] | None = None,
     manifests: Iterable[Manifest] | None = None,
+    dataset: Manifest | None = None,
 ) -> Solution:
     """Every (manifest, host) pair that meets `request`, among the live hosts `user` trusts
     (or among `hosts`, for a claim's check of one host), and among the visible manifests (or
-    `manifests`, for an evaluation whose manifest is chosen already)."""
+    `manifests` and `dataset`, for an evaluation whose manifests are chosen already). A host runs
+    a manifest only where its owner may read it and the dataset (`hub.trust`)."""
     _check(request)
     candidates = _candidate_manifests(user, request, manifests)
-    dataset = _dataset(user, request, candidates[0]) if request.dataset else None
-    offered = list(hosts) if hosts is not None else _trusted_hosts(user)
+    if dataset is None and request.dataset:
+        dataset = _dataset(user, request, candidates[0])
+    offered = _trusted_hosts(user, request.host, among=hosts)
     matches = _software(request, candidates, offered)
+    matches = _readable(matches, dataset, request.host)
     matches = _hardware(request, matches)
     matches = _containers(request, matches)
     if request.host:
@@ -237,18 +242,60 @@ def _dataset(user: AbstractBaseUser | AnonymousUser, request: Request, model: Ma
     return dataset
 
 
-def _trusted_hosts(user: AbstractBaseUser | AnonymousUser) -> list[Host]:
-    hosts = list(Host.objects.live().trusted_by(user))
+def _trusted_hosts(
+    user: AbstractBaseUser | AnonymousUser, named: str, among: Iterable[Host] | None
+) -> list[Host]:
+    """The live hosts (or those of `among`, live or not: a claim's check) that `user` trusts
+    (`hub.trust`), with the host the request names where `user` may use it (a host lent to one
+    of their groups runs their jobs unasked only when they trust the group's hosts)."""
+    trusted = Host.objects.trusted_by(user)
+    if named:
+        trusted = trusted | Host.objects.usable_by(user).filter(name=named)
+    if among is not None:
+        given = list(among)
+        ids = set(trusted.filter(pk__in=[host.pk for host in given]).values_list("pk", flat=True))
+        return [host for host in given if host.pk in ids]
+    hosts = list(trusted.live().distinct())
     if hosts:
         return hosts
     if Host.objects.live().exists():
         raise Unsatisfiable(
             "hosts",
             "no live host that you may use is registered: jobs run only on your own hosts, "
-            "your groups' hosts and the operators' shared pool (start an agent of your own "
-            "with `mlms agent`)",
+            "the operators' shared pool, and the hosts of the groups whose hosts you trust or "
+            "that you name (start an agent of your own with `mlms agent`)",
         )
     raise Unsatisfiable("hosts", "no live host is registered (start an agent with `mlms agent`)")
+
+
+def _readable(matches: list[Match], dataset: Manifest | None, named: str) -> list[Match]:
+    """The matches whose host's owner may read the manifest and the dataset (`hub.trust`);
+    Unsatisfiable naming the hosts left out when none is left (`hosts`), or when they leave
+    out the host the request names (`host`)."""
+    kept: list[Match] = []
+    able: dict[int, set[int]] = {}
+    for match in matches:
+        pk = match.manifest.pk
+        if pk not in able:
+            hosts = [m.host for m in matches if m.manifest.pk == pk]
+            able[pk] = trust.readers(hosts, [match.manifest, *([dataset] if dataset else [])])
+        if match.host.pk in able[pk]:
+            kept.append(match)
+    if named and any(m.host.name == named for m in matches):
+        if not any(m.host.name == named for m in kept):
+            raise Unsatisfiable(
+                "host",
+                f"host {named} cannot run it: its owner may not read its model or dataset "
+                "(share the manifests with the host's group, or name another host)",
+            )
+    if kept or not matches:
+        return kept
+    raise Unsatisfiable(
+        "hosts",
+        "the hosts that could run it belong to users who may not read its model or dataset ("
+        + ", ".join(sorted({m.host.name for m in matches}))
+        + "): share the manifests with their group, or run it on your own hosts or the pool",
+    )
 
 
 def _host_offers(host: Host, framework: str) -> list[dict[str, Any]]:

@@ -19,11 +19,36 @@ urlpatterns = [
     ),
     path("groups/", groups.GroupList.as_view(), name="api-group-list"),
     path("groups/<str:name>/", groups.GroupDetail.as_view(), name="api-group-detail"),
-    path("groups/<str:name>/members/", groups.GroupMembers.as_view(), name="api-group-members"),
+    path(
+        "groups/<str:name>/invitations/",
+        groups.GroupInvitations.as_view(),
+        name="api-group-invitations",
+    ),
+    path(
+        "groups/<str:name>/invitations/<str:username>/",
+        groups.GroupInvitationDetail.as_view(),
+        name="api-group-invitation",
+    ),
+    path(
+        "groups/<str:name>/membership/",
+        groups.GroupMembership.as_view(),
+        name="api-group-membership",
+    ),
     path(
         "groups/<str:name>/members/<str:username>/",
         groups.GroupMember.as_view(),
         name="api-group-member",
+    ),
+    path("invitations/", groups.InvitationList.as_view(), name="api-invitation-list"),
+    path(
+        "invitations/<str:group>/",
+        groups.InvitationDetail.as_view(),
+        name="api-invitation-detail",
+    ),
+    path(
+        "invitations/<str:group>/accept/",
+        groups.InvitationAccept.as_view(),
+        name="api-invitation-accept",
     ),
     path("datasets/", manifests.DatasetList.as_view(), name="api-dataset-list"),
     path(

@@ -3,7 +3,8 @@
 WebSockets authenticate with the browser's session (from this site's own pages: an `Origin`
 header must name one of ALLOWED_HOSTS or CSRF_TRUSTED_ORIGINS) or with `?token=<API token>`,
 since a browser cannot set an Authorization header on a WebSocket. The consumers find the user
-in `scope["user"]` and the scopes it holds in `scope["auth_scopes"]`. A WebSocket path that
+in `scope["user"]`, the scopes it holds in `scope["auth_scopes"]` and the token's id (None for a
+session) in `scope["auth_token_id"]`. A WebSocket path that
 names no route (`/ws/evaluations/None/`, `/ws/nope/`) is accepted and closed with 4404, like an
 evaluation the caller may not see.
 
@@ -76,12 +77,12 @@ from mlmodelscope.daphne_limits import answer_overlong_lines, bodies_in_memory  
 from traces.api.receiver import asgi_receiver  # noqa: E402
 
 
-def _token_user(raw: str) -> tuple[Any, frozenset[str]]:
+def _token_user(raw: str) -> tuple[Any, frozenset[str], int | None]:
     try:
         token = authenticate_token(raw)
     except AuthenticationFailed:
-        return AnonymousUser(), frozenset()
-    return token.user, frozenset(token.scopes)
+        return AnonymousUser(), frozenset(), None
+    return token.user, frozenset(token.scopes), token.pk
 
 
 def _same_site(scope: dict[str, Any]) -> bool:
@@ -105,8 +106,10 @@ class WebSocketAuthMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         scope = dict(scope)
         raw = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
+        scope["auth_token_id"] = None
         if raw:
-            scope["user"], scope["auth_scopes"] = await database_sync_to_async(_token_user)(raw)
+            user, scopes, token_id = await database_sync_to_async(_token_user)(raw)
+            scope["user"], scope["auth_scopes"], scope["auth_token_id"] = user, scopes, token_id
         elif scope["user"].is_authenticated and _same_site(scope):
             scope["auth_scopes"] = SESSION_SCOPES
         else:

@@ -12,7 +12,9 @@ the `agent` scope). The agent:
    frameworks, with the devices each can use here;
 2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up.
    The host runs its owner's jobs only, or its group's with `--group`, or every user's with
-   `--pool` (the operators' shared pool: staff tokens only);
+   `--pool` (the operators' shared pool: staff tokens only). The registration carries this
+   process's `instance`: a hub that sees a new one dispatches the jobs the previous process held
+   (it crashed, or was killed) again at once;
 3. asks the hub for the broker, the queues and its timings (`GET /api/v1/agent/config/`): the
    broker credentials reach only the jobs of the host's scope (with Redis); `--broker` or
    $CELERY_BROKER_URL replace the broker's address;
@@ -58,6 +60,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import socket
 import sys
 import threading
@@ -150,6 +153,10 @@ class Agent:
         self.pool = pool
         self.group = group
         self.host_id: int | None = None
+        # This process's id, registered with the host: the hub takes a registration from
+        # another instance to mean that the one before it ended, and dispatches the jobs it
+        # held again at once.
+        self.instance = secrets.token_hex(16)
         # The queues the hub named for the host when it registered.
         self.hub_queues: list[str] = []
         self.timings = Timings()
@@ -222,6 +229,7 @@ class Agent:
             }
             | {"agent": {"concurrency": self.concurrency}},
             "pool": self.pool,
+            "instance": self.instance,
         }
         if self.runner is not None:
             self._registration["software"]["docker"] = {
@@ -820,7 +828,8 @@ def _parser() -> argparse.ArgumentParser:
     placement.add_argument(
         "--group",
         metavar="NAME",
-        help="lend the host to a group you belong to, running its members' jobs",
+        help="lend the host to a group you belong to, running the jobs of its members who "
+        "trust the group's hosts or name this one",
     )
     parser.add_argument(
         "--concurrency", type=int, default=1, metavar="N", help="jobs at once (default: 1)"

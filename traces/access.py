@@ -1,13 +1,16 @@
 """Who may write spans into a trace, and who may read it.
 
 A trace id that belongs to an evaluation is written by the evaluation's user (token scope
-`write` or `evaluate`) or by an agent token whose host claimed that evaluation; a trace id of no
+`write` or `evaluate`) or by an agent token whose host holds the live claim on that evaluation
+(it is running there, and the export carries that claim, `X-MLMS-Claim`); a trace id of no
 evaluation belongs to the user whose token first wrote into it. Reads follow the evaluation's
 visibility, or the owner (and staff) for a free-standing trace.
 
-An export that carries an agent's claim (`X-MLMS-Claim`) is refused (409) once the hub has given
-the job to another attempt, so an evaluation's spans are those of the attempt that produced its
-result.
+An agent's export is refused (409) once the hub has given the job to another attempt or the job
+has ended, and an agent token without the claim writes nothing (403): an evaluation's spans are
+those of the attempt that produced its result. Only the claimant's exports count as the
+attempt's stored spans (`Target.attempt`; the user's own spans join the trace, counted for no
+attempt), so the spans stored for a result never exceed those its agent sent.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from traces.errors import TraceError
 from traces.models import Trace
 from traces.store import TRACE_ID
 
+RUNNING = Evaluation.RUNNING
+
 # The token scopes of a user who writes spans, and of anyone who may.
 USER_SCOPES = frozenset({"write", "evaluate"})
 WRITE_SCOPES = USER_SCOPES | {"agent"}
@@ -39,6 +44,9 @@ class Target:
     trace_id: str
     evaluation: Evaluation | None
     trace: Trace | None
+    # The evaluation's attempt the spans count for: its current one when its claimant sent them
+    # under its claim; 0 (none) for anyone else's.
+    attempt: int = 0
 
 
 def _evaluation_of(trace_id: str, trace: Trace | None) -> Evaluation | None:
@@ -92,8 +100,10 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
     """The traces `token` may write into, or TraceError(403) naming the first it may not.
 
     With `claim` (an agent's `X-MLMS-Claim`), an evaluation's trace takes the spans only for the
-    evaluation that claim currently holds: TraceError(409) when the hub has given the job to
-    another attempt since.
+    running evaluation that claim currently holds, and they count for its attempt:
+    TraceError(409) when the job has ended or the hub has given it to another attempt since.
+    An agent token without a claim writes only where its user could (scope `write` or
+    `evaluate`, the evaluation's own user).
 
     Two queries however many traces the export holds: their `Trace` rows, and the evaluations
     of their trace ids (with their hosts)."""
@@ -114,20 +124,23 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
             # Evaluations launched with one `traceparent` share its trace id (`hosts: all`
             # launches several): the token may write when it may write into any of them, and
             # the spans are counted for the one its claim holds, else the first of them.
-            writable = [e for e in [evaluation, *shared] if _may_write(token, scopes, e)]
-            allowed = bool(writable)
-            if writable:
-                evaluation = writable[0]
-            if writable and claim:
-                current = [e for e in writable if e.claim == claim]
+            candidates = [evaluation, *shared]
+            by_agent = [e for e in candidates if _agent_of(token, scopes, e)]
+            if claim and by_agent:
+                current = [e for e in by_agent if e.status == RUNNING and e.claim == claim]
                 if not current:
                     raise TraceError(
                         409,
                         f"Claim {claim} is no longer current for the evaluation of trace "
-                        f"{trace_id}: the hub gave the job to another attempt, whose spans "
-                        "replace these.",
+                        f"{trace_id}: the job ended, or the hub gave it to another attempt, "
+                        "whose spans replace these.",
                     )
-                evaluation = current[0]
+                targets.append(Target(trace_id, current[0], trace, current[0].attempts))
+                continue
+            owned = [e for e in candidates if _owner_of(token, scopes, e)]
+            allowed = bool(owned)
+            if owned:
+                evaluation = owned[0]
         elif trace is not None:
             allowed = bool(scopes & USER_SCOPES) and trace.owner_id == token.user_id
         else:
@@ -154,10 +167,15 @@ def _evaluation_among(trace: Trace | None, shared: list[Evaluation]) -> Evaluati
     return shared[0] if shared else None
 
 
-def _may_write(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:
-    return bool(scopes & USER_SCOPES and evaluation.user_id == token.user_id) or (
-        "agent" in scopes and getattr(evaluation, "host_token_id", None) == token.pk
-    )
+def _owner_of(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:
+    """Whether `token` writes as the evaluation's user."""
+    return bool(scopes & USER_SCOPES) and evaluation.user_id == token.user_id
+
+
+def _agent_of(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:
+    """Whether `token` is the agent token of the host that claimed the evaluation last (whether
+    its claim is still live is the claim's to say)."""
+    return "agent" in scopes and getattr(evaluation, "host_token_id", None) == token.pk
 
 
 def readable_trace(

@@ -109,7 +109,7 @@ def _add_export(trace: Trace, target: Target, key: str, spans: int) -> None:
     values = {
         "trace": trace.pk,
         "evaluation": evaluation.pk if evaluation is not None else None,
-        "attempt": evaluation.attempts if evaluation is not None else 0,
+        "attempt": target.attempt,
         "key": key,
         "spans": spans,
         "created_at": timezone.now(),

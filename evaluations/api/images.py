@@ -79,14 +79,14 @@ class ImageDiffSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 def visible_images(user: AbstractBaseUser | AnonymousUser) -> QuerySet[ContainerImage]:
-    """An image is read by whoever may use a host that registered it (`Host.trusted_by`), and
+    """An image is read by whoever may use a host that registered it (`Host.usable_by`), and
     by whoever reads an evaluation that ran in it; staff read every image."""
     images = ContainerImage.objects.all()
     if user.is_authenticated and user.is_staff:  # type: ignore[union-attr]
         return images
     ran = Evaluation.objects.visible_to(user).filter(result__image__isnull=False)
     return images.filter(
-        Q(hosts__in=Host.objects.trusted_by(user)) | Q(pk__in=ran.values("result__image"))
+        Q(hosts__in=Host.objects.usable_by(user)) | Q(pk__in=ran.values("result__image"))
     ).distinct()
 
 

@@ -92,7 +92,7 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         frameworks=[(f, display.framework_name(f)) for f in FRAMEWORKS],
         datasets=[(name, name) for name in catalog["datasets"]],
         trace_levels=[(t, f"{t} — {meaning}") for t, meaning in TRACE_LEVEL_MEANINGS.items()],
-        hosts=[(host.name, _host_label(host)) for host in _trusted_hosts(request)],
+        hosts=[(host.name, _host_label(host)) for host in _usable_hosts(request)],
     )
 
 
@@ -145,9 +145,10 @@ def _reproduced(request: HttpRequest, catalog: dict[str, Any]) -> dict[str, Any]
     return initial
 
 
-def _trusted_hosts(request: HttpRequest) -> Any:
-    """The live hosts the user may run jobs on (never another user's own host)."""
-    return Host.objects.live().trusted_by(request.user).select_related("group")
+def _usable_hosts(request: HttpRequest) -> Any:
+    """The live hosts the user may name in a launch (`hub.trust`; never another user's own
+    host)."""
+    return Host.objects.live().usable_by(request.user).select_related("group")
 
 
 def _host_label(host: Host) -> str:
@@ -230,7 +231,7 @@ def launch(request: HttpRequest) -> HttpResponse:
                     return redirect(reverse("evaluations") + f"?group={first.group}")
             else:
                 _add_errors(form, flatten_errors(serializer.errors))
-    hosts = _trusted_hosts(request)
+    hosts = _usable_hosts(request)
     return render(
         request,
         "frontend/launch.html",

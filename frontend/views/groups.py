@@ -1,4 +1,5 @@
-"""The groups pages: create a group, add and remove members (`hub.groups`)."""
+"""The groups pages: create a group, answer invitations, invite and remove members, choose
+whether a group's hosts run your jobs (`hub.groups`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.shortcuts import redirect, render
 
 from hub import groups
 from hub.errors import DomainError, NotFound
+from hub.models import Host
 
 
 @login_required
@@ -16,9 +18,21 @@ def group_list(request: HttpRequest) -> HttpResponse:
     error = ""
     name = description = ""
     if request.method == "POST":
-        name = str(request.POST.get("name", "")).strip()
-        description = str(request.POST.get("description", "")).strip()
         try:
+            if "accept" in request.POST:
+                invitation = groups.invitation_for(request.user, str(request.POST["accept"]))
+                joined = groups.accept_invitation(invitation)
+                messages.success(request, f"You joined '{joined.name}'.")
+                return redirect("group", name=joined.name)
+            if "decline" in request.POST:
+                invitation = groups.invitation_for(request.user, str(request.POST["decline"]))
+                groups.decline_invitation(invitation)
+                messages.success(
+                    request, f"You declined the invitation to '{invitation.group.name}'."
+                )
+                return redirect("groups")
+            name = str(request.POST.get("name", "")).strip()
+            description = str(request.POST.get("description", "")).strip()
             group = groups.create_group(request.user, name, description)  # type: ignore[arg-type]
         except DomainError as problem:
             error = problem.message
@@ -29,7 +43,13 @@ def group_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "frontend/groups.html",
-        {"groups": items, "error": error, "name": name, "description": description},
+        {
+            "groups": items,
+            "invitations": groups.invitations_of(request.user),
+            "error": error,
+            "name": name,
+            "description": description,
+        },
         status=400 if error else 200,
     )
 
@@ -41,23 +61,42 @@ def group(request: HttpRequest, name: str) -> HttpResponse:
     except NotFound as problem:
         raise Http404(problem.message) from None
     error = ""
+    user = request.user
     if request.method == "POST":
         try:
-            if "add" in request.POST:
-                member = groups.add_member(
-                    request.user,  # type: ignore[arg-type]
+            if "invite" in request.POST:
+                invitation = groups.invite(
+                    user,  # type: ignore[arg-type]
                     item,
                     str(request.POST.get("username", "")).strip(),
                 )
-                messages.success(request, f"{member.get_username()} added.")
+                messages.success(
+                    request,
+                    f"{invitation.invitee.get_username()} is invited: they become a member "
+                    "once they accept.",
+                )
+            elif "withdraw" in request.POST:
+                groups.withdraw_invitation(user, item, str(request.POST["withdraw"]))  # type: ignore[arg-type]
+                messages.success(
+                    request, f"The invitation of {request.POST['withdraw']} is withdrawn."
+                )
+            elif "trust" in request.POST:
+                trusted = request.POST["trust"] == "on"
+                groups.set_trust(user, item, trusted)  # type: ignore[arg-type]
+                messages.success(
+                    request,
+                    f"The hosts of '{item.name}' now run your jobs unasked."
+                    if trusted
+                    else f"The hosts of '{item.name}' run your jobs only when you name one.",
+                )
             elif "remove" in request.POST:
-                groups.remove_member(request.user, item, str(request.POST["remove"]))  # type: ignore[arg-type]
-                if str(request.POST["remove"]) == request.user.get_username():
+                groups.remove_member(user, item, str(request.POST["remove"]))  # type: ignore[arg-type]
+                if str(request.POST["remove"]) == user.get_username():
                     messages.success(request, f"You left '{item.name}'.")
                     return redirect("groups")
                 messages.success(request, f"{request.POST['remove']} removed.")
             elif "delete" in request.POST:
-                groups.delete_group(request.user, item)  # type: ignore[arg-type]
+                groups.delete_group(user, item)  # type: ignore[arg-type]
                 messages.success(request, f"Group '{name}' deleted.")
                 return redirect("groups")
         except DomainError as problem:
@@ -72,7 +111,11 @@ def group(request: HttpRequest, name: str) -> HttpResponse:
             "group": item,
             "profile": profile,
             "members": item.user_set.order_by("username"),  # type: ignore[attr-defined]
-            "is_owner": profile.owner_id == request.user.pk or request.user.is_staff,
+            "invited": groups.pending_invitees(item),
+            "is_owner": profile.owner_id == user.pk or user.is_staff,
+            "is_member": groups.is_member(user, item),
+            "trusts_hosts": groups.trusts_hosts(user, item),
+            "hosts": Host.objects.filter(group=item).select_related("owner").order_by("name"),
             "error": error,
             "shared_manifests": item.shared_manifests.order_by("kind", "name", "version"),  # type: ignore[attr-defined]
             "shared_evaluations": item.shared_evaluations.select_related("user")[:200],  # type: ignore[attr-defined]

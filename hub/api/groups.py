@@ -1,7 +1,10 @@
-"""`/api/v1/groups/`: create groups, add and remove members; `/api/v1/manifests/<id>/shares/`:
-share a manifest with a group (`hub.groups`).
+"""`/api/v1/groups/`: create groups, invite members, remove members or leave, choose whether a
+group's hosts run your jobs; `/api/v1/invitations/`: the invitations waiting for your answer,
+accepted or declined there; `/api/v1/manifests/<id>/shares/`: share a manifest with a group
+(`hub.groups`).
 
-A group one does not belong to answers 404, like an object one may not see.
+A group one does not belong to answers 404, like an object one may not see; an invitee sees
+only their invitation (the group's name and description, and who invited them).
 """
 
 from __future__ import annotations
@@ -19,27 +22,12 @@ from rest_framework.response import Response
 from hub import groups
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
-from hub.models import Manifest
+from hub.models import GroupInvitation, Manifest
 
 
-class GroupSerializer(serializers.Serializer[Group]):
-    """A group as the API shows it (written by `group_body`)."""
-
-    name = serializers.CharField()
-    description = serializers.CharField()
-    owner = serializers.CharField()
-    members = serializers.ListField(child=serializers.CharField())
-    url = serializers.CharField()
-
-
-GROUP = GroupSerializer
-
-
-class GroupCreateSerializer(serializers.Serializer[dict[str, Any]]):
-    name = serializers.CharField(max_length=64, help_text=groups.NAME_RULE)
-    description = serializers.CharField(
-        max_length=groups.DESCRIPTION_MAX, required=False, allow_blank=True, default=""
-    )
+class _Body(serializers.Serializer[dict[str, Any]]):
+    """A request body of these endpoints: its fields, and no other (an unknown one is refused,
+    naming it, rather than ignored)."""
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if isinstance(data, dict):
@@ -49,22 +37,84 @@ class GroupCreateSerializer(serializers.Serializer[dict[str, Any]]):
         return super().to_internal_value(data)
 
 
-class MemberSerializer(serializers.Serializer[dict[str, Any]]):
+class GroupSerializer(serializers.Serializer[Group]):
+    """A group as the API shows its members (written by `group_body`)."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    owner = serializers.CharField()
+    members = serializers.ListField(child=serializers.CharField())
+    invited = serializers.ListField(
+        child=serializers.CharField(), help_text="users invited who have not answered yet"
+    )
+    trust_hosts = serializers.BooleanField(
+        help_text="whether the hosts lent to the group run your jobs without your naming them "
+        "(your choice; off until you turn it on)"
+    )
+    url = serializers.CharField()
+
+
+class InvitationSerializer(serializers.Serializer[Any]):
+    """An invitation to a group, as its invitee (and the group's members) see it."""
+
+    group = serializers.CharField()
+    description = serializers.CharField()
+    username = serializers.CharField(help_text="who is invited")
+    invited_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    url = serializers.CharField(help_text="the invitee's: DELETE declines it")
+    accept = serializers.CharField(help_text="the invitee's: POST accepts it")
+
+
+class MembershipSerializer(_Body):
+    trust_hosts = serializers.BooleanField(
+        help_text="run your jobs on the hosts lent to the group without naming them"
+    )
+
+
+GROUP = GroupSerializer
+
+
+class GroupCreateSerializer(_Body):
+    name = serializers.CharField(max_length=64, help_text=groups.NAME_RULE)
+    description = serializers.CharField(
+        max_length=groups.DESCRIPTION_MAX, required=False, allow_blank=True, default=""
+    )
+
+
+class MemberSerializer(_Body):
     username = serializers.CharField(max_length=150)
 
 
-class ManifestShareSerializer(serializers.Serializer[dict[str, Any]]):
+class ManifestShareSerializer(_Body):
     group = serializers.CharField(max_length=150, help_text="one of your groups")
 
 
-def group_body(group: Group) -> dict[str, Any]:
+def group_body(group: Group, viewer: Any) -> dict[str, Any]:
+    """The group as member `viewer` sees it (with their own choice of trusting its hosts)."""
     profile = group.profile  # type: ignore[attr-defined]
     return {
         "name": group.name,
         "description": profile.description,
         "owner": profile.owner.get_username(),
         "members": sorted(group.user_set.values_list("username", flat=True)),  # type: ignore[attr-defined]
+        "invited": groups.pending_invitees(group),
+        "trust_hosts": groups.trusts_hosts(viewer, group),
         "url": f"/api/v1/groups/{group.name}/",
+    }
+
+
+def invitation_body(invitation: GroupInvitation) -> dict[str, Any]:
+    group = invitation.group
+    url = f"/api/v1/invitations/{group.name}/"
+    return {
+        "group": group.name,
+        "description": group.profile.description,  # type: ignore[attr-defined]
+        "username": invitation.invitee.get_username(),
+        "invited_by": invitation.invited_by.get_username(),
+        "created_at": invitation.created_at,
+        "url": url,
+        "accept": f"{url}accept/",
     }
 
 
@@ -93,7 +143,8 @@ class GroupList(generics.ListAPIView[Group]):
     @extend_schema(responses=GROUP)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response([group_body(group) for group in page or []])
+        rows = [group_body(group, request.user) for group in page or []]
+        return self.get_paginated_response(rows)
 
     def post(self, request: Request) -> Response:
         data = _valid(GroupCreateSerializer, request)
@@ -102,7 +153,7 @@ class GroupList(generics.ListAPIView[Group]):
             data["name"],
             data["description"],
         )
-        return Response(group_body(group), status=status.HTTP_201_CREATED)
+        return Response(group_body(group, request.user), status=status.HTTP_201_CREATED)
 
 
 @extend_schema_view(
@@ -111,7 +162,8 @@ class GroupList(generics.ListAPIView[Group]):
 )
 class GroupDetail(generics.GenericAPIView[Group]):
     def get(self, request: Request, name: str) -> Response:
-        return Response(group_body(groups.member_group(request.user, name, path="")))
+        group = groups.member_group(request.user, name, path="")
+        return Response(group_body(group, request.user))
 
     def delete(self, request: Request, name: str) -> Response:
         groups.delete_group(
@@ -121,17 +173,67 @@ class GroupDetail(generics.GenericAPIView[Group]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-@extend_schema(
-    summary="Add a member to a group you own",
-    request=MemberSerializer,
-    responses={200: GROUP},
+@extend_schema_view(
+    get=extend_schema(summary="The invitations to a group you belong to that wait for an answer"),
+    post=extend_schema(
+        summary="Invite a user to a group you own (they become a member once they accept)",
+        request=MemberSerializer,
+        responses={
+            201: InvitationSerializer,
+            409: error_response(409, "The user is a member already."),
+        },
+    ),
 )
-class GroupMembers(generics.GenericAPIView[Group]):
+class GroupInvitations(generics.ListAPIView[GroupInvitation]):
+    serializer_class = InvitationSerializer  # the rows are written by `invitation_body`
+
+    def get_queryset(self) -> QuerySet[GroupInvitation]:
+        group = groups.member_group(self.request.user, self.kwargs["name"], path="")
+        return group.invitations.select_related("group__profile", "invitee", "invited_by")  # type: ignore[attr-defined, no-any-return]
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([invitation_body(each) for each in page or []])
+
     def post(self, request: Request, name: str) -> Response:
         group = groups.member_group(request.user, name, path="")
         data = _valid(MemberSerializer, request)
-        groups.add_member(request.user, group, data["username"])  # type: ignore[arg-type]
-        return Response(group_body(group))
+        invitation = groups.invite(request.user, group, data["username"])  # type: ignore[arg-type]
+        return Response(invitation_body(invitation), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(
+    summary="Withdraw an invitation to a group you own that was not answered yet",
+    responses={204: None},
+)
+class GroupInvitationDetail(generics.GenericAPIView[Group]):
+    def delete(self, request: Request, name: str, username: str) -> Response:
+        group = groups.member_group(request.user, name, path="")
+        groups.withdraw_invitation(request.user, group, username)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        summary="Your membership of a group: whether its hosts run your jobs unasked",
+        responses=MembershipSerializer,
+    ),
+    patch=extend_schema(
+        summary="Choose whether the hosts lent to a group run your jobs without your naming them",
+        request=MembershipSerializer,
+        responses=MembershipSerializer,
+    ),
+)
+class GroupMembership(generics.GenericAPIView[Group]):
+    def get(self, request: Request, name: str) -> Response:
+        group = groups.member_group(request.user, name, path="")
+        return Response({"trust_hosts": groups.trusts_hosts(request.user, group)})
+
+    def patch(self, request: Request, name: str) -> Response:
+        group = groups.member_group(request.user, name, path="")
+        data = _valid(MembershipSerializer, request)
+        groups.set_trust(request.user, group, data["trust_hosts"])  # type: ignore[arg-type]
+        return Response({"trust_hosts": groups.trusts_hosts(request.user, group)})
 
 
 @extend_schema(
@@ -143,6 +245,42 @@ class GroupMember(generics.GenericAPIView[Group]):
         group = groups.member_group(request.user, name, path="")
         groups.remove_member(request.user, group, username)  # type: ignore[arg-type]
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(summary="The invitations to groups that wait for your answer")
+class InvitationList(generics.ListAPIView[GroupInvitation]):
+    serializer_class = InvitationSerializer  # the rows are written by `invitation_body`
+
+    def get_queryset(self) -> QuerySet[GroupInvitation]:
+        return groups.invitations_of(self.request.user)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([invitation_body(each) for each in page or []])
+
+
+@extend_schema_view(
+    get=extend_schema(summary="Read an invitation of yours", responses=InvitationSerializer),
+    delete=extend_schema(summary="Decline an invitation", responses={204: None}),
+)
+class InvitationDetail(generics.GenericAPIView[Group]):
+    def get(self, request: Request, group: str) -> Response:
+        return Response(invitation_body(groups.invitation_for(request.user, group)))
+
+    def delete(self, request: Request, group: str) -> Response:
+        groups.decline_invitation(groups.invitation_for(request.user, group))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(
+    summary="Accept an invitation: you are a member of the group from now on",
+    request=None,
+    responses=GROUP,
+)
+class InvitationAccept(generics.GenericAPIView[Group]):
+    def post(self, request: Request, group: str) -> Response:
+        joined = groups.accept_invitation(groups.invitation_for(request.user, group))
+        return Response(group_body(joined, request.user))
 
 
 SHARES = inline_serializer(

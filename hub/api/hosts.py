@@ -24,11 +24,11 @@ from hub.models import ApiToken, Host
 
 
 def _visible(queryset: QuerySet[Host], request: Request) -> QuerySet[Host]:
-    """A user sees the hosts they may run jobs on (their own, their groups', the shared pool);
-    staff see every host."""
+    """A user sees the hosts they may run jobs on (`hub.trust`: their own, the shared pool, and
+    those lent to their groups, which they may name); staff see every host."""
     if request.user.is_staff:
         return queryset
-    return queryset.filter(pk__in=Host.objects.trusted_by(request.user).values("pk"))
+    return queryset.filter(pk__in=Host.objects.usable_by(request.user).values("pk"))
 
 
 def _agent_token(request: Request) -> ApiToken:

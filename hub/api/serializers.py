@@ -168,6 +168,14 @@ class HostSerializer(serializers.ModelSerializer[Host]):
         "for a host that runs its owner's jobs only.",
     )
     scope = serializers.CharField(read_only=True)
+    instance = serializers.RegexField(
+        r"^[0-9a-f]{32}$",
+        required=False,
+        write_only=True,
+        help_text="The registering agent process's id, 32 hex digits, new at each start: a "
+        "registration from another process than the last one means that one ended, and the "
+        "jobs it held are dispatched again at once.",
+    )
 
     class Meta:
         model = Host
@@ -185,6 +193,7 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "devices",
             "queues",
             "images",
+            "instance",
             "registered_at",
             "last_heartbeat",
         ]

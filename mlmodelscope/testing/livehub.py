@@ -464,8 +464,9 @@ class LiveHub:
 
     def websocket(self, path: str, token: str | None = None) -> WebSocket:
         """A WebSocket on the hub's `path` (/ws/…), authenticated with `?token=` (by default
-        the user `token`)."""
-        return WebSocket(f"ws://127.0.0.1:{self.port}{path}?token={token or self.token}")
+        the user `token`; "" and no user token: anonymous)."""
+        token = self.token if token is None else token
+        return WebSocket(f"ws://127.0.0.1:{self.port}{path}" + (f"?token={token}" if token else ""))
 
 
 @contextmanager

@@ -493,27 +493,49 @@ def test_a_traceparent_puts_the_evaluation_under_the_callers_span(hub: LiveHub) 
     assert [e["path"] for e in malformed.json()["errors"]] == ["traceparent"]
 
 
-def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
+# Bob's hosts beside the pool, each run by the stock agent: his own, and one lent to each of
+# three groups of his that invited Alice, who did not answer (a forced group), declined, or
+# accepted without trusting the group's hosts.
+BOBS_HOSTS = {
+    "bob-box": None,
+    "lab-forced": "not answered",
+    "lab-declined": "declined",
+    "lab-untrusted": "accepted",
+}
+
+
+def test_hosts_of_another_user_own_or_lent_to_a_group_receive_none_of_20_private_jobs(
     hub: LiveHub,
 ) -> None:
-    """Bob runs the stock agent with the best token he can get (every scope, agent included);
-    Alice launches 20 evaluations of her private model. None reaches Bob's agent: not the job,
-    not the model file, not a span; Bob's own jobs run there."""
+    """Bob runs the stock agent with the best token he can get (every scope, agent included),
+    on his own host and on hosts lent to groups that invited Alice; Alice launches 20
+    evaluations of her private model. None reaches any of Bob's agents: not the job, not the
+    model file, not a span; Bob's own jobs run on his own host."""
     bob_token = hub.create_token("bob", "read,write,evaluate,agent")
     bob_token_file = hub.folder / "bob.token"
     bob_token_file.write_text(bob_token)
     bob = {"Authorization": f"Bearer {bob_token}"}
-    hub.start_agent("bob-box", token_file=bob_token_file)
-    hub.wait(
-        lambda: any(
-            h["name"] == "bob-box" and h["live"]
-            for h in requests.get(f"{hub.url}/api/v1/hosts/", headers=bob, timeout=10).json()[
-                "results"
-            ]
-        ),
-        "Bob's agent to register",
-        60,
-    )
+    for host, answer in BOBS_HOSTS.items():
+        if answer is None:
+            hub.start_agent(host, token_file=bob_token_file)
+            continue
+        status, _ = hub.request("POST", "/api/v1/groups/", {"name": host}, token=bob_token)
+        assert status == 201
+        status, _ = hub.request(
+            "POST", f"/api/v1/groups/{host}/invitations/", {"username": "alice"}, token=bob_token
+        )
+        assert status == 201
+        if answer == "declined":
+            assert hub.request("DELETE", f"/api/v1/invitations/{host}/")[0] == 204
+        elif answer == "accepted":
+            assert hub.request("POST", f"/api/v1/invitations/{host}/accept/")[0] == 200
+        hub.start_agent(host, token_file=bob_token_file, options=["--group", host])
+
+    def bobs_hosts_live() -> bool:
+        listed = requests.get(f"{hub.url}/api/v1/hosts/?live=1", headers=bob, timeout=10)
+        return set(BOBS_HOSTS) <= {h["name"] for h in listed.json()["results"]}
+
+    hub.wait(bobs_hosts_live, "Bob's agents to register", 90)
     store = Path(hub.env["ARTIFACT_ROOT"])
     graph = (store / "models/digits-cnn/1.0.0/digits-cnn.onnx").read_bytes()
     text = (ROOT / "manifests/models/digits-cnn/onnxruntime.yaml").read_text()
@@ -534,10 +556,11 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
 
     assert [b["status"] for b in bodies] == ["succeeded"] * 20, hub.logs()
     assert {b["host"] for b in bodies} <= set(hub.pool_agents)
-    bob_log = (hub.folder / "bob-box.log").read_text(errors="replace")
-    assert not [evaluation_id for evaluation_id in ids if evaluation_id in bob_log]
-    cached = [p for p in (hub.folder / "cache-bob-box").rglob("*") if p.is_file()]
-    assert not [p for p in cached if p.read_bytes() == graph or "alice" in str(p)]
+    for host in BOBS_HOSTS:
+        log = (hub.folder / f"{host}.log").read_text(errors="replace")
+        assert not [evaluation_id for evaluation_id in ids if evaluation_id in log], host
+        cached = [p for p in (hub.folder / f"cache-{host}").rglob("*") if p.is_file()]
+        assert not [p for p in cached if p.read_bytes() == graph or "alice" in str(p)], host
     for evaluation_id, body in zip(ids, bodies, strict=True):
         assert (
             requests.get(
@@ -566,7 +589,8 @@ def test_a_self_hosted_agent_of_another_user_receives_none_of_20_private_jobs(
             break
         time.sleep(0.2)
     assert mine["status"] == "succeeded" and mine["host"] == "bob-box", hub.logs()
-    hub.kill("bob-box")
+    for host in BOBS_HOSTS:
+        hub.kill(host)
 
 
 def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:

@@ -157,19 +157,25 @@ def test_groups_share_manifests_and_evaluations_with_their_members_only(
     assert created.json()["members"] == ["bob"] and created.json()["owner"] == "bob"
     taken = carol_client.post("/api/v1/groups/", {"name": "vision-lab"}, format="json")
     assert taken.status_code == 409
-    assert bob_client.post(
-        "/api/v1/groups/vision-lab/members/", {"username": "carol"}, format="json"
-    ).json()["members"] == ["bob", "carol"]
+    invited = bob_client.post(
+        "/api/v1/groups/vision-lab/invitations/", {"username": "carol"}, format="json"
+    )
+    assert invited.status_code == 201, invited.content
+    assert bob_client.get("/api/v1/groups/vision-lab/").json()["invited"] == ["carol"]
+    assert carol_client.post("/api/v1/invitations/vision-lab/accept/").json()["members"] == [
+        "bob",
+        "carol",
+    ]
     assert (
         bob_client.post(
-            "/api/v1/groups/vision-lab/members/", {"username": "nobody"}, format="json"
+            "/api/v1/groups/vision-lab/invitations/", {"username": "nobody"}, format="json"
         ).status_code
         == 400
     )
-    # Only the owner adds members; a non-member does not see the group at all.
+    # Only the owner invites; a non-member does not see the group at all.
     assert (
         carol_client.post(
-            "/api/v1/groups/vision-lab/members/", {"username": "dave"}, format="json"
+            "/api/v1/groups/vision-lab/invitations/", {"username": "dave"}, format="json"
         ).status_code
         == 403
     )
@@ -250,7 +256,8 @@ def test_a_private_evaluation_reaches_nobody_else_through_any_get(
     carol = django_user_model.objects.create_user("carol")
     outsider = django_user_model.objects.create_user("outsider", is_staff=False)
     bob_client.post("/api/v1/groups/", {"name": "bobs"}, format="json")
-    bob_client.post("/api/v1/groups/bobs/members/", {"username": "carol"}, format="json")
+    bob_client.post("/api/v1/groups/bobs/invitations/", {"username": "carol"}, format="json")
+    assert make_client(carol).post("/api/v1/invitations/bobs/accept/").status_code == 200
     session = APIClient()
     session.force_login(outsider)
     callers = {

@@ -287,3 +287,52 @@ def test_a_job_waiting_behind_busy_hosts_is_left_alone(
     Evaluation.objects.filter(pk__in=busy).update(last_report_at=later)
     assert actions.requeue_lost(later) == []
     assert Evaluation.objects.get(pk=waiting).dispatches == 1
+
+
+def _reregister(agent, host: Host, instance: str):  # type: ignore[no-untyped-def]
+    """The host's agent registers again, as the process `instance`."""
+    from tests.hub.factories import register_host
+
+    return register_host(
+        agent,
+        host.name,
+        [("onnxruntime", "1.17.0")],
+        hardware=host.hardware,
+        queues=["onnxruntime.cpu"],
+        pool=True,
+        instance=instance,
+    )
+
+
+def test_an_agent_that_starts_again_has_the_jobs_of_its_last_process_dispatched_at_once(
+    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+) -> None:
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    assert _reregister(agent, hosts["cpu-1"], first).status_code == 200
+    evaluation_id = launched_id(launch(alice_client))
+    job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
+    broker.drain("pool.onnxruntime.cpu")
+    # The same process registering again (the hub forgot the host) changes nothing.
+    assert _reregister(agent, hosts["cpu-1"], first).status_code == 200
+    assert Evaluation.objects.get(pk=evaluation_id).status == "running"
+
+    # Killed and started again: the new process registers, and the job is sent again now, not
+    # after HOST_LIVE_SECONDS of silence.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert _reregister(agent, hosts["cpu-1"], second).status_code == 200
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.dispatches == 2
+    assert "agent of host cpu-1 was restarted during the job" in evaluation.history.last().reason
+    assert [args for _, args in broker.take("pool.onnxruntime.cpu")] == [[evaluation_id, 2]]
+    # The process that died cannot report on its attempt any more (were it alive after all).
+    assert progress(agent, evaluation_id, job["claim"], 1, 2).status_code == 409
+    again = claim(agent, evaluation_id, hosts["cpu-1"], dispatch=2)
+    assert again.status_code == 200 and again.json()["attempt"] == 2
+
+
+def test_a_malformed_agent_instance_is_refused_naming_it(agent, hosts) -> None:
+    response = _reregister(agent, hosts["cpu-1"], "not-hex")
+    assert response.status_code == 400
+    assert [e["path"] for e in response.json()["errors"]] == ["instance"]
+    assert Host.objects.get(name="cpu-1").agent_instance == ""

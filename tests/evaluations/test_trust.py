@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from evaluations.models import Evaluation, Result, StatusChange
-from hub.models import Host
+from hub.models import Host, Manifest
 from tests.evaluations.factories import (
     claim,
     error_paths,
@@ -177,21 +176,210 @@ def test_with_only_untrusted_hosts_live_the_launch_says_so(
     assert not Evaluation.objects.exists()
 
 
-def test_a_group_members_jobs_run_on_the_groups_host(
-    make_client, alice, bob, bobs_agent, catalog
+# --- Groups: membership by consent, hosts trusted by choice -----------------------------------
+
+
+def _answer(alice_client: APIClient, answer: str) -> None:
+    """Alice's answer to Bob's invitation to group `lab`."""
+    if answer == "declined":
+        assert alice_client.delete("/api/v1/invitations/lab/").status_code == 204
+    elif answer.startswith("accepted"):
+        joined = alice_client.post("/api/v1/invitations/lab/accept/")
+        assert joined.status_code == 200, joined.content
+        assert joined.json()["trust_hosts"] is False  # off until she turns it on
+        if answer == "accepted, hosts trusted":
+            trusted = alice_client.patch(
+                "/api/v1/groups/lab/membership/", {"trust_hosts": True}, format="json"
+            )
+            assert trusted.status_code == 200 and trusted.json() == {"trust_hosts": True}
+
+
+@pytest.fixture
+def labs_agent(make_client, bob) -> APIClient:  # type: ignore[no-untyped-def]
+    """The agent token (scope agent alone) of Bob's host lent to group `lab`."""
+    return make_client(bob, scopes=["agent"])  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def lab_box(bobs_agent, labs_agent, hosts) -> Host:  # type: ignore[no-untyped-def]
+    """Bob's group `lab` (Bob alone), and Bob's host lent to it with the pool's capabilities
+    (registered with `labs_agent`); Bob invites Alice."""
+    assert bobs_agent.post("/api/v1/groups/", {"name": "lab"}, format="json").status_code == 201
+    response = register_host(labs_agent, "lab-box", ONNX, queues=["onnxruntime.cpu"], group="lab")
+    assert response.status_code == 201, response.content
+    invited = bobs_agent.post(
+        "/api/v1/groups/lab/invitations/", {"username": "alice"}, format="json"
+    )
+    assert invited.status_code == 201, invited.content
+    assert invited.json()["invited_by"] == "bob"
+    return Host.objects.get(name="lab-box")
+
+
+@pytest.mark.parametrize(
+    "answer", ["not answered (a forced group)", "declined", "accepted, hosts not trusted"]
+)
+def test_a_group_host_of_another_user_gets_none_of_20_private_jobs_files_or_traces(
+    alice_private,
+    bobs_agent,
+    labs_agent,
+    lab_box,
+    broker,
+    django_capture_on_commit_callbacks,
+    answer,
 ) -> None:
-    lab = Group.objects.create(name="lab")
-    bob.groups.add(lab)
-    assert register_host(bobs_agent, "lab-box", ONNX, group="lab").status_code == 201
-    alice_client = make_client(alice, scopes=["read", "evaluate"])
-    assert launch(alice_client).status_code == 400  # not a member yet
+    """Bob creates a group, invites Alice and lends it his host. Whatever Alice answers short
+    of trusting the group's hosts, none of her 20 private jobs reaches his host: not in its
+    queues, not by a claim, not its files or trace, and a result he forges is refused."""
+    _answer(alice_private, answer)
+    members = bobs_agent.get("/api/v1/groups/lab/").json()["members"]
+    assert ("alice" in members) == answer.startswith("accepted")
+    broker.drain(*lab_box.queues, "pool.onnxruntime.cpu")
 
-    alice.groups.add(lab)
-    evaluation_id = launched_id(launch(alice_client))
+    with django_capture_on_commit_callbacks(execute=True):
+        ids = [launched_id(launch(alice_private, model="alice-net")) for _ in range(20)]
 
-    assert Evaluation.objects.get(pk=evaluation_id).queue == f"group-{lab.pk}.onnxruntime.cpu"
-    job = claim(bobs_agent, evaluation_id, Host.objects.get(name="lab-box"))
+    evaluations = list(Evaluation.objects.filter(pk__in=ids))
+    assert {e.queue for e in evaluations} == {"pool.onnxruntime.cpu"}
+    assert all(e.target_host_id is None for e in evaluations)
+    for queue in lab_box.queues:
+        assert broker.take(queue) == []
+    assert sorted(args[0] for _, args in broker.take("pool.onnxruntime.cpu")) == sorted(ids)
+    for evaluation in evaluations:
+        before = _snapshot(str(evaluation.pk))
+        refused = claim(labs_agent, evaluation.pk, lab_box)
+        assert refused.status_code == 403, refused.content
+        assert "alice-net" not in refused.content.decode()
+        assert post_result(labs_agent, evaluation.pk, result_body("f" * 32)).status_code == 403
+        spans = labs_agent.post(
+            "/v1/traces", export(evaluation.trace_id, ("forged", 0, 10, {})), content_type=PROTOBUF
+        )
+        assert spans.status_code == 403
+        # Bob reads none of it either, with his token of every scope.
+        assert bobs_agent.get(f"/api/v1/traces/{evaluation.trace_id}/").status_code == 404
+        assert bobs_agent.get(url(evaluation.pk)).status_code == 404
+        assert _snapshot(str(evaluation.pk)) == before
+    assert labs_agent.get(PRIVATE_FILE).status_code == 404
+    assert bobs_agent.get(PRIVATE_FILE).status_code == 404
+    assert not Result.objects.exists()
+    # Naming his host does not help where he may not read her model.
+    named = launch(alice_private, model="alice-net", host="lab-box")
+    assert named.status_code == 400
+    assert error_paths(named) == ["host"]
+
+
+def test_a_group_host_runs_a_members_job_when_named_and_its_owner_may_read_the_model(
+    alice_private, labs_agent, lab_box, broker
+) -> None:
+    _answer(alice_private, "accepted, hosts not trusted")
+    refused = launch(alice_private, model="alice-net", host="lab-box")
+    assert refused.status_code == 400
+    assert error_paths(refused) == ["host"]
+    assert "its owner may not read its model or dataset" in refused.json()["errors"][0]["message"]
+
+    alice_net = Manifest.objects.get(name="alice-net")
+    shared = alice_private.post(
+        f"/api/v1/manifests/{alice_net.pk}/shares/", {"group": "lab"}, format="json"
+    )
+    assert shared.status_code == 200, shared.content
+    # Not named: the pool runs it (she does not trust the group's hosts).
+    assert Evaluation.objects.get(
+        pk=launched_id(launch(alice_private, model="alice-net"))
+    ).queue == ("pool.onnxruntime.cpu")
+    named = Evaluation.objects.get(
+        pk=launched_id(launch(alice_private, model="alice-net", host="lab-box"))
+    )
+    assert named.queue == f"{lab_box.scope}.host.lab-box" and named.target_host == lab_box
+
+    job = claim(labs_agent, named.pk, lab_box)
     assert job.status_code == 200, job.content
+    assert labs_agent.get(PRIVATE_FILE).status_code == 200  # while his host holds the claim
+    answer = post_result(labs_agent, named.pk, result_body(job.json()["claim"]))
+    assert answer.status_code == 201, answer.content
+    assert labs_agent.get(PRIVATE_FILE).status_code == 404  # and not after
+
+
+def test_a_trusted_groups_hosts_run_a_members_jobs_after_the_pool(
+    alice_private, labs_agent, lab_box, hosts
+) -> None:
+    _answer(alice_private, "accepted, hosts trusted")
+    # With the pool live, the pool first: a group's host is never preferred to it.
+    assert Evaluation.objects.get(pk=launched_id(launch(alice_private))).queue == (
+        "pool.onnxruntime.cpu"
+    )
+    Host.objects.filter(pool=True).update(last_heartbeat=None)
+
+    evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_private)))
+
+    assert evaluation.queue == f"{lab_box.scope}.onnxruntime.cpu"
+    assert claim(labs_agent, evaluation.pk, lab_box).status_code == 200
+    # Her private model is not his to read: even trusted, his host does not run it.
+    refused = launch(alice_private, model="alice-net")
+    assert refused.status_code == 400 and error_paths(refused) == ["hosts"]
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["she leaves", "he removes her", "she stops trusting its hosts", "she unshares her model"],
+)
+def test_access_withdrawn_during_a_job_takes_it_off_the_groups_host(
+    alice_private, bobs_agent, labs_agent, lab_box, hosts, how
+) -> None:
+    _answer(alice_private, "accepted, hosts trusted")
+    Host.objects.filter(pool=True).update(last_heartbeat=None)
+    alice_net = Manifest.objects.get(name="alice-net")
+    shares = f"/api/v1/manifests/{alice_net.pk}/shares/"
+    alice_private.post(shares, {"group": "lab"}, format="json")
+    evaluation_id = launched_id(launch(alice_private, model="alice-net"))
+    job = claim(labs_agent, evaluation_id, lab_box).json()
+    assert progress(labs_agent, evaluation_id, job["claim"], 1, 10).status_code == 200
+    assert labs_agent.get(PRIVATE_FILE).status_code == 200
+
+    if how == "she leaves":
+        assert alice_private.delete("/api/v1/groups/lab/members/alice/").status_code == 204
+    elif how == "he removes her":
+        assert bobs_agent.delete("/api/v1/groups/lab/members/alice/").status_code == 204
+    elif how == "she stops trusting its hosts":
+        changed = alice_private.patch(
+            "/api/v1/groups/lab/membership/", {"trust_hosts": False}, format="json"
+        )
+        assert changed.status_code == 200
+    else:
+        assert alice_private.delete(f"{shares}lab/").status_code == 204
+
+    # Withdrawn: the agent's next report is refused, and its files and spans with it.
+    refused = progress(labs_agent, evaluation_id, job["claim"], 2, 10)
+    assert refused.status_code == 409, refused.content
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    assert evaluation.status == "dispatched" and evaluation.host is None
+    assert "lab-box" in evaluation.history.last().reason
+    assert labs_agent.get(PRIVATE_FILE).status_code == 404
+    spans = labs_agent.post(
+        "/v1/traces",
+        export(evaluation.trace_id, ("late", 0, 10, {})),
+        content_type=PROTOBUF,
+        HTTP_X_MLMS_CLAIM=job["claim"],
+    )
+    assert spans.status_code == 403  # the job is no longer on his host
+    assert post_result(labs_agent, evaluation_id, result_body(job["claim"])).status_code == 409
+
+
+def test_only_members_register_a_host_to_a_group_and_invitations_answer_once(
+    alice_private, bobs_agent, lab_box, make_client, alice
+) -> None:
+    alices_agent = make_client(alice, scopes=["agent"])
+    refused = register_host(alices_agent, "alice-box", ONNX, group="lab")
+    assert refused.status_code == 403  # invited is not a member
+    assert alice_private.get("/api/v1/groups/lab/").status_code == 404
+    invitation = alice_private.get("/api/v1/invitations/").json()["results"]
+    assert [(i["group"], i["invited_by"]) for i in invitation] == [("lab", "bob")]
+    assert "members" not in invitation[0]  # an invitee does not see who belongs
+
+    assert alice_private.post("/api/v1/invitations/lab/accept/").status_code == 200
+    assert alice_private.post("/api/v1/invitations/lab/accept/").status_code == 404
+    assert alice_private.get("/api/v1/invitations/").json()["results"] == []
+    assert register_host(alices_agent, "alice-box", ONNX, group="lab").status_code == 201
+    again = bobs_agent.post("/api/v1/groups/lab/invitations/", {"username": "alice"}, format="json")
+    assert again.status_code == 409
 
 
 def test_another_users_self_hosted_host_is_not_listed(alice_private, bobs_box, hosts) -> None:

@@ -76,14 +76,30 @@ def test_a_group_shares_an_evaluation_with_its_members(  # type: ignore[no-untyp
     page.get_by_role("button", name="Create").click()
     expect(page.get_by_role("heading", name="vision-lab")).to_be_visible()
     page.fill("#m-username", "nobody")
-    page.get_by_role("button", name="Add").click()
+    page.get_by_role("button", name="Invite").click()
     expect(page.locator("#group-error")).to_contain_text("no user 'nobody'")
     page.fill("#m-username", "bob")
-    page.get_by_role("button", name="Add").click()
-    expect(page.locator('#members tr[data-member="bob"]')).to_be_visible()
+    page.get_by_role("button", name="Invite").click()
+    # Invited is not a member: bob joins only when he says yes.
+    expect(page.locator('#invited tr[data-invited="bob"]')).to_be_visible()
+    expect(page.locator('#members tr[data-member="bob"]')).to_have_count(0)
 
     bobs = browser.new_context(base_url=live_server.url).new_page()
     sign_in(bobs, bob)
+    bobs.goto("/evaluations/")
+    expect(bobs.locator("#invitation-notice")).to_contain_text("invited to join 1 group")
+    bobs.locator("#invitation-notice a").click()
+    row = bobs.locator('#invitation-list li[data-invitation="vision-lab"]')
+    expect(row).to_contain_text("alice")
+    row.get_by_role("button", name="Accept").click()
+    expect(bobs.get_by_role("heading", name="vision-lab")).to_be_visible()
+    expect(bobs.locator("#invitation-notice")).to_have_count(0)
+    # A member chooses whether the group's hosts run their jobs: off until they say so.
+    expect(bobs.locator("#trust-state")).to_contain_text("only when you name one")
+    bobs.get_by_role("button", name="Run my jobs on these hosts").click()
+    expect(bobs.locator("#trust-state")).to_contain_text("run your jobs when placement picks")
+    page.reload()
+    expect(page.locator('#members tr[data-member="bob"]')).to_be_visible()
     assert bobs.goto(f"/evaluations/{run.pk}/").status == 404
 
     page.goto(f"/evaluations/{run.pk}/")

@@ -383,14 +383,17 @@ def test_an_agent_token_cannot_manage_tokens_or_upload(alice_agent) -> None:
     assert not Manifest.objects.exists()
 
 
-def test_an_agent_token_downloads_the_files_its_user_can_see(
-    alice_agent, bob_agent, private_model
+def test_an_agent_token_downloads_no_private_file_outside_a_job_not_even_its_users(
+    make_client, alice, alice_agent, bob_agent, private_model
 ) -> None:
-    response = alice_agent.get(ARTIFACTS_URL + MODEL_FILE)
+    # Outside any job its host claimed, an agent token reads what anonymous callers read.
+    assert alice_agent.get(ARTIFACTS_URL + MODEL_FILE).status_code == 404
+    assert bob_agent.get(ARTIFACTS_URL + MODEL_FILE).status_code == 404
 
+    # The same user's token of scope read downloads it.
+    response = make_client(alice, scopes=["read"]).get(ARTIFACTS_URL + MODEL_FILE)
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == GRAPH
-    assert bob_agent.get(ARTIFACTS_URL + MODEL_FILE).status_code == 404
 
 
 @pytest.mark.parametrize(

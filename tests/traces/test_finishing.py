@@ -49,8 +49,10 @@ def test_a_finished_evaluations_trace_is_compacted_and_aggregated_without_a_read
     assert set(rows) == {("conv0", 1), ("conv1", 1), ("conv2", 1)}
     assert sum(row.count for row in rows.values()) == 90
 
-    # An export that arrives after the end (a retried one) is folded in again.
-    late = post(agent, _layers(evaluation.trace_id, 90, 6, size=4), **headers)
+    # An export that arrives after the end is folded in again: the evaluation's user's own
+    # (the agent's claim ended with the job: its late exports are refused).
+    assert post(agent, _layers(evaluation.trace_id, 90, 6, size=4), **headers).status_code == 409
+    late = post(bob_client, _layers(evaluation.trace_id, 90, 6, size=4))
     assert late.status_code == 200
     finishing.wait()
     trace.refresh_from_db()

@@ -43,7 +43,9 @@ def test_an_export_sent_again_is_stored_once(bob_client, agent, hosts, settings)
 
     first = post(agent, body, **_headers(key, job["claim"]))
     again = post(agent, body, **_headers(key, job["claim"]))  # its first answer was lost
-    other = post(agent, _spans(evaluation.trace_id, 3), **_headers(secrets.token_hex(16)))
+    other = post(
+        agent, _spans(evaluation.trace_id, 3), **_headers(secrets.token_hex(16), job["claim"])
+    )
 
     assert first.status_code == again.status_code == other.status_code == 200
     trace = Trace.objects.get(trace_id=evaluation.trace_id)
@@ -141,3 +143,27 @@ def test_a_result_with_bad_span_counts_is_refused(bob_client, agent, hosts, span
     assert response.status_code == 400
     assert "spans" in str(response.json())
     assert Evaluation.objects.get(pk=evaluation_id).status == "running"
+
+
+def test_after_a_job_ends_its_agent_adds_no_span_and_stored_never_exceeds_sent(
+    bob_client, agent, hosts
+) -> None:  # type: ignore[no-untyped-def]
+    evaluation = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
+    job = claim(agent, evaluation.pk, hosts["cpu-1"]).json()
+    held = _headers(secrets.token_hex(16), job["claim"])
+    assert post(agent, _spans(evaluation.trace_id, 5), **held).status_code == 200
+    body = result_body(job["claim"])
+    body["details"]["spans"] = {"sent": 5, "stored": 5}
+    assert post_result(agent, evaluation.pk, body).status_code == 201
+
+    # The claim died with the job: late exports are refused, with the claim or without it.
+    late = post(agent, _spans(evaluation.trace_id, 1), **_headers(claim_id=job["claim"]))
+    assert late.status_code == 409
+    assert "the job ended" in late.json()["detail"]
+    assert post(agent, _spans(evaluation.trace_id, 1)).status_code == 403
+
+    # The evaluation's user may still add spans of their own to the trace (their application's,
+    # joined by traceparent): they join the trace, not the attempt's count.
+    assert post(bob_client, _spans(evaluation.trace_id, 2)).status_code == 200
+    assert Trace.objects.get(trace_id=evaluation.trace_id).span_count == 7
+    assert bob_client.get(url(evaluation.pk)).json()["spans"] == {"sent": 5, "stored": 5}

@@ -107,9 +107,12 @@ def test_hosts_all_evaluations_share_the_trace_and_each_agent_writes_its_own(
     # may still write the shared trace, and so may the evaluations' user.
     first = Evaluation.objects.filter(trace_id=TRACE).first()
     claimed = next(e for e in evaluations if e != first)
-    assert claim(agent, claimed.pk, claimed.target_host).status_code == 200
+    job = claim(agent, claimed.pk, claimed.target_host)
+    assert job.status_code == 200
+    held = {"HTTP_X_MLMS_CLAIM": job.json()["claim"]}
     assert (
-        post(agent, export(TRACE, ("predict", 0, 100, {"mlms.level": "model"}))).status_code == 200
+        post(agent, export(TRACE, ("predict", 0, 100, {"mlms.level": "model"})), **held).status_code
+        == 200
     )
     stranger = make_client(django_user_model.objects.create_user("eve"), scopes=["agent"])
     assert post(stranger, export(TRACE, ("x", 0, 1, {}))).status_code == 403
@@ -133,7 +136,9 @@ def test_spans_arriving_send_a_summary_on_the_evaluations_stream(
     alice_client, agent, hosts
 ) -> None:  # type: ignore[no-untyped-def]
     evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_client)))
-    assert claim(agent, evaluation.pk, hosts["cpu-1"]).status_code == 200
+    job = claim(agent, evaluation.pk, hosts["cpu-1"])
+    assert job.status_code == 200
+    held = {"HTTP_X_MLMS_CLAIM": job.json()["claim"]}
     body = export(
         evaluation.trace_id,
         ("batch", 0, 1000, {"mlms.level": "model"}),
@@ -147,7 +152,7 @@ def test_spans_arriving_send_a_summary_on_the_evaluations_stream(
         connected, _ = await communicator.connect()
         assert connected
         assert (await communicator.receive_json_from(timeout=5))["type"] == "snapshot"
-        response = await sync_to_async(post)(agent, body)
+        response = await sync_to_async(post)(agent, body, **held)
         assert response.status_code == 200
         events = [await communicator.receive_json_from(timeout=5)]
         while events[-1]["type"] != "spans":

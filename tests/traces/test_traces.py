@@ -308,13 +308,17 @@ def test_an_agent_writes_its_own_jobs_trace_only(
 ) -> None:  # type: ignore[no-untyped-def]
     mine = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
     other = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
-    assert claim(agent, mine.pk, hosts["cpu-1"]).status_code == 200
+    job = claim(agent, mine.pk, hosts["cpu-1"])
+    assert job.status_code == 200
+    held = {"HTTP_X_MLMS_CLAIM": job.json()["claim"]}
     other_agent = make_client(django_user_model.objects.create_user("other"), scopes=["agent"])
 
     body = export(mine.trace_id, ("predict", 0, 100, {"mlms.level": "model"}))
-    assert post(agent, body).status_code == 200
+    assert post(agent, body).status_code == 403  # an agent writes under its claim only
+    assert post(agent, body, **held).status_code == 200
     assert post(other_agent, body).status_code == 403
-    assert post(agent, export(other.trace_id, ("x", 0, 1, {}))).status_code == 403
+    assert post(other_agent, body, **held).status_code == 403
+    assert post(agent, export(other.trace_id, ("x", 0, 1, {})), **held).status_code == 403
     assert post(agent, export(new_id(), ("x", 0, 1, {}))).status_code == 403  # agents: jobs only
     assert post(alice_client, body).status_code == 403  # not Alice's evaluation
     assert post(bob_client, export(mine.trace_id, ("app", 0, 500, {}))).status_code == 200
