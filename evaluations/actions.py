@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evaluations import events, leaderboards, outputs, permissions, placement, tasks
+from evaluations import events, leaderboards, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, Result, StatusChange
 from hub import actions as hub_actions
@@ -347,7 +347,7 @@ def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluatio
     hub_actions.record_heartbeat(host)  # claiming shows that the host is alive
     with transaction.atomic():
         evaluation = _get_locked(evaluation_id)
-        if permissions.why_host_may_not_run(evaluation, host):
+        if evaluation.why_not_on(host):
             # Before anything else, and changing nothing: a host that may not run the job
             # (`hub.trust`) learns nothing of the evaluation, and cannot move it elsewhere either.
             raise Forbidden(
@@ -465,7 +465,7 @@ def _check_still_allowed(evaluation_id: Any, token: ApiToken, claim: str) -> Non
         host = evaluation.host
         if evaluation.status == RUNNING and evaluation.claim == claim and host is not None:
             if host.token_id == token.pk:
-                withdrawn = permissions.why_host_may_not_run(evaluation, host)
+                withdrawn = evaluation.why_not_on(host)
                 if withdrawn:
                     _lose(evaluation, withdrawn)
     if withdrawn:

@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db import models
 from django.db.models import Q
 
+from hub import trust
 from hub.models import ContainerImage, Host, Manifest
 
 
@@ -176,6 +177,18 @@ class Evaluation(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
+
+    def why_not_on(self, host: Host) -> str | None:
+        """Why `host` may not run this evaluation (`hub.trust`: its launcher does not trust
+        the host, or the host's owner may not read its model or dataset), or None. A manifest
+        deleted since the launch is left out (the claim or the run says what that means)."""
+        manifests = [m for m in (self.model, self.dataset) if m is not None]
+        named = str((self.request or {}).get("host") or "")
+        if not trust.trusts(self.user, host, named=named):
+            return f"its launcher does not trust host {host.name}"
+        if not trust.reads(host, manifests):
+            return f"the owner of host {host.name} may not read its model or dataset"
+        return None
 
 
 class StatusChange(models.Model):

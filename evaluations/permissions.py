@@ -15,20 +15,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 
 from evaluations.models import Evaluation
-from hub import trust
-from hub.models import ApiToken, Artifact, Host, Manifest
-
-
-def why_host_may_not_run(evaluation: Evaluation, host: Host) -> str | None:
-    """Why `host` may not run `evaluation` (`hub.trust`), or None. A manifest deleted since the
-    launch is left out (the claim or the run says what that means)."""
-    manifests = [m for m in (evaluation.model, evaluation.dataset) if m is not None]
-    named = str(evaluation.request.get("host") or "")
-    if not trust.trusts(evaluation.user, host, named=named):
-        return f"its launcher does not trust host {host.name}"
-    if not trust.reads(host, manifests):
-        return f"the owner of host {host.name} may not read its model or dataset"
-    return None
+from hub.models import ApiToken, Artifact, Manifest
 
 
 def agent_may_fetch(token: ApiToken, artifact: Artifact) -> bool:
@@ -43,7 +30,7 @@ def agent_may_fetch(token: ApiToken, artifact: Artifact) -> bool:
         .select_related("host", "model", "dataset", "user")
     )
     return any(
-        evaluation.host is not None and why_host_may_not_run(evaluation, evaluation.host) is None
+        evaluation.host is not None and evaluation.why_not_on(evaluation.host) is None
         for evaluation in running
     )
 

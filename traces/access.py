@@ -2,7 +2,8 @@
 
 A trace id that belongs to an evaluation is written by the evaluation's user (token scope
 `write` or `evaluate`) or by an agent token whose host holds the live claim on that evaluation
-(it is running there, and the export carries that claim, `X-MLMS-Claim`); a trace id of no
+(it is running there, the export carries that claim, `X-MLMS-Claim`, and the host may still run
+the job, `hub.trust`, as checked at most a second ago); a trace id of no
 evaluation belongs to the user whose token first wrote into it. Reads follow the evaluation's
 visibility, or the owner (and staff) for a free-standing trace.
 
@@ -16,6 +17,7 @@ attempt), so the spans stored for a result never exceed those its agent sent.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -135,6 +137,13 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
                         f"{trace_id}: the job ended, or the hub gave it to another attempt, "
                         "whose spans replace these.",
                     )
+                refusal = _host_refusal(current[0], claim)
+                if refusal:
+                    raise TraceError(
+                        409,
+                        f"Claim {claim} is no longer current for the evaluation of trace "
+                        f"{trace_id}: {refusal}.",
+                    )
                 targets.append(Target(trace_id, current[0], trace, current[0].attempts))
                 continue
             owned = [e for e in candidates if _owner_of(token, scopes, e)]
@@ -165,6 +174,33 @@ def _evaluation_among(trace: Trace | None, shared: list[Evaluation]) -> Evaluati
             .first()
         )
     return shared[0] if shared else None
+
+
+# The claimant's host may still run the job (`hub.trust`), as its last check found, per
+# (evaluation, claim): {key: (answer, until)}. Checked again once an answer is older than
+# HOST_CHECK_SECONDS, so access withdrawn while the job runs stops its spans within that time
+# (the agent's next report takes the job back, `evaluations.actions`); an export costs the
+# check's queries at most once in that time, not once per export.
+HOST_CHECK_SECONDS = 1.0
+_host_checks: dict[tuple[str, str], tuple[str | None, float]] = {}
+
+
+def _host_refusal(evaluation: Evaluation, claim: str) -> str | None:
+    """Why the host that holds `claim` on the evaluation may no longer run it, or None."""
+    now = time.monotonic()
+    key = (str(evaluation.pk), claim)
+    known = _host_checks.get(key)
+    if known is not None and known[1] > now:
+        return known[0]
+    if len(_host_checks) > 4096:
+        for stale in [k for k, (_answer, until) in _host_checks.items() if until <= now]:
+            del _host_checks[stale]
+    full = Evaluation.objects.select_related("user", "host", "model", "dataset").get(
+        pk=evaluation.pk
+    )
+    refusal = full.why_not_on(full.host) if full.host is not None else "it has no host"
+    _host_checks[key] = (refusal, now + HOST_CHECK_SECONDS)
+    return refusal
 
 
 def _owner_of(token: ApiToken, scopes: set[str], evaluation: Evaluation) -> bool:

@@ -346,7 +346,18 @@ def test_access_withdrawn_during_a_job_takes_it_off_the_groups_host(
     else:
         assert alice_private.delete(f"{shares}lab/").status_code == 204
 
-    # Withdrawn: the agent's next report is refused, and its files and spans with it.
+    # Withdrawn: its spans are refused at once, its files, and its next report, which takes the
+    # job back.
+    trace_id = Evaluation.objects.get(pk=evaluation_id).trace_id
+    at_once = labs_agent.post(
+        "/v1/traces",
+        export(trace_id, ("right after", 0, 10, {})),
+        content_type=PROTOBUF,
+        HTTP_X_MLMS_CLAIM=job["claim"],
+    )
+    assert at_once.status_code == 409, at_once.content
+    assert "lab-box" in at_once.json()["detail"]
+    assert labs_agent.get(PRIVATE_FILE).status_code == 404
     refused = progress(labs_agent, evaluation_id, job["claim"], 2, 10)
     assert refused.status_code == 409, refused.content
     evaluation = Evaluation.objects.get(pk=evaluation_id)
