@@ -438,6 +438,14 @@ class LiveHub:
             raise LiveHubError(f"evaluation {evaluation_id}: {status} {body}")
         return body  # type: ignore[no-any-return]
 
+    def progressing(self, evaluation_id: str, timeout: float = 60) -> dict[str, Any]:
+        """The evaluation once its agent has reported progress (it runs, and is part-way)."""
+        return self.wait(  # type: ignore[no-any-return]
+            lambda: (body := self.evaluation(evaluation_id))["progress"]["done"] > 0 and body,
+            "the job to make progress",
+            timeout,
+        )
+
     def finished(self, evaluation_id: str, timeout: float = 90) -> dict[str, Any]:
         """The evaluation once it has finished (succeeded, failed or cancelled)."""
 

@@ -34,11 +34,7 @@ def test_an_agent_killed_during_a_job_and_started_again_has_it_running_again_wit
     hub: LiveHub,
 ) -> None:
     evaluation_id = hub.launch(batch_sizes=[1], repeat=200)
-    running = hub.wait(
-        lambda: (body := hub.evaluation(evaluation_id))["progress"]["done"] > 0 and body,
-        "the job to make progress",
-        60,
-    )
+    running = hub.progressing(evaluation_id)
     victim = running["host"]
     assert running["status"] == "running" and victim in hub.pool_agents
 

@@ -633,11 +633,7 @@ def test_a_message_the_broker_delivers_twice_runs_once(hub: LiveHub) -> None:
 
 def test_a_killed_agents_job_completes_on_the_other_with_exactly_one_result(hub: LiveHub) -> None:
     evaluation_id = hub.launch(batch_sizes=[1], repeat=100)
-    running = hub.wait(
-        lambda: (body := hub.evaluation(evaluation_id))["progress"]["done"] > 0 and body,
-        "the job to make progress",
-        60,
-    )
+    running = hub.progressing(evaluation_id)
     victim = running["host"]
     assert running["status"] == "running" and victim in hub.pool_agents
 
