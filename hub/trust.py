@@ -14,6 +14,7 @@ A host may run a job when both hold:
    or shared with a group they belong to), so a private model never reaches another user's
    machine because a group lends it.
 
+For an evaluation, the two are asked together by `evaluations.models.Evaluation.why_not_on`.
 Placement offers a job only hosts for which both hold (`hub.solver`); a claim is refused unless
 they hold (`evaluations.actions.claim_evaluation`), and while the job runs they are checked again
 at each report of its agent, so that access withdrawn mid-job (a member leaves, a trust is turned
@@ -36,15 +37,12 @@ def trusts(user: AbstractBaseUser | AnonymousUser, host: Host, *, named: str = "
     return hosts.filter(pk=host.pk).exists()
 
 
-def reads(host: Host, manifests: Iterable[Manifest | None]) -> bool:
+def reads(host: Host, manifests: Iterable[Manifest]) -> bool:
     """Whether the owner of `host` may read every one of `manifests` (the pool's owners, the
-    operators, run every user's jobs). A deleted manifest (None) is read by nobody."""
-    wanted = list(manifests)
-    if any(manifest is None for manifest in wanted):
-        return False
+    operators, run every user's jobs)."""
     if host.pool:
         return True
-    ids = {manifest.pk for manifest in wanted if manifest is not None}
+    ids = {manifest.pk for manifest in manifests}
     visible = (
         Manifest.objects.visible_to(host.owner).filter(pk__in=ids).values_list("pk", flat=True)
     )
@@ -66,14 +64,3 @@ def readers(hosts: Iterable[Host], manifests: Iterable[Manifest]) -> set[int]:
         if by_owner[host.owner_id]:
             able.add(host.pk)
     return able
-
-
-def may_run(
-    user: AbstractBaseUser | AnonymousUser,
-    host: Host,
-    manifests: Iterable[Manifest | None],
-    *,
-    named: str = "",
-) -> bool:
-    """Both halves of the rule: `user` trusts `host`, and its owner reads `manifests`."""
-    return trusts(user, host, named=named) and reads(host, manifests)
