@@ -1,7 +1,8 @@
-"""Models and their layers on the device's roofline: the FLOP/s each achieves against the peak
-compute and bandwidth the device reaches (`predictors.roofline`), from the multiply-adds counted
-in the graph (`predictors.flops`). A measurement, not a test; see benchmarks/README.md
-("Theoretical performance and the roofline").
+"""Models and their layers on the device's roofline: the FLOP/s each achieves against the roof
+its run stated (`predictors.roofline`: the framework's own matrix product, the processor's
+theoretical peak, a STREAM triad, each with its method), from the multiply-adds counted in the
+graph (`predictors.flops`). A measurement, not a test; see benchmarks/README.md ("Theoretical
+performance and the roofline").
 
     python benchmarks/roofline.py [--store DIR] [--device cpu|cuda] [--models a,b]
         [--frameworks onnxruntime,pytorch] [--batch-sizes 1,32] [--layer-batch-size 1]
@@ -9,8 +10,9 @@ in the graph (`predictors.flops`). A measurement, not a test; see benchmarks/REA
 
 For each model and framework: an evaluation at trace level `model` over the batch sizes gives
 the model's achieved GFLOP/s at its p50 latency and its share of the roof at its intensity
-(min(peak, bandwidth x intensity)); a second at trace level `framework` at one batch size gives
-each layer's mean duration, so the `--top` layers with the most multiply-adds are placed too.
+(min(peak, bandwidth x intensity)), on the roofline its result carries; a second at trace level
+`framework` at one batch size gives each layer's mean duration, so the `--top` layers with the
+most multiply-adds are placed too. A point above the roof is printed with its reason.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
 from predictors.flops import layer_of  # noqa: E402
 from predictors.protocol import Attr  # noqa: E402
 
-
-def _roof(roof: dict[str, Any], intensity: float) -> float:
-    return min(roof["peak_gflops_per_s"], roof["bandwidth_gb_per_s"] * intensity)
+LAYER_NOTE = (
+    "above the compute roof: the layer's count (multiply-adds by the direct formulas, no fusion) "
+    "may overstate the work its kernel did (a Winograd or FFT convolution does less), or its "
+    "span leave part of its time out"
+)
 
 
 def _intensity(macs: int, activation: int, weights: int, batch: int) -> float:
@@ -46,8 +50,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     catalog = Catalog()
     fetch = DataManager(store_dir=args.store).fetch
     dataset = catalog.find_dataset(args.dataset)
-    roof = roofline.measure(args.device)
-    report: dict[str, Any] = {"device": args.device, "roofline": roof, "models": []}
+    report: dict[str, Any] = {"device": args.device, "models": []}
     for name in args.models.split(","):
         for framework in args.frameworks.split(","):
             model = catalog.find_model(name, "*", framework)
@@ -65,6 +68,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             theoretical = whole["theoretical"]
             if not theoretical["counted"]:
                 raise SystemExit(f"{name} ({framework}): {theoretical['reason']}")
+            roof = theoretical["roofline"]
+            if not roof["measured"]:
+                raise SystemExit(f"{name} ({framework}): no roofline: {roof['reason']}")
             layers = theoretical["layers"]
             activation = sum(layer["activation_bytes"] for layer in layers)
             weights = sum(layer["weight_bytes"] for layer in layers)
@@ -77,7 +83,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "batch_size": batch,
                         "intensity": round(intensity, 2),
                         "gflops_per_s": achieved["gflops_per_s"],
-                        "of_roof": round(achieved["gflops_per_s"] / _roof(roof, intensity), 4),
+                        "of_peak": achieved["of_peak"],
+                        "of_roof": round(
+                            achieved["gflops_per_s"] / roofline.roof_at(roof, intensity), 4
+                        ),
+                        "note": achieved.get("note"),
                     }
                 )
             # Each layer's mean duration at one batch size, from a trace at level framework; on
@@ -127,6 +137,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     layer["macs"], layer["activation_bytes"], layer["weight_bytes"], batch
                 )
                 gflops = 2 * layer["macs"] * batch / mean_ns
+                note = roofline.note_above(roof, gflops, intensity)
                 placed.append(
                     {
                         "layer": layer["name"],
@@ -134,13 +145,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "intensity": round(intensity, 2),
                         "mean_us": round(mean_ns / 1e3, 1),
                         "gflops_per_s": round(gflops, 2),
-                        "of_roof": round(gflops / _roof(roof, intensity), 4),
+                        "of_roof": round(gflops / roofline.roof_at(roof, intensity), 4),
+                        # A layer's own point: its count may overstate its kernel's work.
+                        "note": note and note.replace(roofline.COUNT_NOTE, LAYER_NOTE),
                     }
                 )
             report["models"].append(
                 {
                     "model": name,
                     "framework": framework,
+                    "roofline": roof,
                     "macs": theoretical["macs"],
                     "params": theoretical["params"],
                     "batch_sizes": rows,
@@ -153,21 +167,50 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    roof = report["roofline"]
-    lines = [
-        f"Roofline of {report['device']}: peak {roof['peak_gflops_per_s']} GFLOP/s, bandwidth "
-        f"{roof['bandwidth_gb_per_s']} GB/s, ridge {roof['ridge_flop_per_byte']} FLOP/byte "
-        f"({roof['method']})",
+    lines = [f"Peaks of {report['device']} per framework, as its runs stated them:", ""]
+    seen: set[str] = set()
+    for model in report["models"]:
+        roof = model["roofline"]
+        if model["framework"] in seen:
+            continue
+        seen.add(model["framework"])
+        peaks = roof["peaks"]
+        lines.append(f"- {model['framework']}:")
+        for name, key, unit, found in (
+            ("measured", "gflops", "GFLOP/s", peaks["measured"]),
+            ("theoretical", "gflops", "GFLOP/s", peaks["theoretical"]),
+            ("bandwidth", "gb_per_s", "GB/s", roof["bandwidth"]),
+        ):
+            value = found.get(key)
+            lines.append(
+                f"  - {name}: {value} {unit}: {found['method']}"
+                if value
+                else f"  - {name}: unknown: {found['reason']}"
+            )
+    lines += [
         "",
-        "| model | framework | GMACs | batch | FLOP/byte | GFLOP/s | of the roof |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "Each run's roof is its framework's measured peak unless one of its points passed it "
+        "(then the theoretical peak, or the best point, flagged).",
     ]
+    lines += [
+        "",
+        "| model | framework | roof GFLOP/s | GMACs | batch | FLOP/byte | GFLOP/s | of the peak "
+        "| of the roof |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    notes: list[str] = []
     for model in report["models"]:
         for row in model["batch_sizes"]:
+            mark = ""
+            if row["note"]:
+                notes.append(row["note"])
+                mark = f" [{len(notes)}]"
+            roof = model["roofline"]
             lines.append(
-                f"| {model['model']} | {model['framework']} | {model['macs'] / 1e9:.3f} | "
+                f"| {model['model']} | {model['framework']} | {roof['peak_gflops_per_s']} "
+                f"({roof['roof']['source']}) | {model['macs'] / 1e9:.3f} | "
                 f"{row['batch_size']} | {row['intensity']} | {row['gflops_per_s']} | "
-                f"{100 * row['of_roof']:.1f} % |"
+                f"{100 * row['of_peak']:.1f} % | {100 * row['of_roof']:.1f} %{mark} |"
             )
     lines += [
         "",
@@ -176,12 +219,18 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for model in report["models"]:
         for layer in model["layers"]:
+            mark = ""
+            if layer["note"]:
+                notes.append(layer["note"])
+                mark = f" [{len(notes)}]"
             lines.append(
                 f"| {model['model']} | {model['framework']} | {layer['layer']} "
                 f"({model['layers_at_batch_size']}) | {layer['macs'] / 1e6:.1f} | "
                 f"{layer['intensity']} | {layer['mean_us']} | {layer['gflops_per_s']} | "
-                f"{100 * layer['of_roof']:.1f} % |"
+                f"{100 * layer['of_roof']:.1f} %{mark} |"
             )
+    if notes:
+        lines += ["", "Above the roof:"] + [f"[{i}] {note}" for i, note in enumerate(notes, 1)]
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -29,12 +30,13 @@ from django.utils import timezone
 
 from evaluations import events, leaderboards, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
-from evaluations.models import BatchResult, Evaluation, Result, StatusChange
+from evaluations.models import BatchResult, Evaluation, LatencySamples, Result, StatusChange
 from hub import actions as hub_actions
 from hub import solver
 from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
+from predictors import statistics
 from predictors.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.labels import is_untrained
 from predictors.labels import mismatch as label_mismatch
@@ -570,6 +572,17 @@ def _accuracy_words(result: Result, task: str) -> str:
     return f"top-1 {result.top1:.2%}{top5} on {result.count} inputs"
 
 
+def _latency_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A batch size's latency columns: computed here by the statistics layer from the samples
+    when the agent sent them (the figures it sent beside them are not trusted), else as sent
+    (an agent that keeps no samples: no interval)."""
+    samples = entry.get("samples_ms")
+    if samples is not None:
+        entry = statistics.latency(np.asarray(samples, dtype=np.float64) * 1e6)
+    names = BatchResult.LATENCY_FIELDS + BatchResult.INTERVAL_FIELDS
+    return {name: entry.get(name) for name in names} | {"count": entry["count"]}
+
+
 def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path: str) -> Result:
     """The Result and its rows, one per batch size."""
     accuracy = upload.accuracy
@@ -603,11 +616,17 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
             result=result,
             evaluation=evaluation,
             batch_size=int(size),
-            count=entry["count"],
             throughput_ips=upload.throughput[size],
-            **{name: entry[name] for name in BatchResult.LATENCY_FIELDS},
+            **_latency_fields(entry),
         )
         for size, entry in upload.latency.items()
+    )
+    LatencySamples.objects.bulk_create(
+        LatencySamples(
+            batch_result=row, samples_ms=upload.latency[str(row.batch_size)]["samples_ms"]
+        )
+        for row in rows
+        if upload.latency[str(row.batch_size)].get("samples_ms") is not None
     )
     result.summarize(rows)
     result.configuration = leaderboards.configuration_of(evaluation, result)
@@ -615,6 +634,8 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
     result.save(
         update_fields=[
             "p50_ms_at_1",
+            "p50_low_ms_at_1",
+            "p50_high_ms_at_1",
             "p99_ms_at_1",
             "best_throughput_ips",
             "best_batch_size",

@@ -12,12 +12,14 @@ for the API (`GET /api/v1/compare/`) and the page (`/compare/`).
   class's probability. The distributions are the stored top-k classes of each input; where
   top-k does not cover every class, the rest of the probability mass is spread evenly over the
   classes not stored (`distributions` says which: "exact" or "estimated from the top k").
-- **Latency and throughput** per batch size: mean, p50, p99, a 95 % confidence interval of the
-  mean from the batches' spread (±1.96·std/√batches), the ratio and difference to the baseline,
-  and whether the difference is within noise (the two intervals overlap).
+- **Latency and throughput** per batch size: the median with its interval, p90, p99 and the
+  mean (labelled), and against the baseline the ratio of the medians with its bootstrap
+  interval, the Mann–Whitney U test and a verdict: faster, slower or no detectable
+  difference (`predictors.statistics.difference`).
 - **Per layer**, from the traces' per-layer aggregates: layers matched by name within one
   framework, across frameworks by op type and order (best effort; `layers.matched_by` says
-  which); time per layer and its ratio to the baseline; kernels per layer where the traces
+  which); each layer's median time with its interval, the ratio of the medians to the
+  baseline's and the verdict of the same test on the layer's spans; kernels per layer where the traces
   hold them, and the kernels added, removed, faster and slower across the whole trace.
 - **Across systems**: when the evaluations ran one model, framework and dataset on different
   hosts, the latency per batch size normalised to the baseline's host.
@@ -25,7 +27,6 @@ for the API (`GET /api/v1/compare/`) and the page (`/compare/`).
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 
 from evaluations.models import Evaluation
@@ -40,6 +42,7 @@ from hub import storage
 from hub.errors import Invalid, NotFound
 from hub.models import Manifest
 from predictors import manifests as spec
+from predictors import statistics
 
 MIN_EVALUATIONS = 2
 MAX_EVALUATIONS = 8
@@ -47,7 +50,10 @@ MAX_EVALUATIONS = 8
 DISAGREEMENTS_SHOWN = 50
 # The divergences are computed over at most this many inputs (the first ones of the split).
 DIVERGENCE_INPUTS = 200_000
-Z_95 = 1.959964
+# Per layer, a comparison tests every matched layer: a coarser bootstrap (resamples, and the
+# spans of a layer it draws from) keeps a page of a deep model quick.
+LAYER_RESAMPLES = 400
+LAYER_SAMPLES = 400
 
 
 def parse_ids(raw: str | None) -> list[uuid.UUID]:
@@ -83,7 +89,7 @@ def load(
         for evaluation in Evaluation.objects.visible_to(user)
         .filter(pk__in=ids)
         .select_related("result", "result__image", "host", "model", "dataset")
-        .prefetch_related("result__batch_results")
+        .prefetch_related("result__batch_results__samples")
     }
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:
@@ -102,8 +108,28 @@ def load(
     return ordered
 
 
-def compare(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[str, Any]:
-    """The comparison of `evaluations` (the first is the baseline)."""
+def parse_noise(raw: str | None) -> float:
+    """`?noise=` (per cent, 0 to 50; "2" or "2%") → the share below which a difference of the
+    medians is reported as noise; the statistics layer's default when absent."""
+    if raw is None:
+        return statistics.NOISE
+    text = str(raw).strip().removesuffix("%").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise Invalid(
+            f"noise must be a percentage from 0 to 50; got {raw[:40]!r}", path="noise"
+        ) from None
+    if not 0 <= value <= 50:
+        raise Invalid(f"noise must be a percentage from 0 to 50; got {raw[:40]!r}", path="noise")
+    return value / 100
+
+
+def compare(
+    evaluations: list[Evaluation], *, show_all: bool = False, noise: float = statistics.NOISE
+) -> dict[str, Any]:
+    """The comparison of `evaluations` (the first is the baseline); differences of the medians
+    smaller than `noise` (a share) are reported as noise."""
     return {
         "baseline": str(evaluations[0].pk),
         # The baseline's task: what its two accuracy columns (top1, top5) hold.
@@ -111,8 +137,8 @@ def compare(evaluations: list[Evaluation], *, show_all: bool = False) -> dict[st
         "evaluations": [_summary(evaluation) for evaluation in evaluations],
         "differs": differences(evaluations, show_all=show_all),
         "accuracy": accuracy(evaluations),
-        "latency": latency(evaluations),
-        "layers": layers(evaluations),
+        "latency": latency(evaluations, noise),
+        "layers": layers(evaluations, noise),
         "systems": systems(evaluations),
         "theoretical": theoretical(evaluations),
     }
@@ -145,16 +171,23 @@ def theoretical(evaluations: list[Evaluation]) -> dict[str, Any]:
                 "params": counted.get("params"),
                 "framework": counted.get("framework"),
                 "peak_gflops_per_s": peak,
+                # Which peak the roof is (`predictors.roofline.place`) and why.
+                "peak_why": (roof.get("roof") or {}).get("why") if peak else None,
                 "bandwidth_gb_per_s": roof.get("bandwidth_gb_per_s") if peak else None,
                 "achieved": [
                     {
                         "batch_size": a.get("batch_size"),
                         "gflops_per_s": a.get("gflops_per_s"),
-                        "of_peak": (
+                        # The share the run stored (at most 1, the roof holding every point);
+                        # a result from before it did, against its peak.
+                        "of_peak": a.get("of_peak")
+                        if isinstance(a.get("of_peak"), int | float)
+                        else (
                             a["gflops_per_s"] / peak
                             if peak and isinstance(a.get("gflops_per_s"), int | float)
                             else None
                         ),
+                        "note": a.get("note"),
                     }
                     for a in achieved
                 ],
@@ -440,6 +473,9 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
     # nothing there: only the values' differences are compared).
     task = base.dataset.task if base.dataset is not None else ""
     independent = task in ("multi_label_classification", "regression")
+    # Tasks whose top-1 is the share of inputs whose best class is their label: an interval
+    # of that share, and a per-input test of two models on the same inputs.
+    shares = task in PROPORTION_TASKS
     top_ks = [int(e.result.top_k) for e in evaluations if hasattr(e, "result")]
     exact = bool(count) and bool(top_ks) and min(top_ks) >= count
     rows = []
@@ -464,6 +500,10 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
             "js_mean": None,
             "js_max": None,
             "max_abs_difference": None,
+            "top1_interval": statistics.proportion(round(result.top1 * result.count), result.count)
+            if shares and result and result.top1 is not None and result.count
+            else None,
+            "paired": None,
         }
         base_predicted = loaded[0]
         if predicted is not None and base_predicted is not None:
@@ -475,6 +515,8 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
                 disagreeing.update(int(i) for i in differ[: DISAGREEMENTS_SHOWN * 4])
                 row["agreement"] = float(1.0 - len(differ) / n)
                 row["disagreeing_inputs"] = int(len(differ))
+                if shares and evaluation is not base:
+                    row["paired"] = _paired(base_predicted, predicted, n)
                 if detector:
                     # Scores of detections are no distribution over the classes.
                     rows.append(row)
@@ -502,6 +544,8 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
         rows.append(row)
     return {
         "rows": rows,
+        "interval": statistics.ACCURACY_INTERVAL,
+        "test": statistics.ACCURACY_TEST,
         "distributions": "none: a detector's scores are no distribution over the classes; the "
         "agreement compares each image's best detection"
         if detector
@@ -515,6 +559,27 @@ def accuracy(evaluations: list[Evaluation]) -> dict[str, Any]:
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",
         "disagreements": _disagreements(evaluations, loaded, sorted(disagreeing)),
     }
+
+
+PROPORTION_TASKS = ("image_classification", "sequence_labelling")
+# The inputs listed as right in one evaluation and wrong in the other, at most.
+PAIRED_SHOWN = 50
+
+
+def _paired(base: Any, other: Any, n: int) -> dict[str, Any] | None:
+    """The exact McNemar test of `other` against the baseline on their first `n` inputs (the
+    best class against the label), with the inputs only one of them gets right."""
+    labels = base[0][:n]
+    if not np.array_equal(labels, other[0][:n]) or (labels < 0).any():
+        return None
+    base_right = base[1][:n, 0] == labels
+    other_right = other[1][:n, 0] == labels
+    paired = statistics.paired_accuracy(base_right, other_right)
+    paired["only_baseline_inputs"] = np.flatnonzero(base_right & ~other_right)[
+        :PAIRED_SHOWN
+    ].tolist()
+    paired["only_other_inputs"] = np.flatnonzero(other_right & ~base_right)[:PAIRED_SHOWN].tolist()
+    return paired
 
 
 def _disagreements(
@@ -554,12 +619,19 @@ def _disagreements(
 # -- Latency ---------------------------------------------------------------------------------
 
 
-def _interval(mean: float, std: float, count: int) -> float:
-    """The half-width of the 95 % confidence interval of a mean of `count` batches."""
-    return Z_95 * std / math.sqrt(count) if count > 1 else float("inf")
+def _samples(row: Any) -> list[float] | None:
+    try:
+        return list(row.samples.samples_ms)
+    except ObjectDoesNotExist:
+        return None
 
 
-def latency(evaluations: list[Evaluation]) -> dict[str, Any]:
+def latency(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> dict[str, Any]:
+    """Per batch size, each evaluation's median with its interval (the statistics layer's
+    summary of its row) and, after the baseline, the difference from it: the ratio of the
+    medians with its bootstrap interval, the Mann–Whitney U test and the verdict
+    (`predictors.statistics.difference`). A result stored without its samples gets the ratio
+    of its medians and no verdict."""
     by_size: dict[int, list[Any]] = {}
     for position, evaluation in enumerate(evaluations):
         result = getattr(evaluation, "result", None)
@@ -569,38 +641,46 @@ def latency(evaluations: list[Evaluation]) -> dict[str, Any]:
     for size in sorted(by_size):
         cells: list[dict[str, Any] | None] = []
         base = by_size[size][0]
-        for row in by_size[size]:
+        base_samples = _samples(base) if base is not None else None
+        for position, row in enumerate(by_size[size]):
             if row is None:
                 cells.append(None)
                 continue
-            half = _interval(row.mean_ms, row.std_ms, row.count)
             cell: dict[str, Any] = {
-                "mean_ms": row.mean_ms,
-                "p50_ms": row.p50_ms,
-                "p99_ms": row.p99_ms,
-                "std_ms": row.std_ms,
+                **row.latency,
                 "batches": row.count,
-                "ci95_ms": None if math.isinf(half) else half,
                 "throughput_ips": row.throughput_ips,
                 "ratio": None,
-                "delta_ms": None,
                 "throughput_ratio": None,
-                "within_noise": None,
+                "difference": None,
+                "verdict": None,
             }
-            if base is not None and base.mean_ms > 0:
-                base_half = _interval(base.mean_ms, base.std_ms, base.count)
-                delta = row.mean_ms - base.mean_ms
-                cell.update(
-                    ratio=row.mean_ms / base.mean_ms,
-                    delta_ms=delta,
-                    throughput_ratio=row.throughput_ips / base.throughput_ips
-                    if base.throughput_ips
-                    else None,
-                    within_noise=abs(delta) <= half + base_half,
+            if position and base is not None and base.p50_ms > 0 and row.p50_ms > 0:
+                cell["ratio"] = row.p50_ms / base.p50_ms
+                cell["throughput_ratio"] = (
+                    row.throughput_ips / base.throughput_ips if base.throughput_ips else None
                 )
+                samples = _samples(row)
+                if base_samples and samples and len(base_samples) > 1 and len(samples) > 1:
+                    difference = statistics.difference(base_samples, samples, noise=noise)
+                    cell["difference"] = difference.to_dict()
+                    cell["verdict"] = difference.words
+                else:
+                    cell["verdict"] = (
+                        f"×{statistics.ratio(cell['ratio'])} of the medians; no verdict: "
+                        "too few samples kept to test a difference"
+                    )
             cells.append(cell)
         sizes.append({"batch_size": size, "cells": cells})
-    return {"batch_sizes": sizes, "interval": "95 % CI of the mean: ±1.96·std/√batches"}
+    return {
+        "batch_sizes": sizes,
+        "headline": "median latency per batch",
+        "interval": statistics.MEDIAN_INTERVAL,
+        "noise": noise,
+        "test": f"{statistics.LATENCY_TEST} on the timed batches; {statistics.RATIO_INTERVAL}; "
+        f"a difference is called only when the test rejects at {statistics.ALPHA:g} and the "
+        f"whole interval lies beyond ±{noise:.0%} (run-to-run noise)",
+    }
 
 
 # -- Per layer -------------------------------------------------------------------------------
@@ -616,6 +696,12 @@ def _layer_rows(evaluation: Evaluation) -> list[Any]:
     return list(trace_aggregates.aggregates(trace))
 
 
+def _layer_samples(evaluation: Evaluation, size: int | None) -> dict[str, np.ndarray]:
+    from traces import aggregates as trace_aggregates
+
+    return trace_aggregates.layer_samples(evaluation.trace_id, "framework", size)
+
+
 def _layer_batch_size(per_layer: list[list[Any]]) -> int | None:
     """The batch size the layers are compared at: the smallest that every evaluation with
     layers traced, else the baseline's smallest (None: its layer spans carry no batch size)."""
@@ -628,7 +714,7 @@ def _layer_batch_size(per_layer: list[list[Any]]) -> int | None:
     return None
 
 
-def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
+def layers(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> dict[str, Any]:
     """Layers matched across the evaluations at one batch size, with their time and ratio to
     the baseline, the kernels inside each, and which kernels differ."""
     every = [_layer_rows(evaluation) for evaluation in evaluations]
@@ -645,6 +731,7 @@ def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
     size = _layer_batch_size(per_layer)
     per_layer = [[r for r in rows if r.batch_size == size] for rows in per_layer]
     same_framework = len({e.framework for e in evaluations}) == 1
+    samples = [_layer_samples(evaluation, size) for evaluation in evaluations]
     rows: list[dict[str, Any]] = []
     if same_framework:
         matched_by = "name"
@@ -652,7 +739,11 @@ def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
         for row in sorted(
             per_layer[0], key=lambda r: (r.layer_index is None, r.layer_index, r.name)
         ):
-            rows.append(_layer_row(row.name, row.op_type, [found.get(row.name) for found in index]))
+            rows.append(
+                _layer_row(
+                    row.name, row.op_type, [found.get(row.name) for found in index], samples, noise
+                )
+            )
     else:
         matched_by = "op type and order"
         ordered = [
@@ -666,7 +757,7 @@ def layers(evaluations: list[Evaluation]) -> dict[str, Any]:
             for queue in queues[1:]:
                 items = queue.get(op) or []
                 cells.append(items.pop(0) if items else None)
-            rows.append(_layer_row(row.name, row.op_type, cells))
+            rows.append(_layer_row(row.name, row.op_type, cells, samples, noise))
     kernel_sets = [
         {
             r.name: r
@@ -721,18 +812,71 @@ def _by_op_type(rows: list[Any]) -> dict[str, list[Any]]:
     return queues
 
 
-def _layer_row(name: str, op_type: str | None, cells: list[Any]) -> dict[str, Any]:
-    base = cells[0]
+def _layer_row(
+    name: str,
+    op_type: str | None,
+    cells: list[Any],
+    samples: list[dict[str, np.ndarray]],
+    noise: float,
+) -> dict[str, Any]:
+    """A matched layer: each evaluation's median time with its interval, and after the
+    baseline the ratio of the medians and the verdict of the statistics layer on the layer's
+    spans (`predictors.statistics.difference`)."""
+    found = [
+        samples[position].get(cell.name) if cell is not None else None
+        for position, cell in enumerate(cells)
+    ]
+    medians: list[float | None] = []
+    intervals: list[list[float] | None] = []
+    for cell, durations in zip(cells, found, strict=True):
+        if cell is None:
+            medians.append(None)
+            intervals.append(None)
+            continue
+        if durations is not None and len(durations):
+            summary = statistics.latency(durations)
+            medians.append(summary["p50_ms"])
+            low, high = summary["p50_low_ms"], summary["p50_high_ms"]
+            intervals.append([low, high] if low is not None and high is not None else None)
+        else:
+            medians.append(cell.p50_ns / 1e6)
+            intervals.append(None)
+    verdicts: list[str | None] = [None]
+    for durations in found[1:]:
+        base_durations = found[0]
+        if (
+            base_durations is None
+            or durations is None
+            or len(base_durations) < 2
+            or len(durations) < 2
+            or np.median(base_durations) <= 0
+            or np.median(durations) <= 0
+        ):
+            verdicts.append(None)
+            continue
+        verdicts.append(
+            statistics.difference(
+                base_durations,
+                durations,
+                noise=noise,
+                resamples=LAYER_RESAMPLES,
+                most=LAYER_SAMPLES,
+            ).verdict
+        )
+    base_median = medians[0]
     return {
         "name": name,
         "op_type": op_type,
         "names": [cell.name if cell is not None else None for cell in cells],
+        "p50_ms": medians,
+        "p50_interval_ms": intervals,
         "mean_ms": [cell.mean_ns / 1e6 if cell is not None else None for cell in cells],
         "count": [cell.count if cell is not None else None for cell in cells],
         "ratio": [
-            (cell.mean_ns / base.mean_ns) if cell is not None and base and base.mean_ns else None
-            for cell in cells
+            median / base_median if median is not None and base_median else None
+            for median in medians
         ],
+        "verdict": verdicts,
         # The kernels run inside the layer: [count, total ns], or None (none traced).
         "kernels": [
             [cell.kernel_count, cell.kernel_total_ns]

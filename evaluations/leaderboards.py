@@ -237,6 +237,8 @@ def _row(item: Evaluation, agreeing: int) -> dict[str, Any]:
         "top1": result.top1,
         "top5": result.top5,
         "p50_ms": result.p50_ms_at_1,
+        "p50_low_ms": result.p50_low_ms_at_1,
+        "p50_high_ms": result.p50_high_ms_at_1,
         "p99_ms": result.p99_ms_at_1,
         "throughput": result.best_throughput_ips,
         "throughput_batch_size": result.best_batch_size,

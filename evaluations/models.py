@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
@@ -18,6 +19,7 @@ from django.db.models import Q
 
 from hub import trust
 from hub.models import ContainerImage, Host, Manifest
+from predictors import statistics
 
 
 def new_trace_id() -> str:
@@ -232,6 +234,9 @@ class Result(models.Model):
     # What the leaderboards show and sort by: the latency at batch size 1 (null when it was not
     # measured), and the best throughput with its batch size.
     p50_ms_at_1 = models.FloatField(null=True, blank=True, db_index=True)
+    # The interval of that median (None: not bounded, or no samples kept).
+    p50_low_ms_at_1 = models.FloatField(null=True, blank=True)
+    p50_high_ms_at_1 = models.FloatField(null=True, blank=True)
     p99_ms_at_1 = models.FloatField(null=True, blank=True)
     best_throughput_ips = models.FloatField(null=True, blank=True, db_index=True)
     best_batch_size = models.PositiveIntegerField(null=True, blank=True)
@@ -265,14 +270,17 @@ class Result(models.Model):
         """Set the leaderboard columns from the result's rows."""
         at_1 = next((row for row in rows if row.batch_size == 1), None)
         self.p50_ms_at_1 = at_1.p50_ms if at_1 else None
+        self.p50_low_ms_at_1 = at_1.p50_low_ms if at_1 else None
+        self.p50_high_ms_at_1 = at_1.p50_high_ms if at_1 else None
         self.p99_ms_at_1 = at_1.p99_ms if at_1 else None
         best = max(rows, key=lambda row: (row.throughput_ips, -row.batch_size), default=None)
         self.best_throughput_ips = best.throughput_ips if best else None
         self.best_batch_size = best.batch_size if best else None
 
     @property
-    def latency(self) -> dict[str, dict[str, float | int]]:
-        """{"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}"""
+    def latency(self) -> dict[str, dict[str, Any]]:
+        """{"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms, std_ms,
+        p50_low_ms, p50_high_ms, p90_bounded, p99_bounded, count}}"""
         return {str(row.batch_size): row.latency for row in self.batch_results.all()}
 
     @property
@@ -286,6 +294,9 @@ class BatchResult(models.Model):
     compare on."""
 
     LATENCY_FIELDS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+    # What `predictors.statistics.latency` adds: the median's interval and whether the samples
+    # bound p90 and p99 (None: a result stored without its samples).
+    INTERVAL_FIELDS = ("p50_low_ms", "p50_high_ms", "p90_bounded", "p99_bounded")
 
     result = models.ForeignKey(Result, on_delete=models.CASCADE, related_name="batch_results")
     evaluation = models.ForeignKey(
@@ -299,6 +310,10 @@ class BatchResult(models.Model):
     min_ms = models.FloatField()
     max_ms = models.FloatField()
     std_ms = models.FloatField()
+    p50_low_ms = models.FloatField(null=True, blank=True)
+    p50_high_ms = models.FloatField(null=True, blank=True)
+    p90_bounded = models.BooleanField(null=True, blank=True)
+    p99_bounded = models.BooleanField(null=True, blank=True)
     # The batches the latency statistics cover.
     count = models.PositiveIntegerField()
     throughput_ips = models.FloatField()
@@ -319,5 +334,25 @@ class BatchResult(models.Model):
         return f"batch size {self.batch_size} of {self.evaluation_id}"
 
     @property
-    def latency(self) -> dict[str, float | int]:
-        return {**{name: getattr(self, name) for name in self.LATENCY_FIELDS}, "count": self.count}
+    def latency(self) -> dict[str, Any]:
+        """The row's figures and, in `text`, each as every surface prints it (the statistics
+        layer's rounding rule)."""
+        values: dict[str, Any] = {
+            **{name: getattr(self, name) for name in self.LATENCY_FIELDS + self.INTERVAL_FIELDS},
+            "count": self.count,
+        }
+        return values | {"text": statistics.latency_text(values)}
+
+
+class LatencySamples(models.Model):
+    """Each timed batch's latency (ms, in the order timed) of one batch size of a result: what
+    a comparison tests a difference on. Apart from `BatchResult` so that listings never load
+    them. Results stored before samples were kept have none."""
+
+    batch_result = models.OneToOneField(
+        BatchResult, on_delete=models.CASCADE, related_name="samples"
+    )
+    samples_ms = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"samples of {self.batch_result}"

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
 from hub.models import SCOPES
+from predictors.protocol import JOB_DEFAULTS, parse_share
 
 SCOPE_MEANINGS = {
     "read": "read manifests, datasets, hosts and your tokens",
@@ -139,7 +140,7 @@ class LaunchForm(forms.Form):
     )
     dataset = forms.ChoiceField(label="Dataset")
     dataset_version = forms.CharField(label="Dataset version", required=False, initial="*")
-    split = forms.CharField(label="Split", required=False, initial="validation")
+    split = forms.CharField(label="Split", required=False, initial=JOB_DEFAULTS["split"])
     limit = forms.CharField(
         label="Limit",
         required=False,
@@ -180,19 +181,42 @@ class LaunchForm(forms.Form):
     )
     batch_sizes = forms.CharField(
         label="Batch sizes",
-        initial="1",
+        initial=", ".join(str(size) for size in JOB_DEFAULTS["batch_sizes"]),
         required=False,
         help_text="Comma-separated, e.g. 1, 8, 32: the inputs are run at each.",
     )
-    trace_level = forms.ChoiceField(label="Trace level", initial="model")
+    trace_level = forms.ChoiceField(label="Trace level", initial=JOB_DEFAULTS["trace_level"])
     warmup = forms.CharField(
-        label="Warm-up batches", required=False, initial="1", widget=forms.NumberInput({"min": 0})
+        label="Warm-up batches",
+        required=False,
+        initial=str(JOB_DEFAULTS["warmup"]),
+        widget=forms.NumberInput({"min": 0}),
+        help_text="0 with a cold start.",
     )
     repeat = forms.CharField(
-        label="Repetitions", required=False, initial="1", widget=forms.NumberInput({"min": 1})
+        label="Repetitions",
+        required=False,
+        initial=str(JOB_DEFAULTS["repeat"]),
+        widget=forms.NumberInput({"min": 1}),
     )
     seed = forms.CharField(
-        label="Seed", required=False, initial="0", widget=forms.NumberInput({"min": 0})
+        label="Seed",
+        required=False,
+        initial=str(JOB_DEFAULTS["seed"]),
+        widget=forms.NumberInput({"min": 0}),
+    )
+    target_ci = forms.CharField(
+        label="Target interval",
+        required=False,
+        help_text="Past the repetitions, time each batch size until the median's 95 % "
+        "interval is within ± this share of it: 2% or 0.02. Empty: the repetitions only.",
+    )
+    target_ci_seconds = forms.CharField(
+        label="Time bound (s)",
+        required=False,
+        initial=f"{JOB_DEFAULTS['target_ci_seconds']:g}",
+        widget=forms.NumberInput({"min": 0.1, "step": "any"}),
+        help_text="With a target interval: the longest a batch size is timed for it.",
     )
     threads = forms.CharField(
         label="Threads",
@@ -218,7 +242,7 @@ class LaunchForm(forms.Form):
     )
     scenario = forms.ChoiceField(
         label="Scenario",
-        initial="fixed",
+        initial=JOB_DEFAULTS["scenario"],
         required=False,
         choices=[
             ("fixed", "Fixed batches only"),
@@ -231,7 +255,7 @@ class LaunchForm(forms.Form):
     )
     loadgen_mode = forms.ChoiceField(
         label="LoadGen mode",
-        initial="performance",
+        initial=JOB_DEFAULTS["loadgen_mode"],
         required=False,
         choices=[("performance", "Performance"), ("accuracy", "Accuracy (every sample once)")],
     )
@@ -254,15 +278,15 @@ class LaunchForm(forms.Form):
         help_text="MultiStream (default 8).",
     )
     min_duration_ms = forms.CharField(
-        label="Minimum duration (ms)", required=False, initial="1000",
-        widget=forms.NumberInput({"min": 100}),
+        label="Minimum duration (ms)", required=False,
+        initial=str(JOB_DEFAULTS["min_duration_ms"]), widget=forms.NumberInput({"min": 100}),
     )  # fmt: skip
     min_query_count = forms.CharField(
-        label="Minimum queries", required=False, initial="100",
-        widget=forms.NumberInput({"min": 1}),
+        label="Minimum queries", required=False,
+        initial=str(JOB_DEFAULTS["min_query_count"]), widget=forms.NumberInput({"min": 1}),
     )  # fmt: skip
     find_peak_qps = forms.BooleanField(
-        label="Search for the highest QPS whose p99 stays under the bound (Server)",
+        label="Search for the highest QPS LoadGen judges VALID under the bound (Server)",
         required=False,
     )
     overrides = forms.CharField(
@@ -293,14 +317,30 @@ class LaunchForm(forms.Form):
         self.fields["dataset"].choices = datasets  # type: ignore[attr-defined]
         self.fields["trace_level"].choices = trace_levels  # type: ignore[attr-defined]
 
+    def clean_target_ci(self) -> str | float:
+        """A share as written, 2% or 0.02, as the API's number (its range is the API's to
+        check); empty for none."""
+        text = str(self.cleaned_data.get("target_ci") or "").strip()
+        if not text:
+            return ""
+        try:
+            return parse_share(text)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
     def request(self) -> dict[str, Any]:
         """The API request the fields spell: empty fields are left out, so that the API's
-        defaults apply."""
+        defaults apply (`predictors.protocol.JOB_DEFAULTS`, the fields' initial values)."""
         data = self.cleaned_data
         request: dict[str, Any] = {}
         for name, value in data.items():
             if name == "nonce":
                 continue
+            if name == "warmup" and data.get("cold_start") and "warmup" not in self.changed_data:
+                continue  # left as shown: a cold start's warm-up is none
+            if name == "target_ci_seconds" and not data.get("target_ci"):
+                if "target_ci_seconds" not in self.changed_data:
+                    continue  # left as shown, and nothing to bound
             if name in ("cold_start", "allow_label_mismatch", "latency_only"):
                 request[name] = bool(value)
             elif name == "find_peak_qps":

@@ -234,6 +234,8 @@ ARTIFACT_ROOT.mkdir(parents=True, exist_ok=True)
 MANIFEST_MAX_BYTES = envint("MANIFEST_MAX_BYTES", 256 * 1024, minimum=1024)
 # Model files travel in multipart uploads and are streamed to disk, never held in memory.
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
+# The largest result an agent may post (JSON: every input's predictions, every timed batch).
+RESULT_MAX_BYTES = envint("RESULT_MAX_BYTES", 256 * 1024**2, minimum=1024 * 1024)
 # One OTLP/HTTP trace export (POST /v1/traces), after any gzip is undone.
 TRACE_MAX_BYTES = envint("TRACE_MAX_BYTES", 16 * 1024**2, minimum=1024)
 # Processes that store OTLP exports beside daphne's (traces.api.processes): one per core, up to

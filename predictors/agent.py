@@ -216,8 +216,9 @@ class Agent:
             "frameworks": frameworks,
             "devices": ["cpu"] + [f"gpu:{gpu['index']}" for gpu in stack["gpus"]],
             "hardware": {key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")}
-            # The host's roofline, measured once (`predictors.roofline`): the CPU's, and the
-            # first GPU's where one is.
+            # The host's roofline, measured once (`predictors.roofline`): the CPU's (numpy's
+            # BLAS, the processor's theoretical peak, a STREAM triad), and the first GPU's
+            # where one is. Each evaluation measures its own framework's (its result's).
             | {
                 "roofline": {
                     device: roofline.measure(device)
@@ -754,8 +755,20 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
         },
         content_hash=report["model"]["content_hash"],
         stack=introspection.stack([report["framework"]["name"]]),
-        details=report | {"trace_level_requested": job.options.trace_level},
+        # The samples travel once, in `latency`, where the hub summarises them itself.
+        details=report
+        | {
+            "batch_sizes": [
+                entry | {"latency": _without_samples(entry["latency"])}
+                for entry in report["batch_sizes"]
+            ],
+            "trace_level_requested": job.options.trace_level,
+        },
     )
+
+
+def _without_samples(latency: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in latency.items() if key != "samples_ms"}
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import datasets_cli, flops_cli, history_cli, introspection, study
+from predictors import datasets_cli, flops_cli, history_cli, introspection, statistics, study
 from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.data import DataManager
@@ -36,19 +36,22 @@ from predictors.evaluation import (
     evaluate,
     split_entry,
 )
+from predictors.evaluation.target_ci import target_ci_text
 from predictors.flops import si
 from predictors.hub_client import HubError, HubUnreachable
 from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
 from predictors.predictor import predictor_class, registered
 from predictors.protocol import (
+    JOB_DEFAULTS,
     LOADGEN_MODES,
     SCENARIOS,
     TRACE_LEVELS,
     JobOptions,
     ProtocolError,
+    default_warmup,
     device_kind,
     metrics_text,
-    scenario_problem,
+    parse_share,
 )
 from predictors.zoo.build import default_store
 
@@ -107,7 +110,10 @@ def _parser() -> _Parser:
         "--dataset-version", default="*", metavar="RANGE", help="dataset version range"
     )
     run.add_argument(
-        "--batch-sizes", default="1", metavar="N[,N...]", help="comma-separated (default: 1)"
+        "--batch-sizes",
+        default=_BATCH_SIZES,
+        metavar="N[,N...]",
+        help=f"comma-separated (default: {_BATCH_SIZES})",
     )
     run.add_argument("--limit", type=_count(1), metavar="N", help="evaluate the first N inputs")
     run.add_argument(
@@ -116,17 +122,38 @@ def _parser() -> _Parser:
     run.add_argument(
         "--warmup",
         type=_count(0),
-        default=EvaluationOptions.warmup,
+        default=None,
         metavar="N",
         help="untimed predictions before each batch size's timed ones (default: "
-        f"{EvaluationOptions.warmup})",
+        f"{JOB_DEFAULTS['warmup']}, 0 with --cold-start)",
+    )
+    run.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="time the first predictions: no warm-up (--warmup must then be left out or 0)",
     )
     run.add_argument(
         "--repeat",
         type=_count(1),
-        default=1,
+        default=JOB_DEFAULTS["repeat"],
         metavar="N",
-        help="timed passes over the inputs at each batch size (default: 1)",
+        help=f"timed passes over the inputs at each batch size (default: {JOB_DEFAULTS['repeat']})",
+    )
+    run.add_argument(
+        "--target-ci",
+        type=_share,
+        metavar="SHARE",
+        help="past the --repeat passes, time each batch size until the median's 95%% interval "
+        "is within ± SHARE of it (2%% or 0.02), or until --target-ci-seconds; the result says "
+        "which stopped it",
+    )
+    run.add_argument(
+        "--target-ci-seconds",
+        type=_positive_number,
+        default=JOB_DEFAULTS["target_ci_seconds"],
+        metavar="S",
+        help="with --target-ci: the longest a batch size is timed, counted from its first read "
+        f"(default: {JOB_DEFAULTS['target_ci_seconds']:g})",
     )
     run.add_argument(
         "--threads",
@@ -134,11 +161,13 @@ def _parser() -> _Parser:
         metavar="N",
         help="intra-op threads of every framework, inter-op 1 (default: the frameworks' own)",
     )
-    run.add_argument("--seed", type=_count(0), default=0, metavar="N", help="random seed")
+    run.add_argument(
+        "--seed", type=_count(0), default=JOB_DEFAULTS["seed"], metavar="N", help="random seed"
+    )
     run.add_argument(
         "--trace-level",
         choices=TRACE_LEVELS,
-        default="model",
+        default=JOB_DEFAULTS["trace_level"],
         help="each level adds to the ones before it: none; application: pipeline stages "
         "(load, read, preprocess, warm-up, predict, postprocess); model: one span per timed batch "
         "(default); framework: one per layer; ml_library: framework ops and kernels; "
@@ -184,7 +213,7 @@ def _parser() -> _Parser:
     loadgen.add_argument(
         "--scenario",
         choices=SCENARIOS,
-        default="fixed",
+        default=JOB_DEFAULTS["scenario"],
         help="fixed: the fixed batches alone (default); single_stream, multi_stream, server, "
         "offline: LoadGen's scenarios",
     )
@@ -204,17 +233,16 @@ def _parser() -> _Parser:
     loadgen.add_argument(
         "--min-duration-ms",
         type=_count(100),
-        default=EvaluationOptions.min_duration_ms,
+        default=JOB_DEFAULTS["min_duration_ms"],
         metavar="MS",
-        help=f"the shortest LoadGen run (default: {EvaluationOptions.min_duration_ms})",
+        help=f"the shortest LoadGen run (default: {JOB_DEFAULTS['min_duration_ms']})",
     )
     loadgen.add_argument(
         "--min-query-count",
         type=_count(1),
-        default=EvaluationOptions.min_query_count,
+        default=JOB_DEFAULTS["min_query_count"],
         metavar="N",
-        help=f"the fewest queries a LoadGen run sends (default: "
-        f"{EvaluationOptions.min_query_count})",
+        help=f"the fewest queries a LoadGen run sends (default: {JOB_DEFAULTS['min_query_count']})",
     )
     loadgen.add_argument(
         "--samples-per-query",
@@ -225,14 +253,14 @@ def _parser() -> _Parser:
     loadgen.add_argument(
         "--loadgen-mode",
         choices=LOADGEN_MODES,
-        default="performance",
+        default=JOB_DEFAULTS["loadgen_mode"],
         help="performance (default) or accuracy: every sample sent once, and scored",
     )
     loadgen.add_argument(
         "--find-peak-qps",
         action="store_true",
-        help="server: search for the highest target QPS whose p99 stays under "
-        "--latency-bound-ms, and print the curve it walked",
+        help="server: search for the highest target QPS LoadGen judges VALID (its p99 "
+        "under --latency-bound-ms), report that run and print the curve it walked",
     )
     run.add_argument("--format", choices=("table", "json"), default="table")
     run.add_argument(
@@ -292,6 +320,19 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _share(text: str) -> float:
+    """`--target-ci`: 2%, 2 % or 0.02; more than 0 and less than 1 (100 %)."""
+    try:
+        value = parse_share(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a share more than 0 and less than 100% (write e.g. 2% or 0.02)"
+        )
+    return value
+
+
 def _positive_number(text: str) -> float:
     try:
         value = float(text)
@@ -302,26 +343,37 @@ def _positive_number(text: str) -> float:
     return value
 
 
-LOADGEN_FLAGS = (
-    "scenario",
-    "target_qps",
-    "latency_bound_ms",
-    "min_duration_ms",
-    "min_query_count",
-    "samples_per_query",
-    "loadgen_mode",
-    "find_peak_qps",
-)
+# The default of --batch-sizes, as it is written.
+_BATCH_SIZES = ",".join(str(size) for size in JOB_DEFAULTS["batch_sizes"])
+
+# The flag of each job option whose flag is not named after it.
+_FLAGS = {"split": "--dataset", "overrides": "--set"}
 
 
-def _loadgen_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The LoadGen options of the command line, checked against the scenario (a flag that
-    would do nothing there is refused, naming it)."""
-    values = {name: getattr(args, name) for name in LOADGEN_FLAGS}
-    problem = scenario_problem(argparse.Namespace(**values))
-    if problem:
-        raise UsageError(f"--{problem[0].replace('_', '-')}: {problem[1]}")
-    return values
+def job_options(args: argparse.Namespace, *, overrides: bool = True) -> JobOptions:
+    """The job options the command line spells, here and with --hub alike: each flag left out
+    takes its one default (`predictors.protocol.JOB_DEFAULTS`; the warm-up, none for a cold
+    start), checked as the hub checks them. UsageError naming the flag at fault. Without
+    `overrides`, the --set items are left out (a local run checks them against the manifest
+    as it applies them)."""
+    _, split = _dataset(args.dataset)
+    given = {
+        # An option without a flag takes its default (tests/predictors/test_cli.py checks
+        # that every job option has one).
+        name: getattr(args, name, JOB_DEFAULTS[name])
+        for name in JobOptions.names()
+    }
+    given.update(
+        split=split,
+        batch_sizes=_batch_sizes(args.batch_sizes),
+        overrides=tuple(args.overrides) if overrides else (),
+        warmup=default_warmup(args.cold_start) if args.warmup is None else args.warmup,
+    )
+    try:
+        return JobOptions(**given)
+    except ProtocolError as error:
+        flag = _FLAGS.get(error.path, f"--{error.path.replace('_', '-')}")
+        raise UsageError(f"{flag}: {error.message}") from None
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:
@@ -356,7 +408,7 @@ def _dataset(text: str) -> tuple[str, str]:
     name, _, split = text.partition(":")
     if not name:
         raise UsageError(f"--dataset: {text!r} has no dataset name (write NAME[:SPLIT])")
-    return name, split or "validation"
+    return name, split or JOB_DEFAULTS["split"]
 
 
 def _dataset_manifest(catalog: Catalog, name: str, version_range: str) -> Manifest:
@@ -402,9 +454,21 @@ def _check_store(store: Path, manifests: list[Manifest], split: str) -> None:
                 )
 
 
+def local_options(args: argparse.Namespace) -> EvaluationOptions:
+    """The loop's options for `mlms evaluate` here: the job options (`job_options`) and what
+    only a local run sets (the device's index, ONNX Runtime's graph optimization). The
+    overrides are applied to the manifests before (`_override`), not again by the loop."""
+    return EvaluationOptions.from_job(
+        job_options(args, overrides=False),
+        device=args.device,
+        graph_optimization=args.graph_optimization,
+    )
+
+
 def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Find the manifests, evaluate each framework in turn, compare them; the JSON report."""
-    batch_sizes = _batch_sizes(args.batch_sizes)
+    # Every flag is checked before anything is looked up.
+    options = local_options(args)
     dataset_name, split = _dataset(args.dataset)
     catalog = Catalog(args.manifests)
     frameworks = _frameworks(args.framework, catalog, args.model, args.version)
@@ -414,21 +478,6 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     ]
     dataset = _dataset_manifest(catalog, dataset_name, args.dataset_version)
     split_entry(dataset, split)
-    options = EvaluationOptions(
-        batch_sizes=batch_sizes,
-        split=split,
-        limit=args.limit,
-        device=args.device,
-        warmup=args.warmup,
-        repeat=args.repeat,
-        threads=args.threads,
-        seed=args.seed,
-        trace_level=args.trace_level,
-        graph_optimization=args.graph_optimization,
-        allow_label_mismatch=args.allow_label_mismatch,
-        latency_only=args.latency_only,
-        **_loadgen_options(args),
-    )
     store = (args.store or default_store()).resolve()
     _check_store(store, [*models, dataset], split)
     fetch = DataManager(store_dir=store).fetch
@@ -574,10 +623,11 @@ def format_table(report: dict[str, Any]) -> str:
             "version",
             "batch",
             *scores,
-            "mean ms",
-            "p50 ms",
+            "median ms",
+            "95 % CI",
             "p90 ms",
             "p99 ms",
+            "mean ms",
             "min ms",
             "max ms",
             "std ms",
@@ -594,18 +644,20 @@ def format_table(report: dict[str, Any]) -> str:
                     str(entry["batch_size"]),
                     *_scores(entry, task),
                     *(
-                        f"{latency[key]:.3f}"
+                        text[key]
+                        for text in [statistics.latency_text(latency)]
                         for key in (
-                            "mean_ms",
-                            "p50_ms",
-                            "p90_ms",
-                            "p99_ms",
-                            "min_ms",
-                            "max_ms",
-                            "std_ms",
+                            "p50",
+                            "p50_interval",
+                            "p90",
+                            "p99",
+                            "mean",
+                            "min",
+                            "max",
+                            "std",
                         )
                     ),
-                    f"{entry['throughput_ips']:.1f}",
+                    statistics.per_second(entry["throughput_ips"]),
                 ]
             )
     out += ["", _table(rows)]
@@ -642,6 +694,7 @@ def format_table(report: dict[str, Any]) -> str:
         settings = {k: v for k, v in result["settings"].items() if v is not None}
         shown = ", ".join(f"{k} {v}" for k, v in settings.items())
         out.append(f"{result['framework']['name']}: {shown}")
+        out += _target_ci_lines(result["framework"]["name"], result["batch_sizes"])
         out += [f"note: {note}" for note in result["notes"]]
         out += [
             f"warning ({warning['code']}): {warning['message']}"
@@ -663,18 +716,43 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def format_loadgen(framework: str, loadgen: dict[str, Any]) -> list[str]:
-    """LoadGen's summary as it wrote it, the accuracy of an accuracy run, and the curve of a
-    QPS search."""
-    settings = loadgen["settings"]
-    lines = [
-        f"LoadGen {settings['scenario']} ({framework}, {settings['mode']} mode, "
-        f"{settings['samples']} samples): "
-        + {True: "VALID", False: "INVALID", None: "no performance verdict (an accuracy run)"}[
-            loadgen["valid"]
-        ],
-        loadgen["summary_text"].rstrip(),
+def _target_ci_lines(label: str, entries: list[dict[str, Any]]) -> list[str]:
+    """A line per batch size timed toward a target_ci: why its timing stopped."""
+    return [
+        f"{label}: batch size {entry['batch_size']}: "
+        + (entry["target_ci"].get("text") or target_ci_text(entry["target_ci"]))
+        for entry in entries
+        if entry.get("target_ci")
     ]
+
+
+def format_loadgen(framework: str, loadgen: dict[str, Any]) -> list[str]:
+    """LoadGen's verdict and the run it is of, why an INVALID run is, LoadGen's warnings and
+    errors apart from its notes, its summary as it wrote it, the accuracy of an accuracy run,
+    and the curve of a QPS search with the reported run marked: the verdict, target, summary
+    and marked row are all the reported run's."""
+    settings = loadgen["settings"]
+    verdict = {True: "VALID", False: "INVALID", None: "no performance verdict (an accuracy run)"}
+    heading = (
+        f"LoadGen {settings['scenario']} ({framework}, {settings['mode']} mode, "
+        f"{settings['samples']} samples): " + verdict[loadgen["valid"]]
+    )
+    if settings.get("target_qps") is not None:
+        heading += f", target {_qps(settings['target_qps'])} QPS"
+    lines = [heading]
+    reported = loadgen.get("reported")
+    search = loadgen.get("search")
+    if search and reported:
+        lines.append(f"QPS search: showing {reported['statement']}.")
+    lines += [f"INVALID: {reason}" for reason in loadgen.get("invalid_reasons") or []]
+    for problem in loadgen.get("problems") or []:
+        times = f" (x{problem['count']})" if problem["count"] > 1 else ""
+        lines.append(f"LoadGen {problem['level']} ({problem['key']}): {problem['message']}{times}")
+    notes = loadgen.get("notes")
+    if notes is None:  # a result kept before notes were read apart
+        notes = [f"Early stopping: {line}" for line in loadgen.get("early_stopping") or []]
+    lines += [f"note: {note}" for note in notes]
+    lines.append(loadgen["summary_text"].rstrip())
     accuracy = loadgen.get("accuracy")
     if accuracy:
         top5 = accuracy.get("top5")
@@ -683,27 +761,47 @@ def format_loadgen(framework: str, loadgen: dict[str, Any]) -> list[str]:
             + (f", top-5 {top5:.4f}" if isinstance(top5, float) else "")
             + f" over {accuracy['samples']} samples"
         )
-    search = loadgen.get("search")
     if search:
         peak = search["peak_qps"]
+        held = search.get("highest_held_qps")
         lines += [
             "",
             f"QPS search (p99 under {search['latency_bound_ms']} ms): "
-            + (f"peak {peak} QPS" if peak is not None else "no target QPS held the bound"),
+            + (
+                f"peak {_qps(peak)} QPS, the highest target LoadGen judged VALID"
+                if peak is not None
+                else "no run was VALID"
+            ),
         ]
-        rows = [["target QPS", "completed QPS", "p99 ms", "p99 held", "LoadGen"]]
+        if held is not None and (peak is None or held > peak):
+            above: dict[str, Any] = next(
+                (p for p in search["curve"] if p["target_qps"] == held), {}
+            )
+            why = "; ".join(above.get("invalid_reasons") or [])
+            lines.append(
+                f"The p99 also held at {_qps(held)} QPS (run {above.get('run', '?')}), a run "
+                "LoadGen judged INVALID" + (f": {why}" if why else ".")
+            )
+        rows = [["run", "target QPS", "completed QPS", "p99 ms", "p99 held", "LoadGen", "shown"]]
         for point in search["curve"]:
             rows.append(
                 [
-                    f"{point['target_qps']:g}",
+                    str(point.get("run", "")),
+                    _qps(point["target_qps"]),
                     f"{point['completed_qps']:.2f}" if point["completed_qps"] is not None else "—",
                     f"{point['p99_ms']:.3f}" if point["p99_ms"] is not None else "—",
                     "yes" if point["latency_held"] else "no",
                     {True: "VALID", False: "INVALID", None: "—"}[point["valid"]],
+                    "<- reported" if point.get("reported") else "",
                 ]
             )
         lines.append(_table(rows))
     return lines
+
+
+def _qps(value: float) -> str:
+    """A QPS as the result's statement writes it: at most three decimals, no trailing zeros."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 # -- entry point -----------------------------------------------------------------------------
@@ -737,25 +835,9 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
     frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
     if len(frameworks) != 1:
         raise UsageError("--framework: with --hub, name exactly one framework per evaluation")
-    dataset, split = _dataset(args.dataset)
-    try:
-        # The job options, checked here as the hub checks them (`predictors.protocol`).
-        options = JobOptions(
-            split=split,
-            limit=args.limit,
-            batch_sizes=_batch_sizes(args.batch_sizes),
-            warmup=args.warmup,
-            repeat=args.repeat,
-            seed=args.seed,
-            threads=args.threads,
-            trace_level=args.trace_level,
-            overrides=tuple(args.overrides),
-            allow_label_mismatch=args.allow_label_mismatch,
-            latency_only=args.latency_only,
-            **_loadgen_options(args),
-        )
-    except ProtocolError as error:
-        raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None
+    dataset, _ = _dataset(args.dataset)
+    # The job options, checked here as the hub checks them (`predictors.protocol`).
+    options = job_options(args)
     return {
         "model": args.model,
         "model_version": args.version,
@@ -825,14 +907,19 @@ def format_remote(report: dict[str, Any]) -> str:
             )
         )
         lines.append(
-            f"  {'batch':>5} {'mean ms':>9} {'p50':>9} {'p90':>9} {'p99':>9} {'inputs/s':>10}"
+            f"  {'batch':>5} {'median ms':>10} {'95 % CI':>17} {'p90':>9} {'p99':>9} "
+            f"{'mean ms':>9} {'inputs/s':>10}"
         )
         for size, stats in sorted((result.get("latency") or {}).items(), key=lambda kv: int(kv[0])):
-            throughput = (result.get("throughput") or {}).get(size, float("nan"))
+            text = statistics.latency_text(stats)
+            throughput = (result.get("throughput") or {}).get(size)
             lines.append(
-                f"  {size:>5} {stats['mean_ms']:>9.3f} {stats['p50_ms']:>9.3f} {stats['p90_ms']:>9.3f} "
-                f"{stats['p99_ms']:>9.3f} {throughput:>10.1f}"
+                f"  {size:>5} {text['p50']:>10} {text['p50_interval']:>17} {text['p90']:>9} "
+                f"{text['p99']:>9} {text['mean']:>9} {statistics.per_second(throughput):>10}"
             )
+        lines += _target_ci_lines(
+            "  target CI", (result.get("details") or {}).get("batch_sizes") or []
+        )
         loadgen = (result.get("details") or {}).get("loadgen")
         if loadgen:  # as the hub stored it
             lines += ["", *format_loadgen(str(evaluation["framework"]), loadgen)]

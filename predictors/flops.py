@@ -524,7 +524,8 @@ def theoretical(
     per_batch_size: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch)
-    and, per batch size, the FLOP/s its p50 latency achieved. A model that cannot be counted
+    and, per batch size, the FLOP/s its p50 latency achieved, at its arithmetic intensity (set
+    on the roofline by `predictors.roofline.place`). A model that cannot be counted
     says why (`counted: false`, `reason`), and the evaluation goes on."""
     if sample is None or getattr(sample, "ndim", 0) < 1:
         return {
@@ -538,16 +539,23 @@ def theoretical(
         return {"counted": False, "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a counter's library failed on this graph
         return {"counted": False, "reason": f"{type(exc).__name__}: {exc}"}
+    activation_bytes = sum(layer.activation_bytes for layer in counted.layers)
+    weight_bytes = sum(layer.weight_bytes for layer in counted.layers)
     achieved = []
     for entry in per_batch_size:
         p50 = (entry.get("latency") or {}).get("p50_ms")
         batch = int(entry.get("batch_size") or 0)
         if p50 and batch:
             flops = 2 * counted.macs * batch
+            moved = activation_bytes * batch + weight_bytes
             achieved.append(
                 {
                     "batch_size": batch,
                     "gflops_per_s": round(flops / (p50 / 1e3) / 1e9, 3),
+                    # Where it sits on a roofline: FLOPs per byte moved at the least, and those
+                    # bytes (its layers' activations for the batch, their weights once).
+                    "intensity": _rounded(flops / moved if moved and flops else None),
+                    "bytes": moved,
                 }
             )
     return {"counted": True, **counted.as_dict(), "achieved": achieved}

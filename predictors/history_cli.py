@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from predictors import statistics
 from predictors.hub_client import HubClient
 from predictors.protocol import metric_names, metric_text, metrics_text
 
@@ -114,10 +115,6 @@ def run(args: argparse.Namespace) -> str:
     return _listing(page, query.get("batch_size"))
 
 
-def _ms(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, int | float) else "-"
-
-
 def _listing(page: dict[str, Any], batch_size: str | None) -> str:
     results = page.get("results") or []
     if not results:
@@ -183,11 +180,18 @@ def _detail(evaluation: dict[str, Any]) -> str:
                 else ""
             )
         )
-        lines.append("  batch size   p50 ms   p90 ms   p99 ms   inputs/s")
+        lines.append(
+            f"  {'batch size':>10} {'median ms':>10} {'95 % CI':>17} {'p90 ms':>9} {'p99 ms':>9} "
+            f"{'mean ms':>9} {'inputs/s':>10}"
+        )
         for size in sorted(result["latency"], key=int):
-            latency = result["latency"][size]
+            # The hub's own text of each figure: one rounding rule on every surface.
+            text = result["latency"][size].get("text") or statistics.latency_text(
+                result["latency"][size]
+            )
             lines.append(
-                f"  {size:>10} {_ms(latency['p50_ms']):>8} {_ms(latency['p90_ms']):>8} "
-                f"{_ms(latency['p99_ms']):>8} {result['throughput'][size]:>10.1f}"
+                f"  {size:>10} {text['p50']:>10} {text['p50_interval']:>17} {text['p90']:>9} "
+                f"{text['p99']:>9} {text['mean']:>9} "
+                f"{statistics.per_second(result['throughput'][size]):>10}"
             )
     return "\n".join(lines)

@@ -30,6 +30,7 @@ __all__ = [
     "Predictor",
     "PredictorError",
     "PredictorOptions",
+    "StateReset",
     "predictor_class",
     "register",
     "registered",
@@ -75,6 +76,15 @@ class PredictorOptions:
     seed: int | None = None
     trace_level: str = "none"
     graph_optimization: str | None = None
+
+
+@dataclass(frozen=True)
+class StateReset:
+    """A model's own reset of the state it keeps inside itself between calls: `how` says
+    which (e.g. "the TorchScript module's reset_state()"), `reset()` does it."""
+
+    how: str
+    reset: Callable[[], None]
 
 
 class Predictor(ABC):
@@ -158,6 +168,14 @@ class Predictor(ABC):
         """After `take_layers`: what the predictor's profiler itself counted (for instance
         torch.profiler's count of GPU activities), to check the spans against. None where the
         predictor has nothing to add (the default)."""
+        return None
+
+    def state_reset(self) -> StateReset | None:
+        """The loaded model's own reset of a state it keeps inside itself between calls, where
+        its module offers one; None where it offers none (the default). The evaluation loop
+        asks for it only for a model that gives different outputs for the same input on two
+        calls (`predictors.evaluation.state`), and resets it where each call or stream must
+        start afresh."""
         return None
 
     def settings(self) -> dict[str, Any]:

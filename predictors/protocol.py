@@ -17,7 +17,8 @@ Both sides read every shared name from here:
 
 `JobOptions` is the one place a job option is written: the hub's launch request takes its
 fields (with the bounds and help given here), the claim carries them, and the agent passes them
-to the evaluation loop by name.
+to the evaluation loop by name. Each option has one default, here (`JOB_DEFAULTS`), that every
+entry point takes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "DEVICES",
     "FINISHED",
     "GPU",
+    "JOB_DEFAULTS",
     "KERNEL_LEVELS",
     "SPAN_LEVELS",
     "STATUSES",
@@ -287,6 +290,54 @@ def scenario_problem(options: Any) -> tuple[str, str] | None:
     return None
 
 
+# With `target_ci`: the longest a batch size is timed for it, by default (seconds).
+DEFAULT_TARGET_CI_SECONDS = 60.0
+
+
+def target_ci_problem(options: Any) -> tuple[str, str] | None:
+    """(option, why) where `target_ci` is not a share strictly between 0 and 1, or where
+    `target_ci_seconds` is given (other than its default) without it; None where they fit.
+    Shared by the hub's launch check, the CLI and the loop's options."""
+    target = options.target_ci
+    if target is not None:
+        if isinstance(target, bool) or not isinstance(target, int | float):
+            return "target_ci", f"must be a number; got {target!r}"
+        if not (math.isfinite(target) and 0 < target < 1):
+            return (
+                "target_ci",
+                f"must be a share more than 0 and less than 1 (0.02 is ±2 %); got {target}",
+            )
+    elif options.target_ci_seconds != DEFAULT_TARGET_CI_SECONDS:
+        return "target_ci_seconds", "applies with target_ci only (set target_ci)"
+    return None
+
+
+def cold_start_problem(options: Any) -> tuple[str, str] | None:
+    """("warmup", why) where a cold start is asked with a warm-up: a cold start times the first
+    predictions. A request that leaves warmup out gets `default_warmup(cold_start)`."""
+    if options.cold_start and options.warmup:
+        return (
+            "warmup",
+            f"a cold start runs no warm-up; leave warmup out or set it to 0; got {options.warmup}",
+        )
+    return None
+
+
+def parse_share(text: str) -> float:
+    """A share as a person writes it: `2%`, `2 %` or `0.02` (all 0.02). ValueError saying what
+    to write otherwise; the range is `target_ci_problem`'s to check."""
+    written = text.strip()
+    percent = written.endswith("%")
+    number = written[:-1].strip() if percent else written
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a share: write e.g. 2% or 0.02") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a share: write e.g. 2% or 0.02")
+    return value / 100 if percent else value
+
+
 # The longest reason a status report may give (a failure's message, with custom code's
 # traceback); `fit_reason` cuts a longer one in the middle.
 MAX_REASON = 4000
@@ -317,7 +368,13 @@ class JobOptions:
     batch_sizes: tuple[int, ...] = _option(
         (1,), "batch sizes to time, in order", minimum=1, maximum=MAX_BATCH_SIZE, max_items=16
     )
-    warmup: int = _option(1, "untimed predictions before timing", minimum=0, maximum=10000)
+    # Two: TorchScript profiles its first run and compiles an optimized graph on the second.
+    warmup: int = _option(
+        2,
+        "untimed predictions before timing (0 with cold_start, which times the first ones)",
+        minimum=0,
+        maximum=10000,
+    )
     repeat: int = _option(1, "passes over the inputs, pooled", minimum=1, maximum=10000)
     seed: int = _option(0, "the seed of every random generator", minimum=0, maximum=2**32 - 1)
     threads: int | None = _option(
@@ -396,14 +453,32 @@ class JobOptions:
     )
     find_peak_qps: bool = _option(
         False,
-        "LoadGen server: search for the highest target QPS whose p99 stays under "
-        "latency_bound_ms; the result keeps the curve it walked",
+        "LoadGen server: search for the highest target QPS LoadGen judges VALID (its p99 "
+        "under latency_bound_ms); the result keeps every run and reports the one at the peak",
+    )
+    # Timing until the answer is known (`predictors.evaluation.target_ci`): past `repeat`
+    # passes, a batch size is timed until the median's 95 % interval is within the share asked
+    # (`predictors.statistics.median_interval_width`), or until `target_ci_seconds`.
+    target_ci: float | None = _option(
+        None,
+        "time each batch size until the median's 95 % interval is within ± this share of the "
+        "median (0.02: ±2 %), or until target_ci_seconds; null: the repeat passes only",
+        number="float",
+        nullable=True,
+    )
+    target_ci_seconds: float = _option(
+        DEFAULT_TARGET_CI_SECONDS,
+        "with target_ci: the longest a batch size is timed for it, in seconds, counted from the "
+        "batch size's first read (its repeat passes always run)",
+        number="float",
+        minimum=0.1,
+        maximum=3600,
     )
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             _check_option(spec, getattr(self, spec.name))
-        problem = scenario_problem(self)
+        problem = scenario_problem(self) or target_ci_problem(self) or cold_start_problem(self)
         if problem:
             raise ProtocolError(*problem)
 
@@ -428,6 +503,20 @@ class JobOptions:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(spec.name for spec in fields(cls))
+
+
+# The one default of every job option, by name: every entry point (the launch request and
+# form, Reproduce, `mlms evaluate` here and with --hub, `mlms study`, reference results) and
+# the loop's own options read it here.
+JOB_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {spec.name: spec.default for spec in fields(JobOptions)}
+)
+
+
+def default_warmup(cold_start: bool) -> int:
+    """The warm-up of a request that leaves it out: none for a cold start, else the job's
+    default."""
+    return 0 if cold_start else JOB_DEFAULTS["warmup"]
 
 
 def _check_option(spec: Any, value: Any) -> None:

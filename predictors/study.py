@@ -9,9 +9,9 @@ seed of `seeds`; each group runs its `runs` evaluations one after another, each 
 its own (`ProcessPoolExecutor` of one worker, one task per worker process, spawned: no
 framework state, allocator or cache is carried from one run to the next). The metrics of a run
 are its accuracy (`top1`, `top5` where the task has them) and, per batch size, its p50, mean
-and p99 latency and throughput. The statistics are NumPy's mean and standard deviation (ddof 1)
-and the half-width of the 95 % confidence interval of the mean, Student's t (scipy) times the
-standard error. The outputs of a run are hashed (SHA-256 of the first batch size's float32
+and p99 latency and throughput. The statistics across runs are the statistics layer's
+(`predictors.statistics.between_runs`: mean, standard deviation and Student's t interval of the
+mean over the runs). The outputs of a run are hashed (SHA-256 of the first batch size's float32
 outputs, every input, in dataset order); runs agree bitwise when their hashes are equal.
 """
 
@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from predictors import statistics
 from predictors.evaluation.options import EvaluationOptions
 from predictors.manifests import Manifest
+from predictors.protocol import JOB_DEFAULTS, JobOptions, ProtocolError
 
 # The most inputs a report names whose top-1 class flips between runs.
 FLIPS_SHOWN = 20
@@ -83,21 +85,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     confidence interval of the mean; std and ci95 None for a single run; the runs' `values`) and its determinism
     verdict (`bitwise_identical`, the distinct output hashes, the inputs whose top-1 class
     differs between runs)."""
-    from scipy import stats
-
     names = list(runs[0]["metrics"])
-    summary: dict[str, dict[str, float | None]] = {}
-    for name in names:
-        values = np.array([run["metrics"][name] for run in runs], dtype=np.float64)
-        n = values.size
-        std = float(values.std(ddof=1)) if n > 1 else None
-        ci = float(stats.t.ppf(0.975, n - 1) * std / np.sqrt(n)) if std is not None else None
-        summary[name] = {
-            "mean": float(values.mean()),
-            "std": std,
-            "ci95": ci,
-            "values": values.tolist(),
-        }
+    summary = {
+        name: statistics.between_runs([run["metrics"][name] for run in runs]) for name in names
+    }
     hashes = sorted({run["outputs_sha256"] for run in runs})
     classes = [run["top1_classes"] for run in runs if run["top1_classes"] is not None]
     flipped: list[int] = []
@@ -352,13 +343,29 @@ def add_commands(commands: Any) -> None:
         metavar="N[,N...]",
         help="thread counts to sweep, a group each (default: the framework's own)",
     )
+    seed = str(JOB_DEFAULTS["seed"])
     study.add_argument(
-        "--seeds", default="0", metavar="S[,S...]", help="seeds to sweep (default: 0)"
+        "--seeds", default=seed, metavar="S[,S...]", help=f"seeds to sweep (default: {seed})"
     )
-    study.add_argument("--batch-sizes", default="1", metavar="N[,N...]")
+    sizes = ",".join(str(size) for size in JOB_DEFAULTS["batch_sizes"])
+    study.add_argument(
+        "--batch-sizes", default=sizes, metavar="N[,N...]", help=f"(default: {sizes})"
+    )
     study.add_argument("--limit", type=_count(1), metavar="N")
-    study.add_argument("--warmup", type=_count(0), default=2, metavar="N")
-    study.add_argument("--repeat", type=_count(1), default=1, metavar="N")
+    study.add_argument(
+        "--warmup",
+        type=_count(0),
+        default=JOB_DEFAULTS["warmup"],
+        metavar="N",
+        help=f"(default: {JOB_DEFAULTS['warmup']})",
+    )
+    study.add_argument(
+        "--repeat",
+        type=_count(1),
+        default=JOB_DEFAULTS["repeat"],
+        metavar="N",
+        help=f"(default: {JOB_DEFAULTS['repeat']})",
+    )
     study.add_argument(
         "--device",
         default="cpu",
@@ -396,11 +403,29 @@ def _numbers(text: str, flag: str, minimum: int) -> list[int]:
     return values
 
 
+def study_options(args: argparse.Namespace, split: str, device: str) -> EvaluationOptions:
+    """The loop's options of every run of the study: the job options its flags spell, each
+    other one at its one default (`predictors.protocol.JOB_DEFAULTS`); each group sets its
+    thread count, seed and device."""
+    from predictors.cli import UsageError, _batch_sizes
+
+    try:
+        job = JobOptions(
+            split=split,
+            limit=args.limit,
+            batch_sizes=_batch_sizes(args.batch_sizes),
+            warmup=args.warmup,
+            repeat=args.repeat,
+        )
+    except ProtocolError as error:
+        raise UsageError(f"--{error.path.replace('_', '-')}: {error.message}") from None
+    return EvaluationOptions.from_job(job, device=device)
+
+
 def run(args: argparse.Namespace) -> str:
     from predictors.catalog import DEFAULT_ROOT, Catalog
     from predictors.cli import (
         UsageError,
-        _batch_sizes,
         _check_store,
         _dataset,
         _dataset_manifest,
@@ -430,14 +455,7 @@ def run(args: argparse.Namespace) -> str:
             predictor_class(model.framework).check_device(device)
         except (PredictorError, ValueError) as exc:
             raise UsageError(f"--device: {exc}") from None
-    options = EvaluationOptions(
-        batch_sizes=_batch_sizes(args.batch_sizes),
-        split=split,
-        limit=args.limit,
-        device=devices[0],
-        warmup=args.warmup,
-        repeat=args.repeat,
-    )
+    options = study_options(args, split, devices[0])
     store = (args.store or default_store()).resolve()
     _check_store(store, [model, dataset], split)
 

@@ -128,6 +128,28 @@ def compute(trace_id: str) -> list[dict[str, Any]]:
     return made
 
 
+def layer_samples(trace_id: str, level: str, batch_size: int | None) -> dict[str, np.ndarray]:
+    """{span name: its durations in ns, in the order they ran} of a trace's spans of `level`
+    at `batch_size` (the spans `compute` aggregates into one row each): what a comparison
+    tests a layer's difference on."""
+    table = get_store().read_table(trace_id, _COLUMNS)
+    if not table.num_rows:
+        return {}
+    sizes = pc.fill_null(_batch_sizes(table), -1)
+    keep = pc.and_(
+        pc.equal(pc.fill_null(table["level"], ""), level),
+        pc.equal(sizes, -1 if batch_size is None else batch_size),
+    )
+    chosen = table.filter(keep).sort_by([("start_ns", "ascending")])
+    duration = pc.max_element_wise(pc.subtract(chosen["end_ns"], chosen["start_ns"]), 0)
+    names = chosen["name"].to_pylist()
+    values = duration.to_numpy()
+    grouped: dict[str, list[int]] = {}
+    for name, value in zip(names, values, strict=True):
+        grouped.setdefault(name, []).append(int(value))
+    return {name: np.asarray(found, dtype=np.int64) for name, found in grouped.items()}
+
+
 def _kernels_by_layer(
     table: pa.Table, duration: pa.Array, size_key: pa.Array
 ) -> dict[tuple[str, int], tuple[int, int]]:

@@ -29,7 +29,7 @@ _IMAGE_TYPES = {"jpeg": "image/jpeg", "jpg": "image/jpeg", "png": "image/png"}
 class Compare(generics.GenericAPIView[Any]):
     anonymous_methods = ("GET", "HEAD")
     required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
-    query_parameters = ("evaluations", "baseline", "all")
+    query_parameters = ("evaluations", "baseline", "all", "noise")
 
     @extend_schema(
         summary="Compare two to eight evaluations against a baseline",
@@ -46,13 +46,20 @@ class Compare(generics.GenericAPIView[Any]):
                 description="the evaluation the others are compared with (default: the first)",
             ),
             flag_parameter("all", "true: every row of 'what differs', not only differing ones"),
+            OpenApiParameter(
+                "noise",
+                OpenApiTypes.STR,
+                description="the difference of the medians, in per cent (0 to 50), below which "
+                "a latency difference is reported as noise (default 5)",
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> Response:
         ids = compare.parse_ids(request.query_params.get("evaluations"))
+        noise = compare.parse_noise(request.query_params.get("noise"))
         evaluations = compare.load(request.user, ids, request.query_params.get("baseline"))
-        return Response(compare.compare(evaluations, show_all=flag(request, "all")))
+        return Response(compare.compare(evaluations, show_all=flag(request, "all"), noise=noise))
 
 
 class EvaluationInput(generics.GenericAPIView[Any]):

@@ -70,7 +70,16 @@ ROW = inline_serializer(
         "count": serializers.IntegerField(help_text="inputs evaluated"),
         "top1": serializers.FloatField(),
         "top5": serializers.FloatField(allow_null=True, help_text="null for five classes or fewer"),
-        "p50_ms": serializers.FloatField(allow_null=True, help_text="at batch size 1"),
+        "p50_ms": serializers.FloatField(
+            allow_null=True, help_text="the median latency at batch size 1 (the headline)"
+        ),
+        "p50_low_ms": serializers.FloatField(
+            allow_null=True,
+            help_text="its distribution-free 95 % interval: low end (null: not bounded)",
+        ),
+        "p50_high_ms": serializers.FloatField(
+            allow_null=True, help_text="its 95 % interval: high end (null: not bounded)"
+        ),
         "p99_ms": serializers.FloatField(allow_null=True, help_text="at batch size 1"),
         "throughput": serializers.FloatField(allow_null=True, help_text="the best, inputs/s"),
         "throughput_batch_size": serializers.IntegerField(allow_null=True),
@@ -103,6 +112,8 @@ _CSV_COLUMNS = (
     "top1",
     "top5",
     "p50_ms",
+    "p50_low_ms",
+    "p50_high_ms",
     "p99_ms",
     "throughput",
     "throughput_batch_size",

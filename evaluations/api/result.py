@@ -4,7 +4,8 @@ Body: `claim`, `accuracy` {top1, top5, count}, `latency` {"<batch size>": {mean_
 p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}, `throughput` {"<batch size>": inputs/s},
 `predictions` {top_k, labels, classes, probabilities}, `content_hash` (of the model manifest
 that ran), `stack` (the host's hardware and software) and `details` (the evaluation loop's
-report): a `predictors.protocol.ResultUpload`, as the agent makes it. Posting it again with the
+report): a `predictors.protocol.ResultUpload`, as the agent makes it; JSON of at most
+`RESULT_MAX_BYTES` (default 256 MiB). Posting it again with the
 same claim answers the stored result (an agent's retry).
 """
 
@@ -22,11 +23,15 @@ from evaluations import actions
 from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
 from evaluations.permissions import agent_token
 from hub.api.openapi import error_response
+from hub.api.parsers import LargeJSONParser
 from predictors.protocol import ResultUpload
 
 
 class EvaluationResult(APIView):
     required_scopes = {"POST": "agent"}
+    # A result carries every input's predictions and every timed batch: larger than the
+    # manifests' limit on other bodies (`RESULT_MAX_BYTES`).
+    parser_classes = [LargeJSONParser]
 
     @extend_schema(
         summary="Post an evaluation's result (agents)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -13,6 +14,7 @@ from rest_framework import serializers
 from evaluations import outputs
 from evaluations.models import Evaluation, Result, StatusChange
 from hub.api.fields import BIGINT_MAX, BIGINT_MIN, FLOAT32_MAX, INTEGER_MAX, SMALLINT_MAX
+from predictors import statistics
 from predictors.predictor import FRAMEWORKS
 from predictors.protocol import (
     DEVICES,
@@ -20,6 +22,7 @@ from predictors.protocol import (
     MAX_REASON,
     JobOptions,
     ProtocolError,
+    default_warmup,
 )
 from predictors.versioning import InvalidRange, validate_range
 from traces.actions import spans_stored
@@ -171,12 +174,8 @@ class EvaluationRequestSerializer(
             )
         if attrs["gpu_model"] and attrs["device"] != "gpu":
             raise serializers.ValidationError({"gpu_model": ["needs device gpu"]})
-        if attrs["cold_start"]:
-            if "warmup" in self.initial_data and attrs["warmup"] != 0:
-                raise serializers.ValidationError(
-                    {"warmup": ["a cold start runs no warm-up; leave warmup out or set it to 0"]}
-                )
-            attrs["warmup"] = 0
+        if "warmup" not in self.initial_data:  # none for a cold start (`predictors.protocol`)
+            attrs["warmup"] = default_warmup(attrs["cold_start"])
         try:
             JobOptions.from_dict({name: attrs[name] for name in JobOptions.names()}, path="")
         except ProtocolError as error:
@@ -200,7 +199,24 @@ class LatencyRowSerializer(serializers.Serializer[dict[str, Any]]):
     min_ms = serializers.FloatField()
     max_ms = serializers.FloatField()
     std_ms = serializers.FloatField()
+    p50_low_ms = serializers.FloatField(
+        allow_null=True, help_text=f"{statistics.MEDIAN_INTERVAL}: low end (null: not bounded)"
+    )
+    p50_high_ms = serializers.FloatField(
+        allow_null=True, help_text=f"{statistics.MEDIAN_INTERVAL}: high end (null: not bounded)"
+    )
+    p90_bounded = serializers.BooleanField(
+        allow_null=True, help_text="whether the samples bound p90's interval"
+    )
+    p99_bounded = serializers.BooleanField(
+        allow_null=True, help_text="whether the samples bound p99's interval"
+    )
     count = serializers.IntegerField(help_text="the batches the statistics cover")
+    text = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="each figure as the pages, CSV and CLI print it: p50, p50_interval, p90, "
+        "p99, mean, std, min, max, headline",
+    )
 
 
 class ResultSerializer(serializers.ModelSerializer[Result]):
@@ -434,6 +450,35 @@ class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
     count = serializers.IntegerField(min_value=0, max_value=INTEGER_MAX)
 
 
+# The most timed batches one batch size of a result may carry.
+MAX_SAMPLES = 1_000_000
+
+
+@extend_schema_field({"type": "array", "items": {"type": "number", "minimum": 0}})
+class SamplesField(serializers.Field):  # type: ignore[type-arg]
+    """A list of latencies in ms, each a finite number ≥ 0, at most `MAX_SAMPLES` (checked
+    with numpy: a result may carry many)."""
+
+    def to_internal_value(self, data: Any) -> list[float]:
+        if not isinstance(data, list):
+            raise serializers.ValidationError(
+                f"must be a list of numbers; got {type(data).__name__}"
+            )
+        if not data or len(data) > MAX_SAMPLES:
+            raise serializers.ValidationError(
+                f"must hold 1 to {MAX_SAMPLES:,} samples; got {len(data):,}"
+            )
+        if any(isinstance(value, bool) or not isinstance(value, int | float) for value in data):
+            raise serializers.ValidationError("must hold numbers only")
+        values = np.asarray(data, dtype=np.float64)
+        if not np.all(np.isfinite(values)) or values.min() < 0:
+            raise serializers.ValidationError("must hold finite numbers of 0 or more")
+        return values.tolist()
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class LatencySerializer(serializers.Serializer[dict[str, Any]]):
     mean_ms = serializers.FloatField(min_value=0)
     p50_ms = serializers.FloatField(min_value=0)
@@ -443,6 +488,23 @@ class LatencySerializer(serializers.Serializer[dict[str, Any]]):
     max_ms = serializers.FloatField(min_value=0)
     std_ms = serializers.FloatField(min_value=0)
     count = serializers.IntegerField(min_value=1, max_value=INTEGER_MAX)
+    p50_low_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    p50_high_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
+    p90_bounded = serializers.BooleanField(required=False)
+    p99_bounded = serializers.BooleanField(required=False)
+    samples_ms = SamplesField(
+        required=False,
+        help_text="each timed batch's latency in ms, in the order timed (`count` of them): "
+        "the hub computes every figure above from them (`predictors.statistics`)",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        samples = attrs.get("samples_ms")
+        if samples is not None and len(samples) != attrs["count"]:
+            raise serializers.ValidationError(
+                {"samples_ms": [f"must hold count ({attrs['count']}) samples; got {len(samples)}"]}
+            )
+        return attrs
 
 
 class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 
+from predictors import statistics
 from predictors.protocol import LOWER_IS_BETTER, metric_names
 
 register = template.Library()
@@ -63,3 +64,20 @@ def index(items: Any, position: int) -> Any:
         return items[int(position)]
     except (IndexError, KeyError, TypeError, ValueError):
         return None
+
+
+@register.filter(name="ms")
+def ms_filter(value: Any) -> str:
+    """A time in ms by the statistics layer's rounding rule (`predictors.statistics.ms`)."""
+    return statistics.ms(value) if isinstance(value, int | float) else "—"
+
+
+@register.filter(name="ratio")
+def ratio_filter(value: Any) -> str:
+    """A ratio by the statistics layer's rule ("0.670", "1.02")."""
+    return statistics.ratio(value) if isinstance(value, int | float) else "—"
+
+
+@register.filter(name="p_value")
+def p_value_filter(value: Any) -> str:
+    return statistics.p_value(value) if isinstance(value, int | float) else "—"

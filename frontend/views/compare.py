@@ -20,6 +20,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     show_all = request.GET.get("all") in ("1", "true")
     try:
         ids = comparison.parse_ids(raw)
+        noise = comparison.parse_noise(request.GET.get("noise"))
         evaluations = comparison.load(request.user, ids, baseline)
     except DomainError as error:
         return render(
@@ -28,10 +29,12 @@ def compare(request: HttpRequest) -> HttpResponse:
             {"error": error.message},
             status=404 if isinstance(error, NotFound) else 400,
         )
-    report = comparison.compare(evaluations, show_all=show_all)
+    report = comparison.compare(evaluations, show_all=show_all, noise=noise)
     for summary in report["evaluations"]:
         summary["framework_name"] = display.framework_name(summary["framework"])
     ids_text = comparison.ids_text(evaluations)
+    # A noise threshold asked for stays with the page's own links.
+    kept = {"noise": request.GET["noise"]} if request.GET.get("noise") else {}
     return render(
         request,
         "frontend/compare.html",
@@ -40,10 +43,11 @@ def compare(request: HttpRequest) -> HttpResponse:
             "columns": report["evaluations"],
             "headings": display.accuracy_headings(report["task"]),
             "plots": _plots(report),
-            "all_url": "?" + urlencode({"evaluations": ids_text, "all": "0" if show_all else "1"}),
+            "all_url": "?"
+            + urlencode({"evaluations": ids_text, "all": "0" if show_all else "1", **kept}),
             "show_all": show_all,
             "baseline_urls": [
-                "?" + urlencode({"evaluations": ids_text, "baseline": summary["id"]})
+                "?" + urlencode({"evaluations": ids_text, "baseline": summary["id"], **kept})
                 for summary in report["evaluations"]
             ],
             "api_url": "/api/v1/compare/?" + urlencode({"evaluations": ids_text}),
@@ -52,17 +56,24 @@ def compare(request: HttpRequest) -> HttpResponse:
 
 
 def _plots(report: dict[str, Any]) -> dict[str, Any]:
-    """Latency (mean with its 95 % interval) and throughput against batch size, a series per
+    """Latency (the median with its 95 % interval) and throughput against batch size, a series per
     evaluation; and the normalised latency across systems."""
     names = [summary["label"] for summary in report["evaluations"]]
-    latency = [{"name": name, "x": [], "y": [], "error": [], "throughput": []} for name in names]
+    latency = [
+        {"name": name, "x": [], "y": [], "error": [], "error_minus": [], "throughput": []}
+        for name in names
+    ]
     for size in report["latency"]["batch_sizes"]:
         for position, cell in enumerate(size["cells"]):
             if cell is None:
                 continue
             latency[position]["x"].append(size["batch_size"])
-            latency[position]["y"].append(cell["mean_ms"])
-            latency[position]["error"].append(cell["ci95_ms"] or 0)
+            median = cell["p50_ms"]
+            latency[position]["y"].append(median)
+            # The median's interval as asymmetric error bars (none where not bounded).
+            low, high = cell["p50_low_ms"], cell["p50_high_ms"]
+            latency[position]["error"].append(high - median if high is not None else 0)
+            latency[position]["error_minus"].append(median - low if low is not None else 0)
             latency[position]["throughput"].append(cell["throughput_ips"])
     systems = report.get("systems")
     return {

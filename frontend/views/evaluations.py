@@ -31,7 +31,12 @@ from hub.api.errors import flatten_errors  # the API's own DRF → path mapping
 from hub.errors import DomainError
 from hub.models import Host, Manifest
 from predictors.predictor import FRAMEWORKS
-from predictors.protocol import SPAN_LEVELS, TRACE_LEVEL_MEANINGS
+from predictors.protocol import (
+    SPAN_LEVELS,
+    TRACE_LEVEL_MEANINGS,
+    JobOptions,
+    ProtocolError,
+)
 from predictors.versioning import version_key
 
 # The launch request's error paths that name no field of the form, and the field that shows them.
@@ -96,31 +101,16 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
     )
 
 
-# The request fields that Reproduce copies into the form as they were (the host is the user's
-# choice; the model and dataset versions are pinned to those that ran).
-_REPRODUCED = (
-    "framework",
-    "framework_version",
-    "split",
-    "limit",
-    "device",
-    "gpu_model",
-    "min_memory_gb",
-    "arch",
-    "trace_level",
-    "warmup",
-    "repeat",
-    "seed",
-    "threads",
-    "cold_start",
-    "allow_label_mismatch",
-    "latency_only",
-)
+# The request fields other than the job options that Reproduce copies as they were (the host
+# is the user's choice; the model and dataset versions are pinned to those that ran).
+_REPRODUCED = ("framework_version", "device", "gpu_model", "min_memory_gb", "arch")
 
 
 def _reproduced(request: HttpRequest, catalog: dict[str, Any]) -> dict[str, Any]:
     """The form's fields for `?reproduce=<evaluation id>`: that evaluation's request (one the
-    user may read), to launch again on a host of the user's choice."""
+    user may read), to launch again on a host of the user's choice. Every job option is
+    copied as the evaluation ran with it (`predictors.protocol.JobOptions`, as its agent
+    received it: an option newer than the evaluation takes the default it ran under)."""
     raw = request.GET.get("reproduce", "")
     if not raw:
         return {}
@@ -132,15 +122,27 @@ def _reproduced(request: HttpRequest, catalog: dict[str, Any]) -> dict[str, Any]
         messages.error(request, "reproduce: no such evaluation that you may read")
         return {}
     asked = source.request if isinstance(source.request, dict) else {}
+    given = {name: asked[name] for name in JobOptions.names() if name in asked}
+    try:
+        ran = JobOptions.from_dict(given).to_dict()
+    except ProtocolError:  # a request the hub stored before a check it now makes
+        ran = given
     initial = {name: asked[name] for name in _REPRODUCED if asked.get(name) not in (None, "")}
+    for name, value in ran.items():
+        if value is None:
+            continue  # the field stays empty: the option's default, null
+        if name == "batch_sizes":
+            initial[name] = ", ".join(str(size) for size in value)
+        elif name == "overrides":
+            initial[name] = "\n".join(value)
+        else:
+            initial[name] = value
     initial.update(
         model=source.model_name,
         model_version=source.model_version,
         framework=source.framework,
         dataset=source.dataset_name,
         dataset_version=source.dataset_version,
-        batch_sizes=", ".join(str(size) for size in asked.get("batch_sizes") or []),
-        overrides="\n".join(asked.get("overrides") or []),
     )
     return initial
 

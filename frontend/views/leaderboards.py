@@ -85,7 +85,7 @@ _HEADINGS = (
     ("hardware", "Hardware", False),
     ("top1", "Top-1", True),
     ("top5", "Top-5", True),
-    ("p50_ms", "p50 (ms, batch 1)", True),
+    ("p50_ms", "Median (ms, batch 1, 95 % CI)", True),
     ("p99_ms", "p99 (ms, batch 1)", True),
     ("throughput", "Best throughput", True),
     ("date", "Date", False),

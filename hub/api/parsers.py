@@ -26,6 +26,7 @@ Integers within 64 bits that a column cannot hold (a PositiveIntegerField holds 
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import math
 import re
@@ -177,6 +178,30 @@ class JSONParser(parsers.JSONParser):
             raise ParseError(f"The request body must be a JSON object, not {json_type(data)}.")
         refuse(value_problems(data))
         return data
+
+
+class LargeJSONParser(parsers.BaseParser):
+    """application/json bodies larger than Django's in-memory limit (`DATA_UPLOAD_MAX_MEMORY_SIZE`,
+    sized for manifests), up to `RESULT_MAX_BYTES`, for the one endpoint whose bodies carry a
+    run's measurements (an agent's result: every input's predictions, every timed batch). Read
+    from the stream (DRF reads a `JSONParser`'s body through that limit), then checked as
+    `JSONParser` checks any body; a larger body is a 413 naming the limit."""
+
+    media_type = "application/json"
+
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> dict[str, Any]:
+        from django.conf import settings
+
+        from hub.api.errors import ApiError
+
+        limit = settings.RESULT_MAX_BYTES
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            message = f"The request body is larger than the limit of {limit} bytes."
+            raise ApiError([{"message": message}], status_code=413)
+        return JSONParser().parse(io.BytesIO(body), media_type, parser_context)
 
 
 def _form_problems(data: Any) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 The package: `options` (what to run), `run` (`evaluate`: fetch, load, run the scenario for
 each batch size, summarise), `scenario` (the interface of a way to drive the model) and
 `fixed_batches` (today's scenario, the closed loop described below), `sinks` (where spans go
-as the loop goes), `summaries` (latency statistics, accuracy, comparisons, notes), `errors`.
+as the loop goes), `summaries` (accuracy, comparisons, notes), `errors`. Every latency
+figure comes from the statistics layer, `predictors.statistics`.
 The Chrome trace of an evaluation's spans is `predictors.chrome_trace`, shared with the hub.
 
 This is the only evaluation loop; every framework runs through it, so warm-up, batching, timing,
@@ -14,6 +15,9 @@ repetitions and the result mean the same thing in all of them. For each batch si
    in memory (or the split, or `limit`, ends). Staging keeps the timed predictions back to back,
    as a serving system sees them, with no decoding between them. A split that fits in one stage
    is staged once and reused by every repetition.
+   At the first batch size, before anything is timed, the model is called twice on the first
+   batch: outputs that differ mean a state kept inside the model between calls, which is reset
+   before each call where the model's module offers a reset, and refused otherwise (`state`).
 2. *warm up*: `warmup` untimed predictions on the first staged batches, before the first timed
    one (the first calls of a framework allocate, compile and pick kernels).
 3. *time*: for each staged batch, `time.perf_counter_ns()` before and after `predictor.predict`;
@@ -55,7 +59,7 @@ from predictors.evaluation.options import GRAPH_OPTIMIZATIONS, EvaluationOptions
 from predictors.evaluation.run import Evaluation, Fetch, evaluate, split_entry
 from predictors.evaluation.scenario import Scenario
 from predictors.evaluation.sinks import SpanList, SpanSink
-from predictors.evaluation.summaries import compare, latency_summary
+from predictors.evaluation.summaries import compare
 from predictors.tracing import Span
 
 __all__ = [
@@ -76,7 +80,6 @@ __all__ = [
     "SpanSink",
     "compare",
     "evaluate",
-    "latency_summary",
     "split_entry",
 ]
 

@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from predictors import statistics
 from predictors.custom_code import CustomCode, custom_outputs
 from predictors.data import DatasetReader
+from predictors.evaluation import state as model_state
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.hygiene import batch_size_warnings
 from predictors.evaluation.options import EvaluationOptions
@@ -20,10 +22,10 @@ from predictors.evaluation.sinks import SpanSink
 from predictors.evaluation.summaries import (
     _accuracy,
     _shown,
-    latency_summary,
     probabilities,
     sequence_metrics,
 )
+from predictors.evaluation.target_ci import TargetCi
 from predictors.manifests import Manifest
 from predictors.predictor import (
     Predictor,
@@ -125,6 +127,10 @@ class FixedBatches:
         self.checked = False
         # The first batch timed, kept for the untraced calibration of the tracing overhead.
         self.sample: np.ndarray | None = None
+        # Whether the model keeps a state between calls (`predictors.evaluation.state`): the
+        # result's `state`, once checked, and the model's own reset where it must be reset.
+        self.state: dict[str, Any] | None = None
+        self._reset: Callable[[], None] | None = None
         self.first: _FirstPass | None = None
         self.spans: list[Span] = []
         # At trace level framework: the batch span id of every predict call, in call order (0
@@ -183,6 +189,7 @@ class FixedBatches:
         options = self.options
         batch_size = reader.batch_size
         self.batch_size = batch_size
+        started = time.perf_counter_ns()  # the batch size's first read: target_ci's clock
         read_ns: list[int] = []
         preprocess_ns: list[int] = []
         durations: list[int] = []
@@ -210,6 +217,8 @@ class FixedBatches:
                 if not self.checked:
                     self._check_input(stage.batches[0])
                     self.sample = stage.batches[0]
+                    if not options.cold_start:  # else after the cold calls, below
+                        self._check_state(stage.batches[0])
                 with self.predictor.inference_context():
                     if warm:
                         warm_start = time.perf_counter_ns()
@@ -236,6 +245,12 @@ class FixedBatches:
                         end,
                         {"batch_size": batch_size, "batches": len(stage_outputs)},
                     )
+        # Past the repeat passes, until the median's interval is within target_ci.
+        target = TargetCi.start(options, started)
+        if target is not None:
+            wall_ns += self._time_to_target(target, stage.batches, durations, sizes, batch_size)
+        if self.state is None and self.sample is not None:
+            self._check_state(self.sample, after_cold=True)
         accuracy, count = self._score()
 
         full = [d for d, n in zip(durations, sizes, strict=True) if n == batch_size]
@@ -249,8 +264,9 @@ class FixedBatches:
             "accuracy": accuracy,
             **self._extras(),
             # Full batches only; a split smaller than one batch has none, and is timed as is.
-            "latency": latency_summary(full or durations),
+            "latency": statistics.latency(full or durations, samples=True),
             "latency_batches": "full" if full else "partial",
+            **({"target_ci": target.report()} if target is not None else {}),
             "hygiene": batch_size_warnings(batch_size, full or durations),
             # The first call at this batch size, cold (the warm-up's first, or with no warm-up
             # the first timed one), apart from the warm latency above.
@@ -265,6 +281,37 @@ class FixedBatches:
             "preprocess_ms_per_batch": float(np.mean(preprocess_ns)) / 1e6,
             "postprocess_ms_per_batch": postprocess_ns / 1e6 / len(reader),
         }
+
+    def _time_to_target(
+        self,
+        target: TargetCi,
+        batches: list[np.ndarray],
+        durations: list[int],
+        sizes: list[int],
+        batch_size: int,
+    ) -> int:
+        """Time `batches` (the last stage's, round and round) in rounds until `target` stops
+        (`predictors.evaluation.target_ci`); the wall time of the timed loops. Each round's
+        calls are added to the progress total."""
+        full = [d for d, n in zip(durations, sizes, strict=True) if n == batch_size]
+        wall_ns = 0
+        cursor = 0
+        while count := target.more(full or durations, len(durations)):
+            chosen = [batches[(cursor + i) % len(batches)] for i in range(count)]
+            cursor = (cursor + count) % len(batches)
+            self.total += count
+            before = len(durations)
+            with self.predictor.inference_context():
+                _, wall = self._timed(
+                    chosen, durations, sizes, batch_size, self.options.repeat + target.rounds - 1
+                )
+            wall_ns += wall
+            full += [
+                d
+                for d, n in zip(durations[before:], sizes[before:], strict=True)
+                if n == batch_size
+            ]
+        return wall_ns
 
     # -- what the first pass keeps, and its score (classification; other tasks override) ------
 
@@ -404,8 +451,41 @@ class FixedBatches:
                 f"check the input parameter element_type ({parameters.get('element_type')})"
             )
 
+    @property
+    def what(self) -> str:
+        """The model as messages name it."""
+        return f"{self.model.name} {self.model.version} in {self.model.framework}"
+
+    def _check_state(self, batch: np.ndarray, after_cold: bool = False) -> None:
+        """Before the warm-up: whether the model keeps a state between calls (two calls on the
+        first batch), refused or reset before each call (`predictors.evaluation.state`). The
+        first of its calls is the model's first: the cold call (`first_call_ns`). With
+        `cold_start`, after the first batch size's timed calls instead (`after_cold`), so that
+        those are the model's first."""
+
+        def call() -> Any:
+            outputs = self._predict(batch)
+            if self.layers:
+                self.calls.append(0)  # untimed, as a warm-up call
+            if self.options.device != "cpu":
+                self.predictor.synchronize()
+            return outputs
+
+        with self.predictor.inference_context():
+            self.state, self._reset, first_ns = model_state.check(
+                self.what,
+                call,
+                self.predictor.state_reset,
+                "call",
+                device=self.options.device,
+                after_cold=after_cold,
+            )
+        if not after_cold:
+            self.first_call_ns = first_ns
+
     def _warm_up(self, batches: list[np.ndarray], count: int) -> None:
-        """`count` untimed calls; the first is timed apart (the cold call, `first_call_ns`)."""
+        """`count` untimed calls; the first is timed apart (the cold call, `first_call_ns`)
+        unless the state check made the model's first call."""
         for index in range(count):
             self._stop_if_cancelled()
             start = time.perf_counter_ns()
@@ -414,7 +494,7 @@ class FixedBatches:
                 self.calls.append(0)
             if self.options.device != "cpu":
                 self.predictor.synchronize()
-            if index == 0:
+            if index == 0 and self.first_call_ns is None:
                 self.first_call_ns = time.perf_counter_ns() - start
             self.done += 1
             if self.progress is not None:
@@ -439,6 +519,7 @@ class FixedBatches:
             self.tracing = True
         predict = self._call
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
+        reset = self._reset  # a model that keeps a state: reset before each call, untimed
         record = self.batches
         self._stop_if_cancelled()
         stage_id = self._reserve()
@@ -454,6 +535,8 @@ class FixedBatches:
         loop_start = reported = perf()
         try:
             for batch in batches:
+                if reset is not None:
+                    reset()
                 start = perf()
                 output = predict(batch)
                 if synchronize is not None:
@@ -645,6 +728,8 @@ class FixedBatches:
 
     def _predict(self, batch: np.ndarray) -> Any:
         try:
+            if self._reset is not None:
+                self._reset()
             return self._call(batch)
         except PredictorError:
             raise

@@ -24,9 +24,19 @@ is always on in its scenarios; its verdict is part of the summary.
 the fixed batches' throughput at the smallest batch size) until the p99 passes the bound (or,
 where the start does not hold, halving at most `MAX_HALVINGS` times, never below
 `MIN_SEARCH_QPS` nor below the rate at which `min_query_count` queries would take over
-`MAX_PROBE_SECONDS`), then bisects, and keeps every run as the curve it walked: target QPS,
-completed QPS, p99, whether the latency held. The peak is the highest target QPS whose p99
-held.
+`MAX_PROBE_SECONDS`), then bisects, and keeps every run as the curve it walked: its number (the
+order it ran), target QPS, completed QPS, p99, whether the latency held, LoadGen's verdict and
+why, and its summary. The peak is the highest target QPS LoadGen judged VALID (the p99 under the
+bound, backed by enough queries for early stopping; a short run can hold its latency and still be
+INVALID). One run is reported, and the verdict, summary, settings and log of the result are all
+that run's (`reported` says which and why): the run at the peak, or, where no run was VALID, the
+run at the lowest target, INVALID.
+
+Each run's summary and detail log are read apart into LoadGen's verdict and the reasons of an
+INVALID one (`invalid_reasons`: each "… satisfied : NO" line, early stopping's explanation where
+it is one of them, LoadGen's recommendations), its own warnings and errors (`problems`: the detail
+log's entries marked `is_warning` or `is_error`), and what is only information (`notes`, such as
+"Early stopping: Run successful.").
 
 The sample library holds the first inputs that fit in the loop's `stage_bytes` (256 MiB), so
 that a large split is not held whole in memory; the settings say when it was capped. A server
@@ -37,6 +47,7 @@ The model is driven untraced: tracing stops with the fixed batches.
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import tempfile
@@ -53,7 +64,7 @@ from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 
-__all__ = ["SEARCH_STEPS", "drive", "parse_summary"]
+__all__ = ["SEARCH_STEPS", "drive", "parse_detail", "parse_summary", "reported_run"]
 
 DEFAULT_SAMPLES_PER_QUERY = 8
 # The bisection steps of the QPS search after the doubling found a bound, and the most doublings.
@@ -63,6 +74,9 @@ MAX_HALVINGS = 6
 MIN_SEARCH_QPS = 1.0
 MAX_PROBE_SECONDS = 60.0
 MAX_LOG_CHARS = 64_000
+# The most distinct warnings and errors kept of one run (each with how many times it came).
+MAX_PROBLEMS = 20
+_MLLOG = ":::MLLOG "
 _LINE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 
 
@@ -77,32 +91,122 @@ def _loadgen() -> Any:
     return mlperf_loadgen
 
 
+def _bullets(lines: list[str]) -> list[str]:
+    """A block's ` * ` items, a line without the star continuing the item before it."""
+    items: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("*"):
+            items.append(text.lstrip("* ").strip())
+        elif items:
+            items[-1] = f"{items[-1]} {text}"
+        else:
+            items.append(text)
+    return items
+
+
 def parse_summary(text: str) -> dict[str, Any]:
-    """LoadGen's `mlperf_log_summary.txt` as `key: value` pairs (the first of each key), with
-    `valid` (the result line: true, false, or None where there is none) and `early_stopping`
-    (its block's lines) apart."""
+    """LoadGen's `mlperf_log_summary.txt` read apart: `values` (its `key : value` pairs, the
+    first of each key), `valid` (the result line: true, false, or None where there is none),
+    `early_stopping` and `recommendations` (the items of those blocks), `invalid_reasons` (why
+    an INVALID run is: each "… satisfied : NO" line, with early stopping's explanation and
+    LoadGen's recommendations) and `notes` (the rest of those blocks: information, not
+    warnings)."""
     values: dict[str, str] = {}
-    early: list[str] = []
-    in_early = False
+    blocks: dict[str, list[str]] = {"early_stopping": [], "recommendations": []}
+    block: str | None = None
     for line in text.splitlines():
-        if line.startswith("Early Stopping Result"):
-            in_early = True
+        stripped = line.strip()
+        if stripped.startswith("Early Stopping Result"):
+            block = "early_stopping"
             continue
-        if in_early:
-            if not line.strip() or line.startswith("="):
-                in_early = False
-            else:
-                early.append(line.strip())
+        if stripped.startswith("Recommendations:"):
+            block = "recommendations"
+            continue
+        if block is not None:
+            # A block's items start with " * " (or continue the item before); anything else
+            # ends it.
+            continued = blocks[block] and line.startswith(" ") and not _LINE.match(line)
+            if stripped.startswith("*") or (stripped and continued):
+                blocks[block].append(line)
                 continue
+            block = None
         match = _LINE.match(line)
         if match and match.group(1) not in values:
             values[match.group(1)] = match.group(2)
     verdict = values.get("Result is")
+    # None where LoadGen judged nothing (an accuracy run writes no result line).
+    valid = None if verdict is None else verdict == "VALID"
+    early = _bullets(blocks["early_stopping"])
+    recommendations = _bullets(blocks["recommendations"])
+    failed = [
+        key
+        for key, value in values.items()
+        if key.endswith(" satisfied") and value.strip().upper() == "NO"
+    ]
+    reasons: list[str] = []
+    notes: list[str] = []
+    if valid is False:
+        for key in failed:
+            reason = f"{key[: -len(' satisfied')]} not satisfied"
+            if key.startswith("Early stopping") and early:
+                reason += ": " + " ".join(early)
+            reasons.append(reason)
+        reasons += [f"LoadGen recommends: {item}" for item in recommendations]
+        if not reasons:
+            reasons.append("LoadGen judged the run INVALID without a reason in its summary")
+    else:
+        notes += [f"LoadGen recommends: {item}" for item in recommendations]
+    if not (valid is False and any(key.startswith("Early stopping") for key in failed)):
+        notes += [f"Early stopping: {item}" for item in early]
     return {
-        # None where LoadGen judged nothing (an accuracy run writes no result line).
-        "valid": None if verdict is None else verdict == "VALID",
+        "valid": valid,
         "values": values,
         "early_stopping": early,
+        "recommendations": recommendations,
+        "invalid_reasons": reasons,
+        "notes": notes,
+    }
+
+
+def parse_detail(text: str) -> dict[str, Any]:
+    """LoadGen's `mlperf_log_detail.txt` (`:::MLLOG {json}` lines): `problems`, its entries
+    marked `is_warning` or `is_error` (level, key, message and how many times it came, at most
+    `MAX_PROBLEMS` distinct ones), and `invalid_reason`, its `result_invalid_reason` where it
+    gave one."""
+    problems: dict[tuple[str, str, str], int] = {}
+    invalid_reason: str | None = None
+    for line in text.splitlines():
+        if not line.startswith(_MLLOG):
+            continue
+        try:
+            entry = json.loads(line[len(_MLLOG) :])
+        except ValueError:
+            continue  # a line cut short
+        if not isinstance(entry, dict):
+            continue
+        metadata = entry.get("metadata") or {}
+        key, value = str(entry.get("key")), entry.get("value")
+        if key == "result_invalid_reason" and value:
+            invalid_reason = str(value)
+        level = (
+            "error"
+            if metadata.get("is_error")
+            else "warning"
+            if metadata.get("is_warning")
+            else None
+        )
+        if level is None:
+            continue
+        found = (level, key, " ".join(str(value).split()))
+        if found in problems or len(problems) < MAX_PROBLEMS:
+            problems[found] = problems.get(found, 0) + 1
+    return {
+        "problems": [
+            {"level": level, "key": key, "message": message, "count": count}
+            for (level, key, message), count in problems.items()
+        ],
+        "invalid_reason": invalid_reason,
     }
 
 
@@ -285,29 +389,87 @@ def _run_once(
         raise driver.error
     summary_text = (outdir / "mlperf_log_summary.txt").read_text(encoding="utf-8")
     detail = (outdir / "mlperf_log_detail.txt").read_text(encoding="utf-8", errors="replace")
+    # Its warnings and errors are read from the whole log, before it is cut.
+    problems = parse_detail(detail)
     if len(detail) > MAX_LOG_CHARS:
         keep = MAX_LOG_CHARS // 2
         detail = detail[:keep] + "\n[… cut …]\n" + detail[-keep:]
     parsed = parse_summary(summary_text)
+    # The detail log's own reason, where the summary does not already give it.
+    reason = " ".join((problems["invalid_reason"] or "").split())
+    if (
+        parsed["valid"] is False
+        and reason
+        and not any(reason in given for given in parsed["invalid_reasons"])
+    ):
+        parsed["invalid_reasons"].append(reason)
     return {
         "target_qps": target_qps,
         "seconds": round(time.perf_counter() - start, 3),
         "summary_text": summary_text,
         "log": detail,
+        "problems": problems["problems"],
         **parsed,
     }
 
 
+def _qps(value: float | None) -> str:
+    """A target QPS as the curve shows it: at most three decimals, no trailing zeros."""
+    return "—" if value is None else f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 def _point(run: dict[str, Any]) -> dict[str, Any]:
-    """A run of the QPS search as a point of its curve."""
+    """A run of the QPS search as a point of its curve: what it measured, LoadGen's verdict and
+    why, and its summary's `key : value` lines (its settings among them)."""
     values = run["values"]
     p99 = _number(values, "99.00 percentile latency (ns)")
     return {
+        "run": run["run"],
         "target_qps": run["target_qps"],
         "completed_qps": _number(values, "Completed samples per second"),
         "p99_ms": None if p99 is None else round(p99 / 1e6, 3),
-        "latency_held": values.get("Performance constraints satisfied") == "Yes",
+        "latency_held": _held(run),
         "valid": run["valid"],
+        "invalid_reasons": run["invalid_reasons"],
+        "problems": run["problems"],
+        "seconds": run["seconds"],
+        "summary": values,
+    }
+
+
+def _held(run: dict[str, Any]) -> bool:
+    return run["values"].get("Performance constraints satisfied") == "Yes"
+
+
+def reported_run(runs: list[dict[str, Any]], search: bool) -> dict[str, Any]:
+    """Which of `runs` (in the order they ran, each with its `run` number, `target_qps` and
+    `valid`) the result reports, and why: the one run; of a QPS search, the highest target
+    LoadGen judged VALID, or, where none was, the lowest target (INVALID)."""
+    if not runs:
+        raise EvaluationError("LoadGen made no run")
+    verdict = {True: "VALID", False: "INVALID", None: "no verdict"}
+    if not search:
+        chosen = runs[-1]
+        why = f"{verdict[chosen['valid']]}, the only run"
+    else:
+        valid = [run for run in runs if run["valid"] is True]
+        if valid:
+            chosen = max(valid, key=lambda run: run["target_qps"])
+            why = "the highest valid target"
+        else:
+            chosen = min(runs, key=lambda run: run["target_qps"])
+            why = "INVALID: no run was VALID, so the lowest target is shown"
+    statement = f"run {chosen['run']} of {len(runs)}: "
+    if chosen["target_qps"] is not None:
+        statement += f"{_qps(chosen['target_qps'])} QPS, "
+    statement += why
+    return {
+        "run": chosen["run"],
+        "runs": len(runs),
+        "target_qps": chosen["target_qps"],
+        "valid": chosen["valid"],
+        "why": why,
+        "statement": statement,
     }
 
 
@@ -338,19 +500,41 @@ def drive(
         target_qps = round(measured_qps, 3) if measured_qps else None
     samples = _Samples(loop, reader, preprocessor, options.stage_bytes)
     driver = _Driver(loop, samples, options, cancelled)
+    search_start = (options.target_qps or start_qps or 1.0) if options.find_peak_qps else None
+    with tempfile.TemporaryDirectory(prefix="mlms-loadgen-") as folder:
+        if search_start is not None:
+            runs = _search(lg, driver, options, search_start, Path(folder))
+        else:
+            runs = [{**_run_once(lg, driver, options, target_qps, Path(folder) / "run"), "run": 1}]
+    reported = reported_run(runs, options.find_peak_qps)
+    run = runs[reported["run"] - 1]
     settings = {
         "scenario": options.scenario,
         "mode": options.loadgen_mode,
-        "target_qps": target_qps,
-        # Where the target came from: the request, or (offline) the fixed batches' throughput.
+        # The reported run's target (of a QPS search, the run at the peak).
+        "target_qps": run["target_qps"],
+        # Where the target came from: the request, the fixed batches' throughput (offline: x 3),
+        # or the QPS search (which started at `start_qps`).
         "target_qps_from": (
-            "request"
+            "QPS search (the reported run's target)"
+            if options.find_peak_qps
+            else "request"
             if options.target_qps is not None
             else "fixed batches' throughput x 3"
             if target_qps is not None and options.scenario == "offline"
             else "fixed batches' throughput"
             if target_qps is not None
             else None
+        ),
+        "start_qps": search_start,
+        "start_qps_from": (
+            None
+            if not options.find_peak_qps
+            else "request"
+            if options.target_qps is not None
+            else "half the fixed batches' throughput at the smallest batch size"
+            if start_qps
+            else "LoadGen's minimum"
         ),
         "latency_bound_ms": options.latency_bound_ms,
         "min_duration_ms": options.min_duration_ms,
@@ -367,27 +551,35 @@ def drive(
         "samples_capped_at_bytes": options.stage_bytes if samples.capped else None,
         "loadgen_version": _version(),
     }
-    with tempfile.TemporaryDirectory(prefix="mlms-loadgen-") as folder:
-        if options.find_peak_qps:
-            curve, best = _search(lg, driver, options, start_qps, Path(folder))
-            run = best
-        else:
-            run = _run_once(lg, driver, options, target_qps, Path(folder) / "run")
-            curve = None
+    # Everything below is the reported run's: its verdict, why, its summary and its log.
     result: dict[str, Any] = {
         "settings": settings,
+        "reported": reported,
         "valid": run["valid"],
+        "invalid_reasons": run["invalid_reasons"],
+        "problems": run["problems"],
+        "notes": run["notes"],
         "summary": run["values"],
         "early_stopping": run["early_stopping"],
         "summary_text": run["summary_text"],
         "log": run["log"],
         "calls": driver.calls,
     }
-    if curve is not None:
+    if options.find_peak_qps:
+        held = [r["target_qps"] for r in runs if _held(r)]
         result["search"] = {
-            "peak_qps": run["target_qps"] if _point(run)["latency_held"] else None,
+            # The highest target LoadGen judged VALID (the reported run's), None where none was.
+            "peak_qps": run["target_qps"] if run["valid"] is True else None,
+            # The highest target whose p99 held, VALID or not (a run too short for early
+            # stopping can hold its latency and still be INVALID).
+            "highest_held_qps": max(held) if held else None,
             "latency_bound_ms": options.latency_bound_ms,
-            "curve": curve,
+            "start_qps": search_start,
+            "reported_run": reported["run"],
+            "curve": sorted(
+                ({**_point(r), "reported": r is run} for r in runs),
+                key=lambda point: point["target_qps"],
+            ),
         }
     if options.loadgen_mode == "accuracy":
         result["accuracy"] = _accuracy(driver, samples)
@@ -398,20 +590,20 @@ def _search(
     lg: Any,
     driver: _Driver,
     options: EvaluationOptions,
-    start_qps: float | None,
+    start_qps: float,
     folder: Path,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The QPS search (see the module docstring): the curve, and the run at the peak (the
-    lowest run, where none held)."""
+) -> list[dict[str, Any]]:
+    """The QPS search (see the module docstring): its runs in the order they ran, numbered
+    from 1."""
     runs: list[dict[str, Any]] = []
 
     def probe(qps: float) -> bool:
         qps = round(qps, 3)
-        run = _run_once(lg, driver, options, qps, folder / f"run-{len(runs)}")
-        runs.append(run)
-        return bool(_point(run)["latency_held"])
+        run = _run_once(lg, driver, options, qps, folder / f"run-{len(runs) + 1}")
+        runs.append({**run, "run": len(runs) + 1})
+        return _held(run)
 
-    qps = options.target_qps or start_qps or 1.0
+    qps = start_qps
     low: float | None = None
     high: float | None = None
     for _ in range(MAX_DOUBLINGS):
@@ -441,14 +633,7 @@ def _search(
                 low = middle
             else:
                 high = middle
-    curve = sorted((_point(run) for run in runs), key=lambda p: p["target_qps"])
-    held = [run for run in runs if _point(run)["latency_held"]]
-    best = (
-        max(held, key=lambda run: run["target_qps"])
-        if held
-        else min(runs, key=lambda run: run["target_qps"])
-    )
-    return curve, best
+    return runs
 
 
 def _accuracy(driver: _Driver, samples: _Samples) -> dict[str, Any]:

@@ -10,14 +10,17 @@ from predictors.predictor import (
     DEVICES,
 )
 from predictors.protocol import (
-    DEFAULT_MIN_DURATION_MS,
-    DEFAULT_MIN_QUERY_COUNT,
+    JOB_DEFAULTS,
     LOADGEN_MODES,
     SCENARIOS,
     TRACE_LEVELS,
     JobOptions,
+    cold_start_problem,
     scenario_problem,
+    target_ci_problem,
 )
+
+_DEFAULT = JOB_DEFAULTS
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -27,28 +30,29 @@ GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
 class EvaluationOptions:
     """What to run. `threads` None leaves each framework's default thread pools."""
 
-    batch_sizes: tuple[int, ...] = (1,)
-    split: str = "validation"
-    limit: int | None = None
+    # Every option of the same name as a job option (`predictors.protocol.JobOptions`) takes
+    # its one default from there (`JOB_DEFAULTS`).
+    batch_sizes: tuple[int, ...] = _DEFAULT["batch_sizes"]
+    split: str = _DEFAULT["split"]
+    limit: int | None = _DEFAULT["limit"]
     device: str = "cpu"
-    # TorchScript profiles its first run and compiles an optimized graph on the second.
-    warmup: int = 2
-    repeat: int = 1
-    threads: int | None = None
-    seed: int = 0
-    trace_level: str = "model"
+    warmup: int = _DEFAULT["warmup"]
+    repeat: int = _DEFAULT["repeat"]
+    threads: int | None = _DEFAULT["threads"]
+    seed: int = _DEFAULT["seed"]
+    trace_level: str = _DEFAULT["trace_level"]
     stage_bytes: int = 256 * 1024 * 1024
     graph_optimization: str | None = None
     # Time the first predictions, with no warm-up (warmup must be 0); the report says so.
-    cold_start: bool = False
+    cold_start: bool = _DEFAULT["cold_start"]
     # Manifest parameters to override, PATH=VALUE, applied to the model manifest in order
     # before it runs (`mlms evaluate --set`, a hub launch's `overrides`).
-    overrides: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = _DEFAULT["overrides"]
     # Run a trained model whose labels are not the dataset's (`predictors.labels`); the
     # result's notes show the mismatch.
-    allow_label_mismatch: bool = False
+    allow_label_mismatch: bool = _DEFAULT["allow_label_mismatch"]
     # Time the model without scoring it (`predictors.evaluation.latency`): no labels are read.
-    latency_only: bool = False
+    latency_only: bool = _DEFAULT["latency_only"]
     # Run the manifest's custom processing code (`predictors.custom_code`): set only inside a
     # predictor container whose agent opts in; elsewhere a manifest with code is refused.
     custom_code: bool = False
@@ -56,14 +60,18 @@ class EvaluationOptions:
     custom_code_seconds: float = 60.0
     # An MLPerf LoadGen scenario run after the fixed batches (`predictors.evaluation.loadgen`;
     # the job options of the same names in `predictors.protocol.JobOptions`).
-    scenario: str = "fixed"
-    target_qps: float | None = None
-    latency_bound_ms: float | None = None
-    min_duration_ms: int = DEFAULT_MIN_DURATION_MS
-    min_query_count: int = DEFAULT_MIN_QUERY_COUNT
-    samples_per_query: int | None = None
-    loadgen_mode: str = "performance"
-    find_peak_qps: bool = False
+    scenario: str = _DEFAULT["scenario"]
+    target_qps: float | None = _DEFAULT["target_qps"]
+    latency_bound_ms: float | None = _DEFAULT["latency_bound_ms"]
+    min_duration_ms: int = _DEFAULT["min_duration_ms"]
+    min_query_count: int = _DEFAULT["min_query_count"]
+    samples_per_query: int | None = _DEFAULT["samples_per_query"]
+    loadgen_mode: str = _DEFAULT["loadgen_mode"]
+    find_peak_qps: bool = _DEFAULT["find_peak_qps"]
+    # Past the repeat passes, time each batch size until the median's 95 % interval is within
+    # ± this share of it, or until `target_ci_seconds` (`predictors.evaluation.fixed_batches`).
+    target_ci: float | None = _DEFAULT["target_ci"]
+    target_ci_seconds: float = _DEFAULT["target_ci_seconds"]
 
     @classmethod
     def from_job(cls, options: JobOptions, *, device: str, **host: Any) -> EvaluationOptions:
@@ -93,7 +101,7 @@ class EvaluationOptions:
             positive("threads", self.threads, 1)
         positive("seed", self.seed, 0)
         positive("stage_bytes", self.stage_bytes, 1)
-        if self.cold_start and self.warmup:
+        if cold_start_problem(self):
             raise EvaluationError(f"a cold start runs no warm-up; got warmup {self.warmup}")
         if self.trace_level not in TRACE_LEVELS:
             raise EvaluationError(
@@ -120,8 +128,14 @@ class EvaluationOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not value > 0):
                 raise EvaluationError(f"{name} must be a number > 0; got {value!r}")
-        problem = scenario_problem(self)
+        problem = scenario_problem(self) or target_ci_problem(self)
         if problem:
             raise EvaluationError(f"{problem[0]} {problem[1]}")
+        if isinstance(self.target_ci_seconds, bool) or not (
+            isinstance(self.target_ci_seconds, int | float) and self.target_ci_seconds > 0
+        ):
+            raise EvaluationError(
+                f"target_ci_seconds must be a number > 0; got {self.target_ci_seconds!r}"
+            )
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise EvaluationError(f"device must be cpu, cuda or cuda:N; got {self.device!r}")

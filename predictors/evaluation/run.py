@@ -24,6 +24,7 @@ from predictors.data import (
     target_of,
 )
 from predictors.evaluation import detection, loadgen, segmentation, streams
+from predictors.evaluation import state as model_state
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.fixed_batches import (
     CLOCK_CUDA,
@@ -293,10 +294,17 @@ def evaluate(
         per_batch_size[0],
         lambda: _untraced(model, predictor_type, options, graph_file, weights_file),
     )
-    # Parameters and multiply-adds per layer at the shape fed, and the FLOP/s achieved.
-    theoretical = flops.theoretical(
-        model.framework, graph_file, spec.input["name"], loop.sample, per_batch_size
-    ) | {"roofline": roofline.measure(options.device)}
+    # Parameters and multiply-adds per layer at the shape fed, the FLOP/s achieved, and where
+    # they sit on the roofline of this framework on this device at the run's threads.
+    theoretical = roofline.attach(
+        flops.theoretical(
+            model.framework, graph_file, spec.input["name"], loop.sample, per_batch_size
+        ),
+        options.device,
+        model.framework,
+        options.threads,
+        loop.sample,
+    )
     hygiene = (
         watch.finish(options.threads)
         + [warning for entry in per_batch_size for warning in entry["hygiene"]]
@@ -338,6 +346,8 @@ def evaluate(
             "trace_level": options.trace_level,
             "latency_only": timing,
             "scenario": options.scenario,
+            "target_ci": options.target_ci,
+            "target_ci_seconds": options.target_ci_seconds if options.target_ci else None,
         },
         "load_ms": load_ns / 1e6,
         # What makes these numbers less defensible, as labelled warnings (`hygiene`).
@@ -379,7 +389,10 @@ def evaluate(
                 len(labels) if detecting or segmenting else first.outputs.shape[1],
             )
         )
+        + model_state.note(loop.what, loop.state)
         + _trace_notes(options, predictor_type, sampler),
+        # Whether the model keeps a state between calls, and what the loop did about it.
+        "state": loop.state,
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": (datetime.now(UTC) - started).total_seconds(),
     }

@@ -25,7 +25,10 @@ cancellation), with these differences:
   has fewer calls), and are discarded;
 - for a model with state inputs, a second pass at the first batch size resets every state to
   its initial value at every call: the accuracy the model would have if it could not carry its
-  state (`accuracy_state_reset`), next to the accuracy with the state carried (`accuracy`).
+  state (`accuracy_state_reset`), next to the accuracy with the state carried (`accuracy`);
+- a model that keeps a state inside itself (`predictors.evaluation.state`, checked on the first
+  call before the warm-up) is refused, or, where its module offers a reset, reset before each
+  stream's first call, one stream per call (its reset concerns every row of a call at once).
 
 Accuracy, precision, recall, F1 and ROC AUC of the labels are scikit-learn's
 (`summaries.sequence_metrics`). The scored output may be logits, probabilities, or a binary
@@ -38,6 +41,7 @@ a finer trace level is refused before the model loads.
 from __future__ import annotations
 
 import gc
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,12 +49,15 @@ from typing import Any
 
 import numpy as np
 
+from predictors import statistics
 from predictors.custom_code import custom_outputs
 from predictors.data import StreamReader, lockstep_calls
+from predictors.evaluation import state as model_state
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.fixed_batches import FixedBatches, _FirstPass
 from predictors.evaluation.hygiene import batch_size_warnings
-from predictors.evaluation.summaries import latency_summary, probabilities, sequence_metrics
+from predictors.evaluation.summaries import probabilities, sequence_metrics
+from predictors.evaluation.target_ci import TargetCi
 from predictors.manifests import Manifest
 from predictors.predictor import PredictorError
 from predictors.processing import ELEMENT_TYPES, postprocess
@@ -187,10 +194,13 @@ class Streams(FixedBatches):
         options = self.options
         width = reader.batch_size
         self.batch_size = width
+        started = time.perf_counter_ns()  # the batch size's first read: target_ci's clock
         if self.ports.context:
             preprocessor = _InContext(preprocessor, self.ports.context)
         timings: tuple[list[int], list[int]] = ([], [])
         source = self._source(reader, preprocessor, timings)
+        if self.state is None and not options.cold_start:  # else after the cold calls
+            self._check_streams_state(source, width)
         durations: list[int] = []
         sizes: list[int] = []
         wall_ns = 0
@@ -213,6 +223,19 @@ class Streams(FixedBatches):
             if repetition == 0:
                 scores = pass_scores
         assert scores is not None
+        if self.state is None:
+            self._check_streams_state(source, width, after_cold=True)
+        # Past the repeat passes, whole passes until the median's interval is within target_ci.
+        target = TargetCi.start(options, started)
+        while target is not None and target.more(
+            [d for d, n in zip(durations, sizes, strict=True) if n == width] or durations,
+            len(durations),
+        ):
+            self.total += lockstep_calls(reader.lengths, width)
+            repetition = options.repeat + target.rounds - 1
+            wall_ns += self._timed_pass(source, width, reader.count, durations, sizes, repetition)[
+                1
+            ]
         labels = np.concatenate([labels for _, labels in source()])
         start = time.perf_counter_ns()
         probabilities_ = self._probabilities(scores, len(labels))
@@ -241,8 +264,9 @@ class Streams(FixedBatches):
             "warmup": options.warmup,
             "repeat": options.repeat,
             "accuracy": metrics,
-            "latency": latency_summary(full or durations),
+            "latency": statistics.latency(full or durations, samples=True),
             "latency_batches": "full" if full else "partial",
+            **({"target_ci": target.report()} if target is not None else {}),
             "hygiene": batch_size_warnings(width, full or durations),
             "throughput_ips": inputs / (wall_ns / 1e9),
             "timed_inputs": inputs,
@@ -356,6 +380,51 @@ class Streams(FixedBatches):
         rows = [np.empty(n) for n in sizes[first_index : first_index + len(marks)]]
         self._batch_spans(rows, marks, 0, first_index, width, repetition, stage_id)  # type: ignore[arg-type]
 
+    def _check_streams_state(self, source: Source, width: int, after_cold: bool = False) -> None:
+        """Before the warm-up: whether the model keeps a state inside itself between calls
+        (`predictors.evaluation.state`), on the first call of the first batch size (the first
+        input of its first streams, every state at its initial value). A model whose module
+        resets it is reset before each stream, which needs one stream per call: its reset
+        concerns every row of a call at once. With `cold_start`, after the first batch size's
+        timed calls instead (`after_cold`)."""
+        ports = self.ports
+        taken = list(itertools.islice(source(), width))
+        feeds = dict(ports.constants)
+        feeds[ports.data] = np.stack([inputs[0] for inputs, _ in taken])
+        for state in ports.states:
+            feeds[state.name] = np.stack([state.initial] * len(taken), state.axis)
+        names = ports.outputs
+        synchronize = self.options.device != "cpu"
+
+        def call() -> Any:
+            try:
+                outputs = self.predictor.run(feeds, names)
+            except PredictorError:
+                raise
+            except Exception as exc:  # the framework's own: the model did not take the call
+                raise self._failed(feeds[ports.data], exc) from exc
+            if synchronize:
+                self.predictor.synchronize()
+            return outputs
+
+        with self.predictor.inference_context():
+            self.state, self._reset, _ = model_state.check(
+                self.what,
+                call,
+                self.predictor.state_reset,
+                "stream",
+                device=self.options.device,
+                after_cold=after_cold,
+            )
+        wide = [size for size in self.options.batch_sizes if size != 1]
+        if self._reset is not None and wide:
+            raise EvaluationError(
+                f"{self.what} keeps a state inside itself, which "
+                f"{self.state['reset']} resets for every stream of a "
+                "call at once: it runs one stream per call, each from its own reset; use batch "
+                f"size 1 (asked for {', '.join(str(size) for size in wide)})"
+            )
+
     def _reset_pass(self, source: Source, width: int, labels: np.ndarray) -> dict[str, Any]:
         """The accuracy with every state reset to its initial value at every call (untimed)."""
         start = time.perf_counter_ns()
@@ -389,6 +458,9 @@ class Streams(FixedBatches):
         run = self.predictor.run
         perf = time.perf_counter_ns
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
+        # A model that keeps a state inside itself, one stream per call: reset before each
+        # stream's first call (before every call when no state is carried), untimed.
+        reset = self._reset
         pending = source()
         row = 0
         slots: list[_Slot | None] = [None] * width
@@ -422,6 +494,8 @@ class Streams(FixedBatches):
             feeds[ports.data] = np.stack([slot.inputs[slot.step] for slot in active])
             for number, state in enumerate(states):
                 feeds[state.name] = np.stack([slot.states[number] for slot in active], state.axis)
+            if reset is not None and (not carry or any(slot.step == 0 for slot in active)):
+                reset()
             try:
                 start = perf()
                 outputs = run(feeds, names)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,24 +68,6 @@ def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
     return scores
-
-
-def latency_summary(durations_ns: Sequence[int] | np.ndarray) -> dict[str, float | int]:
-    """mean, p50/p90/p99 (linear interpolation), min, max and std (population) in ms."""
-    ms = np.asarray(durations_ns, dtype=np.float64) / 1e6
-    if ms.size == 0:
-        raise ValueError("no durations to summarise")
-    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
-    return {
-        "count": int(ms.size),
-        "mean_ms": float(ms.mean()),
-        "p50_ms": float(p50),
-        "p90_ms": float(p90),
-        "p99_ms": float(p99),
-        "min_ms": float(ms.min()),
-        "max_ms": float(ms.max()),
-        "std_ms": float(ms.std()),
-    }
 
 
 def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int | None]:

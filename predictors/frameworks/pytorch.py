@@ -30,12 +30,17 @@ import torch
 from predictors.frameworks import cuda_index
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
-from predictors.predictor import Predictor, PredictorError, PredictorOptions
+from predictors.predictor import Predictor, PredictorError, PredictorOptions, StateReset
 from predictors.protocol import Attr, at_least
 from predictors.tracing import CLOCK_TORCH_LAYERS, Layer
 
 # Where to keep a copy of torch.profiler's own Chrome trace of each profiled evaluation.
 KEEP_TRACE_VARIABLE = "MLMS_TORCH_TRACE_DIR"
+
+# The methods of a TorchScript module that reset a state it keeps inside itself (buffers or
+# attributes its `forward` updates), in the order they are looked for: exported with
+# `@torch.jit.export`, taking no argument (Silero VAD's TorchScript model has `reset_states`).
+RESET_METHODS = ("reset_state", "reset_states", "reset")
 
 # One traced layer of one call: (layer index, offset from the call's start, duration, output
 # shape); turned into `Layer`s after the timed loop, by `take_layers`.
@@ -316,6 +321,18 @@ class PyTorchPredictor(Predictor):
 
     def trace_summary(self) -> dict[str, Any] | None:
         return self._summary
+
+    def state_reset(self) -> StateReset | None:
+        model = self._model
+        assert model is not None, "load() first"
+        for name in RESET_METHODS:
+            method = getattr(model, name, None)
+            schema = getattr(method, "schema", None)
+            # A compiled method of the module itself, whose only argument is the module.
+            if method is None or schema is None or len(schema.arguments) != 1:
+                continue
+            return StateReset(f"the TorchScript module's {name}()", method)
+        return None
 
     def synchronize(self) -> None:
         if self._device.type == "cuda":

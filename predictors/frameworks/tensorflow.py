@@ -37,6 +37,7 @@ from predictors.predictor import (  # noqa: E402
     Predictor,
     PredictorError,
     PredictorOptions,
+    StateReset,
 )
 from predictors.protocol import Attr, at_least
 from predictors.tracing import CLOCK_TF_LAYERS, Layer  # noqa: E402
@@ -280,6 +281,22 @@ class TensorFlowPredictor(Predictor):
     def trace_summary(self) -> dict[str, Any] | None:
         return self._summary
 
+    def state_reset(self) -> StateReset | None:
+        """Keras's own: the `reset_state()` of every stateful layer (a recurrent layer made with
+        `stateful=True` carries its state from one call to the next)."""
+        assert self._model is not None, "load() first"
+        layers = [layer for layer in _all_layers(self._model) if getattr(layer, "stateful", False)]
+        layers = [layer for layer in layers if callable(getattr(layer, "reset_state", None))]
+        if not layers:
+            return None
+
+        def reset() -> None:
+            for layer in layers:
+                layer.reset_state()
+
+        names = ", ".join(layer.name for layer in layers)
+        return StateReset(f"reset_state() of the Keras model's stateful layers ({names})", reset)
+
     def synchronize(self) -> None:
         if self._device != "/CPU:0":
             tf.test.experimental.sync_devices()
@@ -305,6 +322,15 @@ class TensorFlowPredictor(Predictor):
         self._timed = None
         self._calls = []
         keras.backend.clear_session()
+
+
+def _all_layers(model: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """The layers of a Keras model, those of its nested models included."""
+    found: list[keras.layers.Layer] = []
+    for layer in getattr(model, "layers", []):
+        found.append(layer)
+        found.extend(_all_layers(layer))
+    return found
 
 
 def _timed_chain(layers: list[keras.layers.Layer], signature: tf.TensorSpec) -> Any:

@@ -15,6 +15,7 @@ import requests
 from playwright.sync_api import expect
 
 from mlmodelscope.testing.livehub import LiveHub, running_hub
+from predictors import statistics
 from tests.frontend.conftest import sign_in_to_hub
 from tests.predictors.zoo_store import zoo_store
 
@@ -84,20 +85,28 @@ def test_digits_cnn_in_three_frameworks(hub: LiveHub, hub_page: Any, shoot: Any)
     # TensorFlow's model takes NHWC: a processing difference that comes with the framework.
     assert ("processing", "inputs.0.parameters.layout") in differing
 
-    # Latency per batch size with a 95 % interval and ratios to the baseline.
+    # Latency per batch size: the median with its interval, and against the baseline the
+    # ratio of medians with its interval, the test and a verdict.
     sizes = report["latency"]["batch_sizes"]
     assert [size["batch_size"] for size in sizes] == [1, 8]
+    assert report["latency"]["test"].startswith("Mann–Whitney U")
     for size in sizes:
         for cell in size["cells"]:
-            assert cell["ci95_ms"] is not None and cell["ci95_ms"] >= 0
-        assert size["cells"][0]["ratio"] == 1.0
-        assert all(isinstance(cell["within_noise"], bool) for cell in size["cells"])
+            assert cell["p50_low_ms"] <= cell["p50_ms"] <= cell["p50_high_ms"]
+            assert cell["text"]["p50"] == statistics.ms(cell["p50_ms"])
+        assert size["cells"][0]["verdict"] is None and size["cells"][0]["difference"] is None
+        for cell in size["cells"][1:]:
+            difference = cell["difference"]
+            assert difference["verdict"] in statistics.VERDICTS
+            assert difference["low"] <= difference["ratio"] <= difference["high"]
+            assert 0 <= difference["p_value"] <= 1
+            assert cell["ratio"] == pytest.approx(cell["p50_ms"] / size["cells"][0]["p50_ms"])
 
     # Per layer: matched across frameworks by op type and order.
     layers = report["layers"]
     assert layers["matched_by"] == "op type and order"
     convolutions = [row for row in layers["rows"] if "conv" in (row["op_type"] or "").lower()]
-    assert convolutions and all(None not in row["mean_ms"] for row in convolutions)
+    assert convolutions and all(None not in row["p50_ms"] for row in convolutions)
 
     # Theoretical performance: the same work counted from three files, in three frameworks.
     theoretical = report["theoretical"]
@@ -108,7 +117,9 @@ def test_digits_cnn_in_three_frameworks(hub: LiveHub, hub_page: Any, shoot: Any)
     ]  # fmt: skip
     for cell in theoretical["cells"]:
         assert [a["batch_size"] for a in cell["achieved"]] == [1, 8]
-        assert all(0 < a["of_peak"] for a in cell["achieved"])
+        # Each share of its run's roof: at most 100 %, the roof holding every point.
+        assert all(0 < a["of_peak"] <= 1 for a in cell["achieved"])
+        assert cell["peak_why"]
 
     page = hub_page
     sign_in_to_hub(page)

@@ -85,8 +85,9 @@ def test_upload_launch_and_watch_a_real_evaluation_live(hub, hub_page, shoot) ->
             f"\n{hub.logs()}"
         ) from None
     assert page.evaluate("() => window.__notReloaded === true")
-    # Progress counts predictions (batches, warm-up included): 1 + 64 at batch size 1, 1 + 8 at 8.
-    expect(page.locator("#progress-text")).to_have_text("74 of 74 predictions (100 %)")
+    # Progress counts predictions (batches, warm-up included): 2 + 64 at batch size 1, 2 + 8 at
+    # 8 (the job's default warm-up, 2).
+    expect(page.locator("#progress-text")).to_have_text("76 of 76 predictions (100 %)")
     expect(page.locator("#fact-host")).to_have_text("e2e-cpu")
     expect(page.locator("#latency tbody tr")).to_have_count(2)
     top1 = page.locator("#accuracy .metric-box").first.locator(".value").inner_text()

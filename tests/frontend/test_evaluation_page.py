@@ -387,12 +387,56 @@ def test_the_runs_hygiene_warnings_are_shown_labelled(  # type: ignore[no-untype
     )
 
 
+@pytest.mark.parametrize(
+    ("state", "shown"),
+    [
+        (
+            {
+                "stateful": True,
+                "reset": "the TorchScript module's reset_state()",
+                "handling": "reset before each stream via the TorchScript module's reset_state()",
+                "difference": "the output: 2 of 2 values differ, largest difference 10",
+                "checked": "before timing",
+                "rtol": 1e-05,
+                "atol": 1e-06,
+            },
+            "Model state: the model keeps a state inside itself between calls (two calls on the "
+            "same input differed: the output: 2 of 2 values differ, largest difference 10); it "
+            "was reset before each stream via the TorchScript module's reset_state(), outside "
+            "the timed calls.",
+        ),
+        (
+            {"stateful": False, "checked": "before timing", "rtol": 1e-05, "atol": 1e-06},
+            "Model state: none kept between calls (two calls on the same input agreed, before "
+            "timing).",
+        ),
+    ],
+)
+def test_whether_the_model_keeps_a_state_is_shown(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, finished_with, state, shown
+) -> None:
+    """The loop's check of a state hidden in the model, as the agent uploads it (the result's
+    `state`, kept in its details)."""
+    evaluation_id = finished_with(
+        {"device": "cpu", "model": {"task": "image_classification"}, "state": state}
+    )
+    assert Evaluation.objects.get(pk=evaluation_id).result.details["state"] == state
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    expect(page.locator("#model-state")).to_have_text(shown)
+    expect(page.locator("#model-state")).to_have_attribute(
+        "data-stateful", str(state["stateful"]).lower()
+    )
+
+
 def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore[no-untyped-def]
     page, sign_in, alice, finished_with, shoot
 ) -> None:
     """The counts the loop makes (digits-cnn's ONNX graph, counted for real at the shape it
-    fed) and this machine's measured roofline: the page states them, lists the layers and
-    plots the model on the roofline."""
+    fed) on this machine's roofline for ONNX Runtime at one thread: the page states the roof
+    drawn and why, each peak with how it was obtained, the share of the peak, lists the layers
+    and plots the model on the roofline."""
     import numpy as np
 
     from predictors import flops, roofline
@@ -400,9 +444,15 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
 
     graph = zoo_store(("digits-cnn",)) / "models" / "digits-cnn" / "1.0.0" / "digits-cnn.onnx"
     batch_sizes = [{"batch_size": 1, "latency": {"p50_ms": 0.05}}]
-    theoretical = flops.theoretical(
-        "onnxruntime", graph, "input", np.zeros((1, 1, 8, 8), np.float32), batch_sizes
-    ) | {"roofline": roofline.measure("cpu")}
+    sample = np.zeros((1, 1, 8, 8), np.float32)
+    theoretical = roofline.attach(
+        flops.theoretical("onnxruntime", graph, "input", sample, batch_sizes),
+        "cpu",
+        "onnxruntime",
+        1,
+        sample,
+    )
+    roof = theoretical["roofline"]
     evaluation_id = finished_with(
         {
             "device": "cpu",
@@ -422,9 +472,21 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     expect(page.locator("#theoretical-summary")).to_contain_text(
         f"{theoretical['achieved'][0]['gflops_per_s']:.2f} GFLOP/s at batch size 1"
     )
-    expect(page.locator("#roofline-summary")).to_contain_text(
-        f"peak {theoretical['roofline']['peak_gflops_per_s']} GFLOP/s"
+    summary = page.locator("#roofline-summary")
+    expect(summary).to_contain_text(f"for onnxruntime: peak {roof['peak_gflops_per_s']} GFLOP/s")
+    share = 100 * theoretical["achieved"][0]["of_peak"]
+    expect(summary).to_contain_text(f"Share of that peak: batch size 1 {share:.1f} %")
+    # Each peak with how it was obtained, beside the plot.
+    peaks = page.locator("#roofline-peaks")
+    expect(peaks.locator('[data-peak="roof"]')).to_contain_text(roof["roof"]["why"])
+    expect(peaks.locator('[data-peak="measured"]')).to_contain_text(
+        f"{roof['peaks']['measured']['gflops']} GFLOP/s: onnxruntime MatMul 512×512 and "
+        "1024×1024 float32, 1 intra-op thread,"
     )
+    expect(peaks.locator('[data-peak="theoretical"]')).to_contain_text(
+        roof["peaks"]["theoretical"].get("method") or roof["peaks"]["theoretical"]["reason"]
+    )
+    expect(peaks.locator('[data-peak="bandwidth"]')).to_contain_text("STREAM triad a = b + s·c")
     page.locator("#theoretical-details summary").click()
     rows = page.locator("#theoretical-layers tbody tr")
     expect(rows).to_have_count(4)
@@ -436,11 +498,70 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     shoot(page, "evaluation-theoretical")
 
 
-def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-untyped-def]
-    page, sign_in, alice, finished_with, shoot
+def test_a_point_above_every_peak_is_drawn_apart_with_its_reason(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, finished_with
 ) -> None:
-    """A real LoadGen QPS search of digits-cnn (run here by the loop) as its result carries
-    it: the verdict, the settings, the curve as a table and a plot, the summary as written."""
+    """A latency too short for the counted work (digits-cnn at batch size 32 in a nanosecond)
+    passes both peaks: the roof is that point (the page says so), its share is 100 %, and it is
+    drawn apart with the reason beside the plot."""
+    import numpy as np
+
+    from predictors import flops, roofline
+    from tests.predictors.zoo_store import zoo_store
+
+    graph = zoo_store(("digits-cnn",)) / "models" / "digits-cnn" / "1.0.0" / "digits-cnn.onnx"
+    batch_sizes = [
+        {"batch_size": 1, "latency": {"p50_ms": 1.0}},
+        {"batch_size": 32, "latency": {"p50_ms": 1e-6}},
+    ]
+    sample = np.zeros((1, 1, 8, 8), np.float32)
+    theoretical = roofline.attach(
+        flops.theoretical("onnxruntime", graph, "input", sample, batch_sizes),
+        "cpu",
+        "onnxruntime",
+        1,
+        sample,
+    )
+    assert theoretical["roofline"]["roof"]["source"] == "best point"
+    evaluation_id = finished_with(
+        {
+            "device": "cpu",
+            "model": {"task": "image_classification"},
+            "batch_sizes": batch_sizes,
+            "trace": {"level": "model"},
+            "theoretical": theoretical,
+        }
+    )
+
+    sign_in(page, alice)
+    page.goto(f"/evaluations/{evaluation_id}/")
+    expect(page.locator("#roofline-summary")).to_contain_text("(best point)")
+    expect(page.locator("#roofline-summary")).to_contain_text("batch size 32 100.0 %")
+    expect(page.locator('#roofline-peaks [data-peak="roof"]')).to_contain_text(
+        "the best point, batch size 32"
+    )
+    note = page.locator('#roofline-notes li[data-point="batch 32"]')
+    expect(note).to_contain_text("an error of the counts")
+    expect(page.locator("#roofline-notes li")).to_have_count(1)
+    expect(page.locator("#roofline-plot")).to_have_attribute("data-above", "1")
+    # The roof, the model's point under it, and the one above it, drawn apart.
+    expect(page.locator("#roofline-plot .scatterlayer .trace")).to_have_count(3)
+
+
+@pytest.mark.parametrize(
+    ("bound", "start", "queries", "limit"),
+    [(25.0, 100, 500, 32), (0.01, 400, 8, 16)],
+    ids=["valid-peak", "no-valid-run"],
+)
+def test_loadgens_verdict_summary_and_marked_row_are_of_one_run(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, finished_with, shoot, bound, start, queries, limit
+) -> None:
+    """A real LoadGen server run with a QPS search of digits-cnn (run here by the loop) as its
+    result carries it: the heading's verdict and target, the run the page says it shows, the
+    row marked in the curve and LoadGen's summary are all of one run (the highest VALID
+    target; where no run was VALID, the lowest, INVALID). LoadGen's notes are apart from its
+    warnings. In the first case every run sends at least 500 queries, enough for early stopping
+    to back a p99 at any rate; the second case's bound (10 microseconds) no rate can hold."""
     from predictors.catalog import Catalog
     from predictors.data import DataManager
     from predictors.evaluation import EvaluationOptions, evaluate
@@ -451,13 +572,13 @@ def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-un
         catalog.find_model("digits-cnn", "*", "onnxruntime"),
         catalog.find_dataset("digits"),
         EvaluationOptions(
-            limit=32,
+            limit=limit,
             scenario="server",
             find_peak_qps=True,
-            target_qps=100,
-            latency_bound_ms=25,
+            target_qps=start,
+            latency_bound_ms=bound,
             min_duration_ms=100,
-            min_query_count=32,
+            min_query_count=queries,
         ),  # fmt: skip
         DataManager(store_dir=zoo_store(("digits-cnn",))).fetch,
     )
@@ -470,20 +591,53 @@ def test_loadgens_verdict_summary_and_qps_curve_are_shown(  # type: ignore[no-un
             "loadgen": loadgen,
         }
     )
+    curve = loadgen["search"]["curve"]
+    row = next(point for point in curve if point["reported"])
+    word = "VALID" if row["valid"] else "INVALID"
+    qps = f"{row['target_qps']:.3f}".rstrip("0").rstrip(".")
 
     sign_in(page, alice)
     page.goto(f"/evaluations/{evaluation_id}/")
+    # The heading: the reported run's verdict and target.
     verdict = page.locator("#loadgen-verdict")
-    expect(verdict).to_contain_text("LoadGen server (performance mode):")
-    expect(verdict).to_have_attribute("data-valid", "true" if loadgen["valid"] else "false")
-    expect(page.locator("#loadgen-settings")).to_contain_text("p99 bound 25 ms")
-    curve = loadgen["search"]["curve"]
-    expect(page.locator("#qps-curve tbody tr")).to_have_count(len(curve))
-    expect(page.locator("#qps-plot")).to_have_attribute("data-points", str(len(curve)))
-    peak = loadgen["search"]["peak_qps"]
-    expect(page.locator("#loadgen-peak")).to_contain_text(
-        f"Peak: {peak:g} QPS" if peak is not None else "No target QPS kept the p99"
+    expect(verdict).to_contain_text(f"LoadGen server (performance mode): {word} · target {qps} QPS")
+    expect(verdict).to_have_attribute("data-valid", "true" if row["valid"] else "false")
+    expect(verdict).to_have_attribute("data-target-qps", qps)
+    expect(verdict).to_have_attribute("data-run", str(row["run"]))
+    expect(page.locator("#loadgen-reported")).to_contain_text(
+        f"Showing run {row['run']} of {len(curve)}: {qps} QPS, "
     )
+    expect(page.locator("#loadgen-settings")).to_contain_text(f"p99 bound {bound:g} ms")
+    # The row marked in the curve is that run.
+    expect(page.locator("#qps-curve tbody tr")).to_have_count(len(curve))
+    marked = page.locator("#qps-curve tbody tr.reported")
+    expect(marked).to_have_count(1)
+    expect(marked).to_have_attribute("data-run", str(row["run"]))
+    cells = marked.locator("td")
+    expect(cells.nth(0)).to_have_text(str(row["run"]))
+    expect(cells.nth(1)).to_have_text(qps)
+    expect(cells.nth(5)).to_have_text(word)
+    expect(page.locator("#qps-plot")).to_have_attribute("data-points", str(len(curve)))
+    # LoadGen's summary, as it wrote it, is that run's.
     page.get_by_text("LoadGen's summary").click()
-    expect(page.locator("#loadgen-summary")).to_contain_text("MLPerf Results Summary")
-    shoot(page, "evaluation-loadgen")
+    summary = page.locator("#loadgen-summary")
+    expect(summary).to_contain_text(f"Result is : {word}")
+    expect(summary).to_contain_text(
+        "Completed samples per second    : " + loadgen["summary"]["Completed samples per second"]
+    )
+    warnings = page.locator("#loadgen-warnings")
+    expect(warnings).not_to_contain_text("Run successful")
+    if row["valid"]:
+        expect(page.locator("#loadgen-peak")).to_contain_text(
+            f"Peak: {qps} QPS, the highest target LoadGen judged VALID"
+        )
+        expect(page.locator("#loadgen-notes")).to_contain_text("Early stopping: Run successful.")
+        shoot(page, "evaluation-loadgen")
+    else:
+        expect(page.locator("#loadgen-reported")).to_contain_text("no run was VALID")
+        expect(page.locator("#loadgen-peak")).to_contain_text("No run was VALID")
+        for reason in loadgen["invalid_reasons"]:
+            expect(warnings).to_contain_text(f"INVALID: {reason}")
+        if bound < 1:
+            expect(warnings).to_contain_text("INVALID: Performance constraints not satisfied")
+        shoot(page, "evaluation-loadgen-invalid")

@@ -125,9 +125,9 @@ def test_an_anonymous_visitor_reads_a_board_with_its_plot(page, board, shoot) ->
         assert name in legend
 
     # Sorting by p50 latency (fastest first), then the other way.
-    page.get_by_role("link", name="p50 (ms, batch 1)").click()
+    page.get_by_role("link", name="Median (ms, batch 1, 95 % CI)").click()
     assert _frameworks(page) == ["onnxruntime", "pytorch", "tensorflow"]
-    page.get_by_role("link", name="p50 (ms, batch 1) ▲").click()
+    page.get_by_role("link", name="Median (ms, batch 1, 95 % CI) ▲").click()
     assert _frameworks(page) == ["tensorflow", "pytorch", "onnxruntime"]
 
     # Filtering by framework.

@@ -1,5 +1,5 @@
-// The comparison's plots, drawn with Plotly (served by the hub): mean latency against batch
-// size with its 95 % confidence interval, throughput against batch size, and, across systems,
+// The comparison's plots, drawn with Plotly (served by the hub): median latency against batch
+// size with the 95 % interval of the median, throughput against batch size, and, across systems,
 // the latency normalised to the reference host.
 (function () {
   "use strict";
@@ -27,9 +27,9 @@
         name: s.name,
         x: s.x,
         y: s.y,
-        error_y: { type: "data", array: s.error, visible: true },
+        error_y: { type: "data", symmetric: false, array: s.error, arrayminus: s.error_minus, visible: true },
       })),
-      layout("batch size", "mean latency (ms)", true),
+      layout("batch size", "median latency (ms)", true),
       config
     );
     latency.dataset.drawn = String(plots.latency.length);

@@ -159,6 +159,19 @@
       accuracy.append(box);
     });
 
+    // Whether the model keeps a state inside itself between calls (two calls on the same
+    // input, before timing), and what the loop did about it: reset it, or (for none) nothing.
+    var modelState = $("model-state");
+    var kept = details.state;
+    modelState.hidden = !kept;
+    modelState.dataset.stateful = kept ? String(!!kept.stateful) : "";
+    modelState.textContent = !kept ? "" : kept.stateful
+      ? "Model state: the model keeps a state inside itself between calls (two calls on the " +
+        "same input differed: " + kept.difference + "); it was " + kept.handling +
+        ", outside the timed calls."
+      : "Model state: none kept between calls (two calls on the same input agreed, " +
+        (kept.checked || "before timing") + ").";
+
     // Measurement hygiene: the run's labelled warnings (more threads than cores, a loaded
     // machine, a wide spread, too few samples for a p99, a warm-up that had not converged).
     var hygiene = $("hygiene");
@@ -186,6 +199,7 @@
 
     renderTheoretical(details);
     renderLoadgen(details);
+    renderTargetCi(details);
 
     var sizes = Object.keys(result.latency || {}).sort(function (a, b) { return a - b; });
     var rows = sizes.map(function (size) {
@@ -193,8 +207,10 @@
       var row = el("tr");
       row.dataset.batchSize = size;
       row.append(el("th", size, "num"));
-      ["mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms"].forEach(function (key) {
-        row.append(el("td", ms(l[key]), "num"));
+      // Every figure as the statistics layer prints it (the API's `text`).
+      var text = l.text || {};
+      ["p50", "p50_interval", "p90", "p99", "mean", "min", "max", "std"].forEach(function (key) {
+        row.append(el("td", text[key] || "—", "num"));
       });
       row.append(el("td", l.count, "num"));
       // The first call at the batch size, cold, apart from the warm latency.
@@ -275,6 +291,8 @@
     if (!t.counted) {
       summary.textContent = "Not counted: " + t.reason;
       rooflineText.textContent = "";
+      $("roofline-peaks").hidden = true;
+      $("roofline-notes").hidden = true;
       plot.hidden = true;
       layersBox.hidden = true;
       return;
@@ -301,15 +319,7 @@
       summary.textContent += " " + t.uncounted_layers.length + " layers that multiply-add have " +
         "shapes that could not be inferred and count none: the total is a lower bound.";
     }
-    if (roof.measured) {
-      var share = smallest ? " At batch size " + smallest.batch_size + " the model reached " +
-        (100 * smallest.gflops_per_s / roof.peak_gflops_per_s).toFixed(1) + " % of that peak." : "";
-      rooflineText.textContent = "Roofline of " + roof.device + " as the run measured it: peak " +
-        roof.peak_gflops_per_s + " GFLOP/s, bandwidth " + roof.bandwidth_gb_per_s + " GB/s, ridge at " +
-        roof.ridge_flop_per_byte + " FLOP/byte (" + roof.method + ")." + share;
-    } else {
-      rooflineText.textContent = "No roofline: " + (roof.reason || "the device was not measured") + ".";
-    }
+    renderRoofline(roof, t.achieved || []);
 
     // The layers' own FLOP/s, from the trace (level framework), at the smallest batch size.
     // A run that traced its layers says how many layer spans it sent.
@@ -355,64 +365,212 @@
     $("theoretical-layers").dataset.achieved = String(layerPoints.length);
 
     plot.hidden = !roof.measured;
-    if (!roof.measured || typeof Plotly === "undefined") return;
-    // Points a log axis can place only (a model that does no multiply-adds has none).
+    var notes = $("roofline-notes");
+    notes.replaceChildren();
+    notes.hidden = true;
+    if (!roof.measured) return;
+    // Points a log axis can place only (a model that does no multiply-adds has none). A point
+    // above the roof is drawn apart, with its reason beside the plot.
     var model = (t.achieved || []).map(function (a) {
-      return { x: intensity(t.macs, activations, weights, a.batch_size), y: a.gflops_per_s, batch: a.batch_size };
+      var x = typeof a.intensity === "number" ? a.intensity : intensity(t.macs, activations, weights, a.batch_size);
+      return { x: x, y: a.gflops_per_s, label: "batch " + a.batch_size,
+        note: a.note || aboveRoof(roof, x, a.gflops_per_s, true) };
     }).filter(function (p) { return p.x > 0 && p.y > 0; });
     layerPoints = layerPoints.filter(function (p) { return p.x > 0 && p.y > 0; });
+    layerPoints.forEach(function (p) { p.label = p.name; p.note = aboveRoof(roof, p.x, p.y, false); });
+    var flagged = model.concat(layerPoints).filter(function (p) { return p.note; });
+    flagged.forEach(function (p) {
+      var item = el("li", p.label + " (" + p.y.toFixed(2) + " GFLOP/s at " + p.x.toFixed(1) + " FLOP/byte): " + p.note);
+      item.dataset.point = p.label;
+      notes.append(item);
+    });
+    notes.hidden = !flagged.length;
+    if (typeof Plotly === "undefined") return;
     if (!model.length && !layerPoints.length) { plot.hidden = true; return; }
     var xs = model.map(function (p) { return p.x; }).concat(layerPoints.map(function (p) { return p.x; }));
-    var low = Math.min.apply(null, xs.concat([roof.ridge_flop_per_byte])) / 4;
-    var high = Math.max.apply(null, xs.concat([roof.ridge_flop_per_byte])) * 4;
+    var ridge = roof.ridge_flop_per_byte ? [roof.ridge_flop_per_byte] : [];
+    var low = Math.min.apply(null, xs.concat(ridge)) / 4;
+    var high = Math.max.apply(null, xs.concat(ridge)) * 4;
     var roofX = [], roofY = [];
     for (var i = 0; i <= 60; i++) {
       var x = low * Math.pow(high / low, i / 60);
       roofX.push(x);
-      roofY.push(Math.min(roof.peak_gflops_per_s, roof.bandwidth_gb_per_s * x));
+      roofY.push(roofAt(roof, x));
     }
+    function points(name, list, marker, extra) {
+      return Object.assign({ type: "scatter", mode: "markers", name: name,
+        x: list.map(function (p) { return p.x; }), y: list.map(function (p) { return p.y; }),
+        text: list.map(function (p) { return p.label; }), marker: marker,
+        hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte<extra></extra>" }, extra || {});
+    }
+    var under = function (p) { return !p.note; };
     var traces = [
-      { type: "scatter", mode: "lines", name: "roofline (" + roof.device + ")", x: roofX, y: roofY,
-        line: { color: "#888" }, hoverinfo: "skip" },
-      { type: "scatter", mode: "markers+text", name: "model", x: model.map(function (p) { return p.x; }),
-        y: model.map(function (p) { return p.y; }), text: model.map(function (p) { return "batch " + p.batch; }),
-        textposition: "top center", marker: { size: 11 },
-        hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte<extra></extra>" }
+      { type: "scatter", mode: "lines", name: "roofline (" + roof.device + ", " +
+        ((roof.roof || {}).source || "measured") + " peak)", x: roofX, y: roofY,
+        line: { color: "#888" }, hoverinfo: "skip" }
     ];
-    if (layerPoints.length) {
-      traces.push({ type: "scatter", mode: "markers", name: "layers (batch " + batch + ")",
-        x: layerPoints.map(function (p) { return p.x; }), y: layerPoints.map(function (p) { return p.y; }),
-        text: layerPoints.map(function (p) { return p.name; }), marker: { size: 7, opacity: 0.7 },
-        hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte<extra></extra>" });
+    if (model.filter(under).length) {
+      traces.push(points("model", model.filter(under), { size: 11 },
+        { mode: "markers+text", textposition: "top center" }));
+    }
+    if (layerPoints.filter(under).length) {
+      traces.push(points("layers (batch " + batch + ")", layerPoints.filter(under), { size: 7, opacity: 0.7 }));
+    }
+    if (flagged.length) {
+      traces.push(points("above the roof (reasons below)", flagged,
+        { size: 9, symbol: "x", color: "#b00020" },
+        { hovertemplate: "%{text}: %{y:.2f} GFLOP/s at %{x:.1f} FLOP/byte, above the roof<extra></extra>" }));
+    }
+    // The stated peaks the roof is not, dotted, so that which one it is shows.
+    var others = [];
+    if (roof.peaks) {
+      [["measured", "measured peak"], ["theoretical", "theoretical peak"]].forEach(function (key) {
+        var value = (roof.peaks[key[0]] || {}).gflops;
+        if (value && value !== roof.peak_gflops_per_s) others.push({ y: value, text: key[1] + " " + value + " GFLOP/s" });
+      });
     }
     Plotly.react(plot, traces, {
       margin: { t: 10, r: 10, b: 45, l: 60 }, height: 320,
       xaxis: { type: "log", dtick: "D2", title: { text: "arithmetic intensity (FLOP/byte)" } },
       yaxis: { type: "log", dtick: "D2", title: { text: "achieved GFLOP/s" } },
-      legend: { orientation: "h", y: -0.25 }
+      legend: { orientation: "h", y: -0.25 },
+      shapes: others.map(function (o) {
+        return { type: "line", xref: "paper", x0: 0, x1: 1, y0: o.y, y1: o.y, line: { color: "#aaa", width: 1, dash: "dot" } };
+      }),
+      annotations: others.map(function (o) {  // a log axis places annotations by log10
+        return { xref: "paper", x: 0, xanchor: "left", y: Math.log10(o.y), yanchor: "bottom", text: o.text,
+          showarrow: false, font: { size: 10, color: "#777" } };
+      })
     }, { displaylogo: false, responsive: true });
     plot.dataset.points = String(model.length + layerPoints.length);
+    plot.dataset.above = String(flagged.length);
   }
 
-  // MLPerf LoadGen: its verdict and why, the settings it ran with, a QPS search's curve, and
-  // its summary and detail log as it wrote them.
+  // The roof at an intensity: min(peak, bandwidth × intensity); the peak where either is unknown.
+  function roofAt(roof, x) {
+    var peak = roof.peak_gflops_per_s;
+    return roof.bandwidth_gb_per_s && x ? Math.min(peak, roof.bandwidth_gb_per_s * x) : peak;
+  }
+
+  // Why a point lies above the roof (null where it does not), as predictors/roofline.py says
+  // it for a result's own points.
+  function aboveRoof(roof, x, y, whole) {
+    if (y > roof.peak_gflops_per_s * (1 + 1e-9)) {
+      if (!roof.peaks) {
+        return "above the peak numpy's matrix product reached when the run was measured: the " +
+          "framework's own kernels pass it (later runs measure the framework's own product)";
+      }
+      return whole
+        ? "above every stated peak: an error of the counts (multiply-adds by the direct formulas, " +
+          "with no fusion) or a clock above the one read"
+        : "above the compute roof: the layer's count (multiply-adds by the direct formulas, no " +
+          "fusion) may overstate the work its kernel did (a Winograd or FFT convolution does less), " +
+          "or its span leave part of its time out";
+    }
+    if (y > roofAt(roof, x) * (1 + 1e-9)) {
+      return "above the memory slope at its intensity: its bytes stay in the caches, faster " +
+        "than the memory the bandwidth was measured on";
+    }
+    return null;
+  }
+
+  // The roofline's peaks, each with how it was obtained, the roof drawn and why, and each
+  // batch size's share of it: at most 100 %, the roof holding every point of the run
+  // (`predictors.roofline.place`).
+  function renderRoofline(roof, achieved) {
+    var text = $("roofline-summary"), peaks = $("roofline-peaks");
+    peaks.replaceChildren();
+    peaks.hidden = !roof.measured;
+    if (!roof.measured) {
+      text.textContent = "No roofline: " + (roof.reason || "the device was not measured") + ".";
+      return;
+    }
+    var drawn = roof.roof || { gflops: roof.peak_gflops_per_s, source: "measured",
+      why: "the peak numpy's matrix product reached in the run's process" };
+    function peak(key, term, value, unit, found) {
+      found = found || {};
+      var dd = value
+        ? value + " " + unit + ": " + found.method
+        : "unknown: " + (found.reason || "not measured");
+      list(term, dd, key);
+    }
+    function list(term, value, key) {
+      var dd = el("dd", value);
+      dd.dataset.peak = key;
+      peaks.append(el("dt", term), dd);
+    }
+    list("Roof drawn", drawn.gflops + " GFLOP/s, " + drawn.why, "roof");
+    if (roof.peaks) {
+      peak("measured", "Measured peak", roof.peaks.measured.gflops, "GFLOP/s", roof.peaks.measured);
+      peak("theoretical", "Theoretical peak", roof.peaks.theoretical.gflops, "GFLOP/s", roof.peaks.theoretical);
+      peak("bandwidth", "Bandwidth", (roof.bandwidth || {}).gb_per_s, "GB/s", roof.bandwidth);
+    } else {  // a result from before both peaks were kept
+      list("Measured peak", roof.peak_gflops_per_s + " GFLOP/s: " + roof.method, "measured");
+      list("Bandwidth", roof.bandwidth_gb_per_s + " GB/s", "bandwidth");
+    }
+    var shares = achieved.map(function (a) {
+      var share = typeof a.of_peak === "number" ? a.of_peak : a.gflops_per_s / roof.peak_gflops_per_s;
+      return "batch size " + a.batch_size + " " + (100 * share).toFixed(1) + " %";
+    });
+    text.textContent = "Roofline of " + roof.device + (roof.framework ? " for " + roof.framework : "") +
+      ": peak " + roof.peak_gflops_per_s + " GFLOP/s (" + drawn.source + "), bandwidth " +
+      (roof.bandwidth_gb_per_s || "unknown") + " GB/s" +
+      (roof.ridge_flop_per_byte ? ", ridge at " + roof.ridge_flop_per_byte + " FLOP/byte" : "") + "." +
+      (shares.length ? " Share of that peak: " + shares.join(", ") + "." : "");
+  }
+
+  // MLPerf LoadGen: the verdict, the target, the settings, the summary and the log are all of
+  // one run (`reported`; of a QPS search, the run at the peak, marked in the curve). Why an
+  // INVALID run is and LoadGen's own warnings and errors go in the warning box; what is only
+  // information (early stopping's "Run successful.") in the notes.
+  function qps(value) {
+    return typeof value === "number" ? String(Number(value.toFixed(3))) : "—";
+  }
+
+  // Timing toward a target interval (`target_ci`): a line per batch size saying what stopped
+  // it, in the loop's own words.
+  function renderTargetCi(details) {
+    var list = $("target-ci");
+    var items = (details.batch_sizes || []).filter(function (b) { return b.target_ci; }).map(function (b) {
+      var item = el("li", "Batch size " + b.batch_size + ": " + (b.target_ci.text || b.target_ci.stopped));
+      item.dataset.batchSize = String(b.batch_size);
+      item.dataset.stopped = String(b.target_ci.stopped);
+      return item;
+    });
+    list.hidden = !items.length;
+    list.replaceChildren.apply(list, items);
+  }
+
   function renderLoadgen(details) {
     var run = details.loadgen;
     var box = $("loadgen");
     box.hidden = !run;
     if (!run) return;
     var s = run.settings || {};
+    var reported = run.reported || {};
     var verdict = run.valid === true ? "VALID" : run.valid === false ? "INVALID" : "no performance verdict (an accuracy run)";
     var verdictBox = $("loadgen-verdict");
     verdictBox.replaceChildren(el("strong", "LoadGen " + s.scenario + " (" + s.mode + " mode): "),
       el("span", verdict, "badge " + (run.valid === true ? "ok" : run.valid === false ? "warn" : "")));
+    if (typeof s.target_qps === "number") {
+      verdictBox.append(document.createTextNode(" · target " + qps(s.target_qps) + " QPS"));
+    }
     verdictBox.dataset.valid = String(run.valid);
+    verdictBox.dataset.targetQps = typeof s.target_qps === "number" ? qps(s.target_qps) : "";
+    verdictBox.dataset.run = reported.run !== undefined ? String(reported.run) : "";
     var accuracy = run.accuracy;
     if (accuracy) {
       verdictBox.append(document.createTextNode(" · top-1 " + percent(accuracy.top1) + " over " + accuracy.samples + " samples"));
     }
+    var search = run.search;
+    var shown = $("loadgen-reported");
+    shown.hidden = !(search && reported.statement);
+    shown.textContent = search && reported.statement
+      ? "Showing " + reported.statement + ". The verdict, target, settings, summary and log here are all of this run."
+      : "";
     var parts = [s.samples + " samples"];
-    if (s.target_qps) parts.push("target " + s.target_qps + " QPS");
+    if (typeof s.target_qps === "number") parts.push("target " + qps(s.target_qps) + " QPS" + (search ? " (the run shown)" : ""));
+    if (search && typeof s.start_qps === "number") parts.push("search from " + qps(s.start_qps) + " QPS");
     if (s.latency_bound_ms) parts.push("p99 bound " + s.latency_bound_ms + " ms");
     if (s.samples_per_query) parts.push(s.samples_per_query + " samples per query");
     if (s.batch_size) parts.push("batches of up to " + s.batch_size);
@@ -420,42 +578,75 @@
     parts.push("seed " + (s.seeds || {}).schedule);
     if (s.loadgen_version) parts.push("mlcommons-loadgen " + s.loadgen_version);
     $("loadgen-settings").textContent = parts.join(" · ");
-    var early = $("loadgen-early");
-    early.replaceChildren.apply(early, (run.early_stopping || []).map(function (line) {
-      return el("li", "Early stopping: " + line.replace(/^\*\s*/, ""), "notice");
-    }));
+
+    var warnings = (run.invalid_reasons || []).map(function (reason) { return "INVALID: " + reason; })
+      .concat((run.problems || []).map(function (problem) {
+        return "LoadGen " + problem.level + ": " + problem.message + (problem.count > 1 ? " (×" + problem.count + ")" : "");
+      }));
+    var warningList = $("loadgen-warnings");
+    warningList.hidden = !warnings.length;
+    warningList.replaceChildren.apply(warningList, warnings.map(function (line) { return el("li", line, "notice"); }));
+    // A result kept before its notes were read apart: its early-stopping lines are notes.
+    var notes = run.notes || (run.early_stopping || []).map(function (line) {
+      return "Early stopping: " + line.replace(/^\*\s*/, "");
+    });
+    var noteList = $("loadgen-notes");
+    noteList.hidden = !notes.length;
+    noteList.replaceChildren.apply(noteList, notes.map(function (line) { return el("li", line); }));
     $("loadgen-summary").textContent = run.summary_text || "";
     $("loadgen-log").textContent = run.log || "";
 
-    var search = run.search;
     $("loadgen-search").hidden = !search;
     if (!search) return;
-    $("loadgen-peak").textContent = search.peak_qps !== null
-      ? "Peak: " + search.peak_qps + " QPS with the p99 under " + search.latency_bound_ms + " ms (" + search.curve.length + " runs)."
-      : "No target QPS kept the p99 under " + search.latency_bound_ms + " ms (" + search.curve.length + " runs).";
+    var peak = search.peak_qps !== null && search.peak_qps !== undefined
+      ? "Peak: " + qps(search.peak_qps) + " QPS, the highest target LoadGen judged VALID (p99 under " + search.latency_bound_ms + " ms; " + search.curve.length + " runs)."
+      : "No run was VALID: no target QPS kept the p99 under " + search.latency_bound_ms + " ms with enough queries (" + search.curve.length + " runs).";
+    var held = search.highest_held_qps;
+    if (typeof held === "number" && (search.peak_qps === null || held > search.peak_qps)) {
+      peak += " The p99 also held at " + qps(held) + " QPS, in a run LoadGen judged INVALID.";
+    }
+    $("loadgen-peak").textContent = peak;
     var body = $("qps-curve").querySelector("tbody");
     body.replaceChildren.apply(body, search.curve.map(function (p) {
       var row = el("tr");
-      row.append(el("td", p.target_qps, "num"),
+      var isShown = p.reported === true || (p.run !== undefined && p.run === search.reported_run);
+      if (p.run !== undefined) row.dataset.run = String(p.run);
+      if (isShown) {
+        row.className = "reported";
+        row.setAttribute("aria-current", "true");
+      }
+      var validity = el("td", p.valid === true ? "VALID" : p.valid === false ? "INVALID" : "—");
+      if (p.invalid_reasons && p.invalid_reasons.length) validity.title = p.invalid_reasons.join("; ");
+      row.append(el("td", p.run !== undefined ? p.run : "—", "num"),
+        el("td", qps(p.target_qps), "num"),
         el("td", typeof p.completed_qps === "number" ? p.completed_qps.toFixed(2) : "—", "num"),
         el("td", typeof p.p99_ms === "number" ? p.p99_ms.toFixed(3) : "—", "num"),
         el("td", p.latency_held ? "yes" : "no"),
-        el("td", p.valid === true ? "VALID" : p.valid === false ? "INVALID" : "—"));
+        validity,
+        el("td", isShown ? "shown above" : "", "small"));
       return row;
     }));
     var plot = $("qps-plot");
     if (typeof Plotly === "undefined") return;
-    Plotly.react(plot, [
+    var shownPoints = search.curve.filter(function (p) { return p.reported === true; });
+    var traces = [
       { type: "scatter", mode: "lines+markers", name: "p99 latency",
         x: search.curve.map(function (p) { return p.target_qps; }),
         y: search.curve.map(function (p) { return p.p99_ms; }),
-        marker: { color: search.curve.map(function (p) { return p.latency_held ? "#2a7" : "#c33"; }), size: 9 },
+        marker: { color: search.curve.map(function (p) { return p.valid === true ? "#2a7" : "#c33"; }), size: 9 },
         hovertemplate: "%{x} QPS: p99 %{y:.2f} ms<extra></extra>" },
       { type: "scatter", mode: "lines", name: "bound", line: { dash: "dash", color: "#888" },
         x: [Math.min.apply(null, search.curve.map(function (p) { return p.target_qps; })),
             Math.max.apply(null, search.curve.map(function (p) { return p.target_qps; }))],
         y: [search.latency_bound_ms, search.latency_bound_ms], hoverinfo: "skip" }
-    ], {
+    ];
+    if (shownPoints.length) {
+      traces.push({ type: "scatter", mode: "markers", name: "run shown",
+        x: shownPoints.map(function (p) { return p.target_qps; }), y: shownPoints.map(function (p) { return p.p99_ms; }),
+        marker: { size: 18, color: "rgba(0,0,0,0)", line: { width: 2, color: "#1a4fd6" } },
+        hovertemplate: "run shown: %{x} QPS<extra></extra>" });
+    }
+    Plotly.react(plot, traces, {
       margin: { t: 10, r: 10, b: 45, l: 60 }, height: 280,
       xaxis: { type: "log", dtick: "D2", title: { text: "target QPS" } },
       yaxis: { type: "log", dtick: "D2", title: { text: "p99 latency (ms)" } },

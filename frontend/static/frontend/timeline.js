@@ -883,7 +883,7 @@
     if (!layer || !layer.macs || !batch) return null;
     var perCall = counts.gpu
       ? (row.kernel_total_ns ? row.kernel_total_ns / row.count : null)
-      : row.mean_ns;
+      : row.p50_ns;  // the median call, as the roofline's points
     return perCall ? 2 * layer.macs * batch / perCall : null;  // FLOP/ns = GFLOP/s
   }
   function readCounts() {
