@@ -406,3 +406,13 @@ def between_runs(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
     std = float(array.std(ddof=1)) if n > 1 else None
     ci = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if std is not None else None
     return {"mean": float(array.mean()), "std": std, "ci95": ci, "values": array.tolist()}
+
+
+def samples_to_bound(p: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest samples whose order statistics bound both ends of the p-quantile's
+    `confidence` interval (`quantile_interval`): the outer end needs the largest (or, below the
+    median, the smallest) sample to lie beyond the quantile with probability 1 − (1 −
+    confidence)/2, that is 1 − max(p, 1 − p)^n ≥ 1 − (1 − confidence)/2. 368 for a p99."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be a share strictly between 0 and 1; got {p!r}")
+    return math.ceil(math.log((1 - confidence) / 2) / math.log(max(p, 1 - p)))

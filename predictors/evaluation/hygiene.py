@@ -12,9 +12,9 @@ measured values).
   own and its children's, over the wall time and the usable cores.
 - `spread`: a batch size whose batch latencies have an interquartile range above
   `SPREAD_OF_MEDIAN` of their median (torch.utils.benchmark's rule).
-- `few_samples_for_p99`: fewer timed batches than a p99 needs to be bounded at 95 %
-  confidence: the largest of n samples lies above the true p99 with probability 1 - 0.99^n,
-  which reaches 0.95 from n = 299 (`samples_needed`).
+- `few_samples_for_p99`: fewer timed batches than a p99 needs for its 95 % interval to be
+  bounded (`predictors.statistics.samples_to_bound`: 368; the result's `p99_bounded` says the
+  same).
 - `warmup_not_converged`: the first tenth of a batch size's timed batches still slower, by more
   than `WARMUP_RATIO`, than the median of the rest (at least 20 batches).
 - `cpu_governor`: a CPU frequency governor other than `performance` (where Linux says), and
@@ -27,7 +27,6 @@ measured values).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from predictors import statistics
 
 if TYPE_CHECKING:
     from predictors.evaluation.fixed_batches import FixedBatches
@@ -57,12 +58,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def samples_needed(percentile: float, confidence: float) -> int:
-    """The fewest samples whose largest lies above the true `percentile` (0.99) with
-    probability `confidence`: 1 - percentile^n >= confidence."""
-    return math.ceil(math.log(1.0 - confidence) / math.log(percentile))
 
 
 def _warning(code: str, message: str, **values: Any) -> dict[str, Any]:
@@ -163,13 +158,14 @@ def batch_size_warnings(
                 iqr_of_median=round(float((high - low) / median), 4),
             )
         )
-    needed = samples_needed(0.99, P99_CONFIDENCE)
+    needed = statistics.samples_to_bound(0.99, P99_CONFIDENCE)
     if ms.size < needed:
         found.append(
             _warning(
                 "few_samples_for_p99",
-                f"batch size {batch_size}: {ms.size} timed batches; a p99 needs {needed} to be "
-                f"bounded at {P99_CONFIDENCE:.0%} confidence (p99 is then the largest few)",
+                f"batch size {batch_size}: {ms.size} timed batches; a p99's "
+                f"{P99_CONFIDENCE:.0%} interval needs {needed} to be bounded (the p99 of fewer "
+                "is one of the largest few, shown as not bounded)",
                 batch_size=batch_size,
                 samples=int(ms.size),
                 needed=needed,

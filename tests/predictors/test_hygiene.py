@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from predictors import statistics
 from predictors.cli import format_table
 from predictors.evaluation.hygiene import (
     Watch,
     batch_size_warnings,
-    samples_needed,
     usable_cores,
 )
 from tests.predictors.conftest import RunEvaluation
@@ -140,10 +140,13 @@ def test_a_machine_busy_while_the_run_sets_up_is_loaded_at_start() -> None:
     assert quick.opening is None
 
 
-def test_a_p99_needs_299_samples_for_95_percent_confidence() -> None:
-    assert samples_needed(0.99, 0.95) == 299
-    # The largest of 299 samples lies above the true p99 with probability >= 0.95; of 298, not.
-    assert 1 - 0.99**299 >= 0.95 > 1 - 0.99**298
+def test_a_p99_needs_368_samples_for_its_95_percent_interval() -> None:
+    assert statistics.samples_to_bound(0.99) == 368
+    # The rule is the interval's own: 368 samples bound it, 367 do not.
+    for n, bounded in ((368, True), (367, False)):
+        assert (statistics.quantile_interval(np.arange(n) + 1.0, 0.99)[1] is not None) is bounded
+        assert statistics.latency(np.arange(n) + 1)["p99_bounded"] is bounded
+    assert statistics.samples_to_bound(0.9) == 36
 
 
 def test_each_batch_size_rule_on_measured_shapes() -> None:
@@ -157,7 +160,7 @@ def test_each_batch_size_rule_on_measured_shapes() -> None:
 
     few = batch_size_warnings(1, steady[:50])
     assert [w["code"] for w in few] == ["few_samples_for_p99"]
-    assert few[0]["samples"] == 50 and few[0]["needed"] == 299
+    assert few[0]["samples"] == 50 and few[0]["needed"] == 368
 
     cold = steady.copy()
     cold[:40] *= 3  # the first tenth still three times slower
