@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from mlmodelscope.testing.livehub import PASSWORD, LiveHub, running_hub
+from tests.evaluations.factories import catalog_manifests, register_hosts
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
@@ -176,3 +177,18 @@ def shoot() -> Callable[[Any, str], Path]:
         return path
 
     return save
+
+
+@pytest.fixture
+def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
+    """An operator's agent-scoped client (the pool's agents)."""
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
+    return make_client(operator, scopes=["agent"])
+
+
+@pytest.fixture
+def hosts(make_client, django_user_model, agent):  # type: ignore[no-untyped-def]
+    """bob's catalog (`catalog_manifests`) and the pool's hosts, registered by `agent`."""
+    bob = django_user_model.objects.create_user("bob")
+    catalog_manifests(make_client(bob, scopes=["read", "write"]))
+    return register_hosts(agent)

@@ -11,13 +11,11 @@ from playwright.sync_api import expect
 
 from evaluations.models import Evaluation
 from tests.evaluations.factories import (
-    catalog_manifests,
     claim,
     launch,
     launched_id,
     post_result,
     progress,
-    register_hosts,
     result_body,
 )
 
@@ -26,24 +24,6 @@ pytestmark = pytest.mark.browser
 # Set once the page has loaded: still there after the page changed, it shows no reload happened.
 MARK = "window.__notReloaded = true"
 NOT_RELOADED = "() => window.__notReloaded === true"
-
-
-@pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
-def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
-    operator = django_user_model.objects.create_user("operator", is_staff=True)
-    return make_client(operator, scopes=["agent"])
-
-
-@pytest.fixture
-def hosts(make_client, django_user_model, agent):  # type: ignore[no-untyped-def]
-    bob = django_user_model.objects.create_user("bob")
-    catalog_manifests(make_client(bob, scopes=["read", "write"]))
-    return register_hosts(agent)
 
 
 @pytest.fixture

@@ -17,12 +17,10 @@ from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
 from predictors.protocol import Job
 from tests.evaluations.factories import (
-    catalog_manifests,
     claim,
     launch,
     launched_id,
     post_result,
-    register_hosts,
 )
 from tests.predictors.zoo_store import zoo_store
 
@@ -31,24 +29,6 @@ pytestmark = [
     pytest.mark.frameworks,
     pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="needs onnxruntime"),
 ]
-
-
-@pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
-def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
-    operator = django_user_model.objects.create_user("operator", is_staff=True)
-    return make_client(operator, scopes=["agent"])
-
-
-@pytest.fixture
-def hosts(make_client, django_user_model, agent):  # type: ignore[no-untyped-def]
-    bob = django_user_model.objects.create_user("bob")
-    catalog_manifests(make_client(bob, scopes=["read", "write"]))
-    return register_hosts(agent)
 
 
 def test_what_stopped_each_batch_size_reaches_the_hub_and_the_page(  # type: ignore[no-untyped-def]
