@@ -1,7 +1,7 @@
 """Models and their layers on the device's roofline: the FLOP/s each achieves against the roof
-its run stated (`predictors.roofline`: the framework's own matrix product, the processor's
+its run stated (`predictors.analysis.roofline`: the framework's own matrix product, the processor's
 theoretical peak, a STREAM triad, each with its method), from the multiply-adds counted in the
-graph (`predictors.flops`). A measurement, not a test; see benchmarks/README.md ("Theoretical
+graph (`predictors.analysis.flops`). A measurement, not a test; see benchmarks/README.md ("Theoretical
 performance and the roofline").
 
     python benchmarks/roofline.py [--store DIR] [--device cpu|cuda] [--models a,b]
@@ -27,12 +27,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from predictors import roofline  # noqa: E402
-from predictors.catalog import Catalog  # noqa: E402
+from predictors.analysis import roofline  # noqa: E402
+from predictors.analysis.flops import layer_of  # noqa: E402
 from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
-from predictors.flops import layer_of  # noqa: E402
+from predictors.manifests.catalog import Catalog  # noqa: E402
 from predictors.protocol import Attr  # noqa: E402
 
 LAYER_NOTE = (

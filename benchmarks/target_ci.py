@@ -33,10 +33,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from predictors import introspection, statistics  # noqa: E402
-from predictors.catalog import Catalog  # noqa: E402
+from predictors import statistics  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
+from predictors.host import introspection  # noqa: E402
+from predictors.manifests.catalog import Catalog  # noqa: E402
 from predictors.zoo.build import default_store  # noqa: E402
 
 

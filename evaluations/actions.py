@@ -37,9 +37,9 @@ from hub.errors import Conflict, Forbidden, Invalid, NotFound
 from hub.models import ApiToken, Host, Manifest
 from predictors import manifests as spec
 from predictors import statistics
-from predictors.labels import REFUSAL_HINT as LABEL_HINT
-from predictors.labels import is_untrained
-from predictors.labels import mismatch as label_mismatch
+from predictors.manifests.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.manifests.labels import is_untrained
+from predictors.manifests.labels import mismatch as label_mismatch
 from predictors.protocol import (
     BOTH_METRICS,
     ResultUpload,
@@ -248,7 +248,7 @@ def _check_scenario(
 
 def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:
     """A trained model whose labels are not the dataset's would score unrelated class
-    indices: Invalid naming both label sets (`predictors.labels`), unless the request allows
+    indices: Invalid naming both label sets (`predictors.manifests.labels`), unless the request allows
     it. Labels the hub cannot read here (an https:// file) are left to the agent's check."""
     dataset_labels = hub_actions.stored_labels(dataset.content or {})
     if dataset_labels is None:

@@ -146,7 +146,7 @@ def compare(
 
 def theoretical(evaluations: list[Evaluation]) -> dict[str, Any]:
     """Each evaluation's theoretical performance as its result counted it
-    (`predictors.flops`): multiply-adds and parameters per input, the FLOP/s each batch size
+    (`predictors.analysis.flops`): multiply-adds and parameters per input, the FLOP/s each batch size
     achieved and its share of the roofline's peak the run measured; whether the multiply-adds
     agree (the same model in two formats must count the same work)."""
     cells: list[dict[str, Any]] = []
@@ -171,7 +171,7 @@ def theoretical(evaluations: list[Evaluation]) -> dict[str, Any]:
                 "params": counted.get("params"),
                 "framework": counted.get("framework"),
                 "peak_gflops_per_s": peak,
-                # Which peak the roof is (`predictors.roofline.place`) and why.
+                # Which peak the roof is (`predictors.analysis.roofline.place`) and why.
                 "peak_why": (roof.get("roof") or {}).get("why") if peak else None,
                 "bandwidth_gb_per_s": roof.get("bandwidth_gb_per_s") if peak else None,
                 "achieved": [

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from evaluations.models import Evaluation
 from hub.errors import Invalid
-from predictors.predictor import FRAMEWORKS
+from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES, STATUSES, TRACE_LEVELS
 
 __all__ = ["FILTERS", "ORDERINGS", "Filter", "apply"]

@@ -29,7 +29,7 @@ from django.urls import reverse
 
 from evaluations.models import Evaluation, Result
 from hub.errors import Invalid, NotFound
-from predictors.predictor import FRAMEWORKS
+from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES, LOWER_IS_BETTER
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The hub's side of Celery: evaluations go to the agents' queues by task *name*.
 
-The hub defines no task: the agents (`predictors.agent`) run `predictors.protocol.TASK_NAME`
+The hub defines no task: the agents (`predictors.agent.daemon`) run `predictors.protocol.TASK_NAME`
 with the arguments [evaluation id, dispatch number]; everything else the agent learns from the
 hub over HTTP when it claims the job. A job is sent with the transport options of its host
 scope (with Redis: the scope's key prefix; see `evaluations.broker_access`).

@@ -20,12 +20,12 @@ from hub import signals, storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
-from predictors import graph_check
 from predictors import manifests as spec
 from predictors.data import split_problems, target_of
-from predictors.labels import labels_from_text
+from predictors.manifests import graph_check
+from predictors.manifests.labels import labels_from_text
+from predictors.manifests.versioning import is_valid_version
 from predictors.protocol import capability, capability_queue, host_queue
-from predictors.versioning import is_valid_version
 
 _SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
 
@@ -168,7 +168,7 @@ def register_manifest(
 
 def _check_graph(doc: spec.Manifest) -> None:
     """An ONNX model's declared inputs and outputs must be its graph's (names, ranks, element
-    types: `predictors.graph_check`): Invalid naming each field that does not fit. Files the
+    types: `predictors.manifests.graph_check`): Invalid naming each field that does not fit. Files the
     hub does not hold (https://, a built-in model the zoo has not built yet) are checked by the
     agent that loads them."""
     if doc.kind != "model" or doc.framework != "onnxruntime":

@@ -234,7 +234,7 @@ class ContainerImage(models.Model):
     device = models.CharField(max_length=8, blank=True, default="")
     labels = models.JSONField(default=dict)
     # {"os", "architecture", "python", "python_packages": {name: version},
-    #  "debian_packages": {name: version}} (`predictors.environment`)
+    #  "debian_packages": {name: version}} (`predictors.host.environment`)
     environment = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 

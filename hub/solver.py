@@ -16,7 +16,7 @@ architecture and the device; a request with container limits runs only on such h
 whose agent opts in, `--docker --allow-custom-code`), `host`.
 
 The hardware constraints are checked against what each agent registered as its host's
-`hardware` (the shape `predictors.introspection.stack` reads): `arch` the host's
+`hardware` (the shape `predictors.host.introspection.stack` reads): `arch` the host's
 `architecture`; `gpu_model` a case-insensitive substring of a GPU's `name` (device gpu only);
 `min_memory_gb` the memory of the device the job runs on (one GPU's for gpu, the host's for
 cpu).
@@ -32,9 +32,9 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from hub import trust
 from hub.models import Host, Manifest
-from predictors.custom_code import fields_with_code
+from predictors.manifests.versioning import InvalidRange, satisfies, validate_range, version_key
+from predictors.processing.custom_code import fields_with_code
 from predictors.protocol import DEVICES, GPU
-from predictors.versioning import InvalidRange, satisfies, validate_range, version_key
 
 __all__ = ["DEVICES", "InvalidConstraint", "Match", "Request", "Solution", "Unsatisfiable", "solve"]
 

@@ -61,7 +61,7 @@ def _docker_ready() -> tuple[bool, str]:
     """Whether the Docker daemon answers and has the images the docker tests run."""
     global _DOCKER
     if _DOCKER is None:
-        from predictors.containers import DockerUnavailable, docker_client
+        from predictors.agent.containers import DockerUnavailable, docker_client
 
         try:
             client = docker_client()

@@ -105,8 +105,8 @@ def test_predictors_import_no_django_and_no_hub_app() -> None:
     assert not found, "predictors/ must run without Django:\n" + "\n".join(found)
     # And importing all of it (the agent, the CLI, the protocol) loads none.
     code = (
-        "import sys, predictors.agent, predictors.cli, predictors.protocol, "
-        "predictors.hub_client; "
+        "import sys, predictors.agent.daemon, predictors.cli, predictors.protocol, "
+        "predictors.agent.hub_client; "
         "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -1,5 +1,5 @@
 """A whole trace for other tools: Chrome trace JSON (Perfetto, chrome://tracing), drawn by the
-exporter the CLI's `--trace-file` uses too (`predictors.chrome_trace`), and OTLP JSON."""
+exporter the CLI's `--trace-file` uses too (`predictors.tracing.chrome`), and OTLP JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from predictors.chrome_trace import chrome_trace
+from predictors.tracing.chrome import chrome_trace
 from traces.otlp import hex_ids, key_values, load_attributes
 from traces.store import get_store
 

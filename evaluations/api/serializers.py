@@ -15,7 +15,8 @@ from evaluations import outputs
 from evaluations.models import Evaluation, Result, StatusChange
 from hub.api.fields import BIGINT_MAX, BIGINT_MIN, FLOAT32_MAX, INTEGER_MAX, SMALLINT_MAX
 from predictors import statistics
-from predictors.predictor import FRAMEWORKS
+from predictors.frameworks.predictor import FRAMEWORKS
+from predictors.manifests.versioning import InvalidRange, validate_range
 from predictors.protocol import (
     DEVICES,
     LATENCY_KEYS,
@@ -24,7 +25,6 @@ from predictors.protocol import (
     ProtocolError,
     default_warmup,
 )
-from predictors.versioning import InvalidRange, validate_range
 from traces.actions import spans_stored
 
 LATENCY_FIELDS = LATENCY_KEYS

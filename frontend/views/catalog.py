@@ -14,8 +14,8 @@ from evaluations import leaderboards
 from frontend import display
 from hub.api.manifests import filter_manifests
 from hub.models import Host, Manifest
+from predictors.manifests.versioning import version_key
 from predictors.protocol import LOWER_IS_BETTER
-from predictors.versioning import version_key
 
 
 @dataclass

@@ -30,14 +30,14 @@ from hub import groups
 from hub.api.errors import flatten_errors  # the API's own DRF → path mapping
 from hub.errors import DomainError
 from hub.models import Host, Manifest
-from predictors.predictor import FRAMEWORKS
+from predictors.frameworks.predictor import FRAMEWORKS
+from predictors.manifests.versioning import version_key
 from predictors.protocol import (
     SPAN_LEVELS,
     TRACE_LEVEL_MEANINGS,
     JobOptions,
     ProtocolError,
 )
-from predictors.versioning import version_key
 
 # The launch request's error paths that name no field of the form, and the field that shows them.
 _ERROR_FIELDS = {"version": "model_version"}

@@ -13,7 +13,7 @@ from django.urls import reverse
 from evaluations import leaderboards
 from frontend import display
 from hub.errors import Invalid
-from predictors.predictor import FRAMEWORKS
+from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES, LOWER_IS_BETTER
 
 # The most points the accuracy-against-latency plot draws (the most accurate first).

@@ -24,8 +24,8 @@ from hub import actions
 from hub.errors import DomainError
 from hub.models import Manifest
 from predictors import manifests as spec
+from predictors.manifests.versioning import version_key
 from predictors.protocol import LOWER_IS_BETTER
-from predictors.versioning import version_key
 
 
 def _versions_of(request: HttpRequest, kind: str, name: str) -> list[Manifest]:

@@ -1,5 +1,5 @@
 """`POST /api/v1/datasets/from-folder/`: a dataset from an archive of an image folder, one
-sub-folder per class (`predictors.folder_dataset` says which layouts and what is checked).
+sub-folder per class (`predictors.data.folder` says which layouts and what is checked).
 
 The archive (zip or tar) is unpacked into a private temporary folder with limits (entries,
 bytes as written), converted to Parquet splits a row group at a time, and registered like an
@@ -31,8 +31,8 @@ from hub.api.openapi import error_response
 from hub.api.parsers import MultiPartParser
 from hub.api.serializers import ManifestSerializer
 from hub.models import Manifest
-from predictors import folder_dataset
 from predictors import manifests as spec
+from predictors.data import folder as folder_dataset
 
 # The most entries an archive may hold.
 MAX_ENTRIES = 1_100_000

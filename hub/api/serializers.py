@@ -79,7 +79,7 @@ _PACKAGES = serializers.DictField(
 
 
 class ImageEnvironmentSerializer(serializers.Serializer[dict[str, Any]]):
-    """An image's software environment (`python -m predictors.environment`)."""
+    """An image's software environment (`python -m predictors.host.environment`)."""
 
     os = serializers.CharField(max_length=256, required=False, allow_null=True, allow_blank=True)
     architecture = serializers.CharField(max_length=32, required=False, allow_blank=True)

@@ -1,5 +1,5 @@
 """A live hub: the hub served by daphne in a process of its own, as `make run` serves it, with
-its agents (`python -m predictors.agent`) and, for the fault tests, a Redis server of its own.
+its agents (`python -m predictors.agent.daemon`) and, for the fault tests, a Redis server of its own.
 One helper for the test suite and the benchmarks; it needs no pytest.
 
     with running_hub(folder, manifests=True, users=True) as hub:
@@ -301,7 +301,15 @@ class LiveHub:
             for k, v in self.env.items()
             if k not in ("DATABASE_URL", "MLMS_VAR_DIR", "CELERY_BROKER_URL")
         }
-        command = [sys.executable, "-m", "predictors.agent", "--hub", self.url, "--name", name]
+        command = [
+            sys.executable,
+            "-m",
+            "predictors.agent.daemon",
+            "--hub",
+            self.url,
+            "--name",
+            name,
+        ]
         command += ["--frameworks", frameworks, "--cache", str(self.folder / f"cache-{name}")]
         if pool is None:
             pool = token is None and token_file is None

@@ -5,7 +5,7 @@ each batch size, summarise), `scenario` (the interface of a way to drive the mod
 `fixed_batches` (today's scenario, the closed loop described below), `sinks` (where spans go
 as the loop goes), `summaries` (accuracy, comparisons, notes), `errors`. Every latency
 figure comes from the statistics layer, `predictors.statistics`.
-The Chrome trace of an evaluation's spans is `predictors.chrome_trace`, shared with the hub.
+The Chrome trace of an evaluation's spans is `predictors.tracing.chrome`, shared with the hub.
 
 This is the only evaluation loop; every framework runs through it, so warm-up, batching, timing,
 repetitions and the result mean the same thing in all of them. For each batch size:
@@ -39,7 +39,7 @@ the ones before it; nothing beyond the requested level is recorded:
 - `framework` and finer: what the predictor traces in every call (`Predictor.take_layers`):
   layers, then framework ops (`ml_library`), then CUDA runtime calls and GPU kernels
   (`system_library`), nested in their batch span, after the last batch size;
-- `hardware`: counter samples (`predictors.counters`) while the batch sizes run.
+- `hardware`: counter samples (`predictors.tracing.counters`) while the batch sizes run.
 
 The latency statistics cover full batches only: the last batch of a split is usually smaller,
 and its time is not a time for `batch_size` inputs. It is timed and counted in the throughput

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from predictors.custom_code import CustomCodeError
 from predictors.data import AssetError, DatasetError
-from predictors.manifests import ManifestError
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     PredictorError,
 )
+from predictors.manifests import ManifestError
 from predictors.processing import (
     ProcessingError,
 )
+from predictors.processing.custom_code import CustomCodeError
 
 
 class EvaluationError(ValueError):

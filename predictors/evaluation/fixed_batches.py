@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 
 from predictors import statistics
-from predictors.custom_code import CustomCode, custom_outputs
+from predictors.analysis.hygiene import batch_size_warnings
 from predictors.data import DatasetReader
 from predictors.evaluation import state as model_state
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
-from predictors.evaluation.hygiene import batch_size_warnings
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.sinks import SpanSink
 from predictors.evaluation.summaries import (
@@ -26,14 +25,15 @@ from predictors.evaluation.summaries import (
     sequence_metrics,
 )
 from predictors.evaluation.target_ci import TargetCi
-from predictors.manifests import Manifest
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
 )
+from predictors.manifests import Manifest
 from predictors.processing import (
     postprocess,
 )
+from predictors.processing.custom_code import CustomCode, custom_outputs
 from predictors.protocol import Attr, at_least
 from predictors.tracing import Layer, Span
 

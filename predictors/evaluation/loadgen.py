@@ -59,10 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from predictors.custom_code import custom_outputs
 from predictors.data import DatasetReader
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.options import EvaluationOptions
+from predictors.processing.custom_code import custom_outputs
 
 __all__ = ["SEARCH_STEPS", "drive", "parse_detail", "parse_summary", "reported_run"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from predictors.evaluation.errors import EvaluationError
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     DEVICES,
 )
 from predictors.protocol import (
@@ -48,12 +48,12 @@ class EvaluationOptions:
     # Manifest parameters to override, PATH=VALUE, applied to the model manifest in order
     # before it runs (`mlms evaluate --set`, a hub launch's `overrides`).
     overrides: tuple[str, ...] = _DEFAULT["overrides"]
-    # Run a trained model whose labels are not the dataset's (`predictors.labels`); the
+    # Run a trained model whose labels are not the dataset's (`predictors.manifests.labels`); the
     # result's notes show the mismatch.
     allow_label_mismatch: bool = _DEFAULT["allow_label_mismatch"]
     # Time the model without scoring it (`predictors.evaluation.latency`): no labels are read.
     latency_only: bool = _DEFAULT["latency_only"]
-    # Run the manifest's custom processing code (`predictors.custom_code`): set only inside a
+    # Run the manifest's custom processing code (`predictors.processing.custom_code`): set only inside a
     # predictor container whose agent opts in; elsewhere a manifest with code is refused.
     custom_code: bool = False
     # The longest one call of custom code may take (seconds), where a watchdog enforces it.

@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from predictors import flops, roofline, versioning
-from predictors.counters import CounterSampler
-from predictors.custom_code import RUNS_WHERE, CustomCode, CustomPreprocessor, fields_with_code
+from predictors.analysis import flops, roofline
+from predictors.analysis.hygiene import Watch, overhead_warnings, tracing_overhead
 from predictors.data import (
     DatasetReader,
     DetectionReader,
@@ -33,26 +32,31 @@ from predictors.evaluation.fixed_batches import (
     Progress,
     _ModelSpec,
 )
-from predictors.evaluation.hygiene import Watch, overhead_warnings, tracing_overhead
 from predictors.evaluation.latency import LatencyOnly
 from predictors.evaluation.multilabel import MultiLabel
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.regression import Regression
 from predictors.evaluation.sinks import SpanList, SpanSink
 from predictors.evaluation.summaries import _notes, _trace_notes
-from predictors.labels import REFUSAL_HINT as LABEL_HINT
-from predictors.labels import is_untrained
-from predictors.labels import mismatch as label_mismatch
-from predictors.manifests import Manifest, apply_overrides
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
     PredictorOptions,
     predictor_class,
 )
+from predictors.manifests import Manifest, apply_overrides, versioning
+from predictors.manifests.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.manifests.labels import is_untrained
+from predictors.manifests.labels import mismatch as label_mismatch
 from predictors.processing import (
     load_labels,
     preprocessor_for,
+)
+from predictors.processing.custom_code import (
+    RUNS_WHERE,
+    CustomCode,
+    CustomPreprocessor,
+    fields_with_code,
 )
 from predictors.protocol import (
     at_least,
@@ -62,6 +66,7 @@ from predictors.protocol import (
     unsupported,
 )
 from predictors.tracing import Span
+from predictors.tracing.counters import CounterSampler
 
 # The scenarios of the tasks scored like classification, input by input, with other targets.
 _TARGET_SCENARIOS: dict[str, type[FixedBatches]] = {
@@ -156,7 +161,7 @@ def evaluate(
         ports = streams.ports(model)
         stream_reader: Any
         if spec.input.get("type") == "audio":
-            from predictors.audio import AudioPreprocessor, ClipStreams
+            from predictors.processing.audio import AudioPreprocessor, ClipStreams
 
             framer = preprocessor_for(spec.input)
             assert isinstance(framer, AudioPreprocessor)
@@ -494,7 +499,7 @@ def _check_labels(
     options: EvaluationOptions,
 ) -> None:
     """A trained model whose labels are not the dataset's is refused unless the options allow
-    it (`predictors.labels`); the result's notes show an allowed mismatch."""
+    it (`predictors.manifests.labels`); the result's notes show an allowed mismatch."""
     if options.allow_label_mismatch or dataset_labels is None:
         return
     if is_untrained(model.data):

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from predictors.evaluation.errors import EvaluationError
-from predictors.predictor import StateReset
+from predictors.frameworks.predictor import StateReset
 
 __all__ = ["ATOL", "RTOL_CPU", "RTOL_GPU", "check", "difference", "note", "tolerance"]
 

@@ -50,17 +50,17 @@ from typing import Any
 import numpy as np
 
 from predictors import statistics
-from predictors.custom_code import custom_outputs
+from predictors.analysis.hygiene import batch_size_warnings
 from predictors.data import StreamReader, lockstep_calls
 from predictors.evaluation import state as model_state
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.fixed_batches import FixedBatches, _FirstPass
-from predictors.evaluation.hygiene import batch_size_warnings
 from predictors.evaluation.summaries import probabilities, sequence_metrics
 from predictors.evaluation.target_ci import TargetCi
+from predictors.frameworks.predictor import PredictorError
 from predictors.manifests import Manifest
-from predictors.predictor import PredictorError
 from predictors.processing import ELEMENT_TYPES, postprocess
+from predictors.processing.custom_code import custom_outputs
 from predictors.protocol import DATA_INPUTS, at_least
 
 # The finest trace level of this scenario (layers inside the calls are not traced yet).
@@ -165,7 +165,7 @@ class _InContext:
         return with_context(self.preprocessor.batch(values), self.size)
 
     def _stream(self, values: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-        """A clip framed into chunks (`predictors.audio`), each with its context."""
+        """A clip framed into chunks (`predictors.processing.audio`), each with its context."""
         chunks, chunk_labels = self.preprocessor.stream(values, labels)
         return with_context(chunks, self.size), chunk_labels
 

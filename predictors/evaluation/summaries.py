@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from predictors.counters import CounterSampler
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
-from predictors.labels import is_untrained
-from predictors.labels import mismatch as label_mismatch
-from predictors.manifests import Manifest
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     Predictor,
 )
+from predictors.manifests import Manifest
+from predictors.manifests.labels import is_untrained
+from predictors.manifests.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
+from predictors.tracing.counters import CounterSampler
 
 if TYPE_CHECKING:
     from predictors.evaluation.run import Evaluation

@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from predictors import graph_check
 from predictors.frameworks import cuda_index
-from predictors.manifests import Manifest
-from predictors.predictor import Predictor, PredictorError, PredictorOptions
+from predictors.frameworks.predictor import Predictor, PredictorError, PredictorOptions
+from predictors.manifests import Manifest, graph_check
 from predictors.protocol import Attr, at_least, data_input_name, scored_output_name
 from predictors.tracing import CLOCK_ORT_PROFILER, Layer
 

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from predictors.frameworks import cuda_index
+from predictors.frameworks.predictor import Predictor, PredictorError, PredictorOptions, StateReset
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
-from predictors.predictor import Predictor, PredictorError, PredictorOptions, StateReset
 from predictors.protocol import Attr, at_least
 from predictors.tracing import CLOCK_TORCH_LAYERS, Layer
 

@@ -30,15 +30,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from predictors.frameworks import cuda_index  # noqa: E402
-from predictors.frameworks.tf_trace import CALL_ANNOTATION  # noqa: E402
-from predictors.frameworks.tf_trace import steps_by_call as tf_steps_by_call  # noqa: E402
-from predictors.manifests import Manifest  # noqa: E402
-from predictors.predictor import (  # noqa: E402
+from predictors.frameworks.predictor import (  # noqa: E402
     Predictor,
     PredictorError,
     PredictorOptions,
     StateReset,
 )
+from predictors.frameworks.tf_trace import CALL_ANNOTATION  # noqa: E402
+from predictors.frameworks.tf_trace import steps_by_call as tf_steps_by_call  # noqa: E402
+from predictors.manifests import Manifest  # noqa: E402
 from predictors.protocol import Attr, at_least
 from predictors.tracing import CLOCK_TF_LAYERS, Layer  # noqa: E402
 

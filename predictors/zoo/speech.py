@@ -7,7 +7,7 @@ pitches), resampled to 16 kHz, placed with pauses in between on a background of 
 at varied loudness, and stored as FLAC with its spoken phrases as labelled segments (from each
 phrase's first to its last audible sample: the pauses between the words of a phrase count as
 speech, as a VAD that keeps a phrase whole treats them). A model's audio input frames each clip
-into chunks (`predictors.audio`): a chunk is speech (1) when at least half of it lies inside a
+into chunks (`predictors.processing.audio`): a chunk is speech (1) when at least half of it lies inside a
 phrase.
 
 ``datasets/speech-clips/1.0.0/validation.parquet``: a row per clip, the columns ``audio`` (FLAC,

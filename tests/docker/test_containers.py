@@ -22,7 +22,7 @@ import pytest
 from playwright.sync_api import expect
 
 from mlmodelscope.testing.livehub import ROOT, LiveHub
-from predictors.containers import Runner, docker_client
+from predictors.agent.containers import Runner, docker_client
 from predictors.evaluation import EvaluationError
 from predictors.protocol import Job, JobOptions, ManifestRef
 from tests.frontend.conftest import _tab, sign_in_to_hub

@@ -29,7 +29,7 @@ from evaluations.tasks import send_evaluation
 from hub.models import Host
 from mlmodelscope.env import redis_database
 from mlmodelscope.testing.livehub import ROOT, LiveHub, LiveHubError, RedisServer, free_port
-from predictors.agent import _broker
+from predictors.agent.daemon import _broker
 from tests.hub.factories import register_host
 
 ONNX = [("onnxruntime", "1.17.0", ["cpu"])]
@@ -192,12 +192,12 @@ def test_an_agents_broker_user_consumes_its_own_queue_and_can_list_or_read_nothi
         admin.close()
 
 
-# A real agent worker (predictors.agent's Celery worker, as `mlms agent` runs it) in a process of
+# A real agent worker (predictors.agent.daemon's Celery worker, as `mlms agent` runs it) in a process of
 # its own; its job writes "start <id>" and "end <id>" to a file instead of evaluating.
 _WORKER = """
 import json, sys, threading, time
 from pathlib import Path
-from predictors.agent import Agent
+from predictors.agent.daemon import Agent
 url, options, queues, out, seconds = sys.argv[1:6]
 def run_job(evaluation_id, dispatch):
     with open(out, "a") as f: f.write(f"start {evaluation_id}\\n")

@@ -20,9 +20,10 @@ from django.test import Client
 from evaluations.models import Evaluation
 from frontend.forms import LaunchForm
 from hub.models import Manifest
-from predictors import cli, study
+from predictors import cli
+from predictors.agent.hub_client import HubClient
+from predictors.analysis import study
 from predictors.evaluation import EvaluationOptions
-from predictors.hub_client import HubClient
 from predictors.protocol import JOB_DEFAULTS, JobOptions
 from tests.evaluations.factories import error_paths, launch, launched_id
 

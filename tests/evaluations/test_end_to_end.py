@@ -1,5 +1,5 @@
 """End to end, in real processes: a hub served by daphne (with its own database and broker) and
-two agents (`python -m predictors.agent`) consuming the same capability queue, evaluating the
+two agents (`python -m predictors.agent.daemon`) consuming the same capability queue, evaluating the
 zoo's digits-cnn on onnxruntime on the CPU (`agents_hub` of conftest.py, on
 mlmodelscope.testing.livehub).
 
@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from mlmodelscope.testing.livehub import ROOT, LiveHub
-from predictors.hub_client import HubError, evaluate_remote
+from predictors.agent.hub_client import HubError, evaluate_remote
 
 pytestmark = pytest.mark.frameworks
 

@@ -1,5 +1,5 @@
 """Upload → launch → live result, in a real browser against a real hub (daphne, WebSockets) and a
-real agent (`python -m predictors.agent`) running ONNX Runtime: nothing is simulated."""
+real agent (`python -m predictors.agent.daemon`) running ONNX Runtime: nothing is simulated."""
 
 from __future__ import annotations
 

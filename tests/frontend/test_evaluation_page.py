@@ -419,7 +419,7 @@ def test_the_theoretical_performance_is_shown_with_its_roofline(  # type: ignore
     and plots the model on the roofline."""
     import numpy as np
 
-    from predictors import flops, roofline
+    from predictors.analysis import flops, roofline
     from tests.predictors.zoo_store import zoo_store
 
     graph = zoo_store(("digits-cnn",)) / "models" / "digits-cnn" / "1.0.0" / "digits-cnn.onnx"
@@ -486,7 +486,7 @@ def test_a_point_above_every_peak_is_drawn_apart_with_its_reason(  # type: ignor
     drawn apart with the reason beside the plot."""
     import numpy as np
 
-    from predictors import flops, roofline
+    from predictors.analysis import flops, roofline
     from tests.predictors.zoo_store import zoo_store
 
     graph = zoo_store(("digits-cnn",)) / "models" / "digits-cnn" / "1.0.0" / "digits-cnn.onnx"
@@ -542,9 +542,9 @@ def test_loadgens_verdict_summary_and_marked_row_are_of_one_run(  # type: ignore
     target; where no run was VALID, the lowest, INVALID). LoadGen's notes are apart from its
     warnings. In the first case every run sends at least 500 queries, enough for early stopping
     to back a p99 at any rate; the second case's bound (10 microseconds) no rate can hold."""
-    from predictors.catalog import Catalog
     from predictors.data import DataManager
     from predictors.evaluation import EvaluationOptions, evaluate
+    from predictors.manifests.catalog import Catalog
     from tests.predictors.zoo_store import zoo_store
 
     catalog = Catalog()

@@ -10,11 +10,11 @@ import importlib.util
 import pytest
 from playwright.sync_api import expect
 
-from predictors.agent import result_upload
-from predictors.catalog import Catalog
+from predictors.agent.daemon import result_upload
 from predictors.cli import format_remote
 from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import Job
 from tests.evaluations.factories import (
     claim,

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from predictors.versioning import (
+from predictors.manifests.versioning import (
     InvalidRange,
     InvalidVersion,
     is_valid_version,

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import Evaluation, EvaluationOptions, Progress, SpanSink, evaluate
 from predictors.manifests import Manifest
+from predictors.manifests.catalog import Catalog
 
 RunEvaluation = Callable[..., Evaluation]
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from predictors import introspection, manifests
-from predictors.agent import Agent, _Reporter, main, result_upload
-from predictors.catalog import Catalog
+from predictors import manifests
+from predictors.agent.daemon import Agent, _Reporter, main, result_upload
+from predictors.agent.hub_client import HubClient
 from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
-from predictors.hub_client import HubClient
+from predictors.host import introspection
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import Job, JobOptions, ManifestRef, ProtocolError, ResultUpload
 from tests.predictors.zoo_store import REPO_ROOT, zoo_store
 
@@ -202,7 +203,7 @@ def test_an_agent_in_a_predictor_image_registers_the_image_its_digest_names(
     """No image holds its own digest: whoever starts the container passes it in
     MLMS_CONTAINER_DIGEST. With it the agent registers its image, packages included; a value that
     is no digest stops the agent at its start, naming the variable."""
-    import predictors.agent as agent_module
+    import predictors.agent.daemon as agent_module
 
     environment = {"python": "3.11.2", "python_packages": {"onnxruntime": "1.31.1"}}
     own = tmp_path / "environment.json"
@@ -238,7 +239,7 @@ def test_an_unreachable_hub_is_one_line_and_status_1(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("mlms_x\n")
     done = subprocess.run(
-        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9"]
+        [sys.executable, "-m", "predictors.agent.daemon", "--hub", "http://127.0.0.1:9"]
         + ["--token-file", str(token), "--wait", "0", "--frameworks", "onnxruntime"],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -255,8 +256,8 @@ def test_the_agent_runs_where_django_is_not_installed() -> None:
     code = (
         "import sys\n"
         "sys.modules['django'] = None\n"
-        "from predictors.agent import Agent\n"
-        "from predictors.hub_client import HubClient\n"
+        "from predictors.agent.daemon import Agent\n"
+        "from predictors.agent.hub_client import HubClient\n"
         "app = Agent(HubClient('http://hub.invalid', 't'), 'x').celery_app('memory://', {})\n"
         "app.finalize()\n"
         "assert 'mlmodelscope.evaluate' in app.tasks\n"
@@ -391,7 +392,15 @@ def test_the_job_and_the_result_travel_as_the_same_objects() -> None:
 
 def test_an_unreachable_docker_daemon_stops_the_agent_at_start() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9", "--token", "t"]
+        [
+            sys.executable,
+            "-m",
+            "predictors.agent.daemon",
+            "--hub",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+        ]
         + ["--docker"],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -419,7 +428,15 @@ def test_container_limits_are_checked_before_anything_starts(
     flags: list[str], message: str
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9", "--token", "t"]
+        [
+            sys.executable,
+            "-m",
+            "predictors.agent.daemon",
+            "--hub",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+        ]
         + flags,
         cwd=REPO_ROOT,
         capture_output=True,

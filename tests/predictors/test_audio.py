@@ -1,4 +1,4 @@
-"""Audio inputs (`predictors.audio`): clips decoded by libsndfile, mixed to mono, resampled and
+"""Audio inputs (`predictors.processing.audio`): clips decoded by libsndfile, mixed to mono, resampled and
 framed into chunks whose labels come from the clip's segments; and the checks of clip splits."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile
 
-from predictors.audio import AudioPreprocessor
 from predictors.data import split_problems
 from predictors.processing import ProcessingError, preprocessor_for
+from predictors.processing.audio import AudioPreprocessor
 from predictors.protocol import unsupported
 
 pytestmark = pytest.mark.database_free
@@ -137,7 +137,7 @@ def test_overlapping_segments_of_one_class_count_once() -> None:
 
 
 def test_a_clip_shorter_than_a_chunk_makes_no_stream(tmp_path: Path) -> None:
-    from predictors.audio import ClipStreams
+    from predictors.processing.audio import ClipStreams
 
     path = tmp_path / "c.parquet"
     clips = [_clip(np.zeros(n, np.float32), 16000, "FLAC") for n in (1000, 100, 2500)]

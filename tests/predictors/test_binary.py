@@ -15,7 +15,7 @@ import yaml
 from sklearn import metrics
 
 from predictors import manifests
-from predictors.catalog import Catalog
+from predictors.manifests.catalog import Catalog
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -232,7 +232,7 @@ def test_a_flag_the_hub_cannot_honour_is_refused_before_anything_is_sent(
 
 
 def test_the_history_marks_results_of_untrained_models() -> None:
-    from predictors.history_cli import _detail, _listing
+    from predictors.cli.history import _detail, _listing
 
     def evaluation(name: str, untrained: bool) -> dict:
         return {

@@ -1,5 +1,5 @@
 """`mlms datasets from-coco`: COCO annotations and their images made an object-detection dataset
-(`predictors.coco_dataset`), checked entry by entry; the zoo's detector scores the same on it
+(`predictors.data.coco`), checked entry by entry; the zoo's detector scores the same on it
 as on the zoo's own split."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from predictors.coco_dataset import CocoError, convert
+from predictors.data.coco import CocoError, convert
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = pytest.mark.database_free

@@ -1,4 +1,4 @@
-"""The agent's end of a container's socket (`predictors.containers._Relay`), without Docker:
+"""The agent's end of a container's socket (`predictors.agent.containers._Relay`), without Docker:
 what a container may ask of the agent. The containers themselves run in tests/docker/."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from predictors import containers
-from predictors.containers import FILES_MOUNT, Limits, Runner, parse_memory
+from predictors.agent.containers import FILES_MOUNT, Limits, Runner, parse_memory
+from predictors.agent import containers
 from predictors.evaluation import EvaluationError
 from predictors.protocol import Job, JobOptions, ManifestRef
 from tests.predictors.zoo_store import REPO_ROOT

@@ -17,9 +17,9 @@ import yaml
 from PIL import Image
 
 from predictors import manifests
-from predictors.catalog import Catalog
 from predictors.data import DatasetError, DetectionReader, split_problems
 from predictors.evaluation.summaries import compare
+from predictors.manifests.catalog import Catalog
 from predictors.processing import ImagePreprocessor, ProcessingError
 from predictors.protocol import unsupported
 from predictors.zoo import detection

@@ -23,8 +23,6 @@ import yaml
 from PIL import Image
 
 from predictors import manifests
-from predictors.chrome_trace import chrome_trace, rows_of_spans
-from predictors.custom_code import CustomCodeError
 from predictors.evaluation import (
     CLOCK_HOST,
     EvaluationCancelled,
@@ -32,8 +30,7 @@ from predictors.evaluation import (
     EvaluationOptions,
     compare,
 )
-from predictors.manifests import Manifest
-from predictors.predictor import (
+from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
     PredictorOptions,
@@ -41,6 +38,9 @@ from predictors.predictor import (
     register,
     unregister,
 )
+from predictors.manifests import Manifest
+from predictors.processing.custom_code import CustomCodeError
+from predictors.tracing.chrome import chrome_trace, rows_of_spans
 from tests.predictors.conftest import RunEvaluation
 
 pytestmark = pytest.mark.database_free

@@ -1,5 +1,5 @@
 """Theoretical performance: parameters and multiply-adds per layer and in total, counted from
-each framework's own file of the zoo's models (`predictors.flops`), the `mlms flops` command,
+each framework's own file of the zoo's models (`predictors.analysis.flops`), the `mlms flops` command,
 and the counts and achieved FLOP/s on a result."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from predictors.analysis.flops import CountError, count, model_input_shape
 from predictors.cli import main
-from predictors.flops import CountError, count, model_input_shape
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
@@ -92,7 +92,7 @@ def test_onnx_runtimes_fused_nodes_meet_their_layers(
     after their output tensor: every layer span of a framework-level trace of resnet-18 that
     does a convolution's work is matched to a counted convolution, and each convolution to
     one span; pooling is matched to nothing."""
-    from predictors.flops import layer_of
+    from predictors.analysis.flops import layer_of
     from predictors.protocol import Attr
 
     evaluation = run_evaluation(
@@ -253,7 +253,7 @@ def test_a_result_carries_its_counts_and_the_flops_it_achieved(
         expected = 2 * theoretical["macs"] * entry["batch_size"] / seconds / 1e9
         assert achieved["gflops_per_s"] == pytest.approx(expected, rel=1e-3)
         # Its place on the roofline: FLOPs per byte of its layers' activations for the batch
-        # and their weights once, and its share of the roof its run states (predictors.roofline).
+        # and their weights once, and its share of the roof its run states (predictors.analysis.roofline).
         layers = theoretical["layers"]
         moved = sum(x["activation_bytes"] for x in layers) * entry["batch_size"] + sum(
             x["weight_bytes"] for x in layers

@@ -13,13 +13,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import (
     CLOCK_CUDA,
     compare,
 )
-from predictors.predictor import FRAMEWORKS, PredictorError, PredictorOptions, predictor_class
+from predictors.frameworks.predictor import (
+    FRAMEWORKS,
+    PredictorError,
+    PredictorOptions,
+    predictor_class,
+)
+from predictors.manifests.catalog import Catalog
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from predictors.history_cli import _detail, _listing
+from predictors.cli.history import _detail, _listing
 
 pytestmark = pytest.mark.database_free
 

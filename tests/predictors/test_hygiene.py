@@ -1,4 +1,4 @@
-"""Measurement hygiene (`predictors.evaluation.hygiene`): every result carries labelled
+"""Measurement hygiene (`predictors.analysis.hygiene`): every result carries labelled
 warnings of what makes its numbers less defensible; here more threads than cores and a machine
 that other processes keep busy, in real runs, and each batch-size rule on measured shapes."""
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from predictors import statistics
-from predictors.cli import format_table
-from predictors.evaluation.hygiene import (
+from predictors.analysis.hygiene import (
     Watch,
     batch_size_warnings,
     usable_cores,
 )
+from predictors.cli import format_table
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from predictors import manifests
-from predictors.catalog import Catalog
 from predictors.cli import main
 from predictors.evaluation.summaries import compare
 from predictors.manifests import Manifest
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

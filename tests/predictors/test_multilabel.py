@@ -17,10 +17,10 @@ from PIL import Image
 from sklearn import metrics
 
 from predictors import manifests
-from predictors.catalog import Catalog
 from predictors.data import DatasetError, DatasetReader, split_problems
 from predictors.evaluation.multilabel import multilabel_metrics, sigmoid_probabilities
 from predictors.evaluation.summaries import compare
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from predictors.catalog import Catalog
 from predictors.data import DatasetError, DatasetReader, split_problems
 from predictors.evaluation.summaries import compare
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import metric_problem, unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

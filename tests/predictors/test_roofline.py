@@ -1,4 +1,4 @@
-"""The roofline a result is set against (`predictors.roofline`): the theoretical peak read from
+"""The roofline a result is set against (`predictors.analysis.roofline`): the theoretical peak read from
 a processor's description, each framework's own matrix product, the STREAM triad, the roof
 chosen against a run's points with its reason, and every zoo model in every framework it has
 placed on its run's roofline with no point above the stated peak."""
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from predictors import roofline
-from predictors.catalog import Catalog
+from predictors.analysis import roofline
+from predictors.manifests.catalog import Catalog
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -15,11 +15,11 @@ import pytest
 from PIL import Image
 from sklearn import metrics
 
-from predictors.catalog import Catalog
 from predictors.data import split_problems
 from predictors.evaluation import EvaluationError
 from predictors.evaluation.summaries import compare
 from predictors.manifests import Manifest
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

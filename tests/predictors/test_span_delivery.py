@@ -1,4 +1,4 @@
-"""`predictors.span_delivery` against a real HTTP server that goes away and comes back: spans
+"""`predictors.agent.span_delivery` against a real HTTP server that goes away and comes back: spans
 are retried through an outage, spooled when the time runs out and sent again by `drain`, sent
 under one export id however often, and a refusal is not retried."""
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from predictors import span_delivery
-from predictors.span_delivery import SpanDelivery, drain
+from predictors.agent import span_delivery
+from predictors.agent.span_delivery import SpanDelivery, drain
 from predictors.tracing import Span, Tracer
 
 

@@ -17,12 +17,13 @@ import pytest
 import yaml
 from sklearn import metrics
 
-from predictors import graph_check, manifests
-from predictors.catalog import Catalog
+from predictors import manifests
 from predictors.data import DatasetError, StreamReader, lockstep_calls, split_problems
 from predictors.evaluation import EvaluationError
 from predictors.evaluation.summaries import compare
-from predictors.predictor import PredictorError
+from predictors.frameworks.predictor import PredictorError
+from predictors.manifests import graph_check
+from predictors.manifests.catalog import Catalog
 from predictors.protocol import unsupported
 from predictors.zoo import streams
 from tests.predictors.conftest import RunEvaluation

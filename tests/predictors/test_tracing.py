@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.chrome_trace import chrome_trace, rows_of_spans
 from predictors.evaluation import Evaluation
 from predictors.protocol import at_least
 from predictors.tracing import Span, Tracer
+from predictors.tracing.chrome import chrome_trace, rows_of_spans
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictors.counters import CounterSampler
 from predictors.frameworks.torch_trace import steps_by_call
 from predictors.tracing import Span
+from predictors.tracing.counters import CounterSampler
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from predictors.evaluation import Evaluation
-from predictors.predictor import PredictorOptions
+from predictors.frameworks.predictor import PredictorOptions
 from predictors.tracing import CLOCK_TF_LAYERS, Span
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

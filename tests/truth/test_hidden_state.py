@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from predictors import manifests
-from predictors.catalog import Catalog
 from predictors.data import DataManager
 from predictors.evaluation import Evaluation, EvaluationError, EvaluationOptions, evaluate
 from predictors.evaluation import state as model_state
+from predictors.manifests.catalog import Catalog
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 

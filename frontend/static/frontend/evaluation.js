@@ -452,7 +452,7 @@
     return roof.bandwidth_gb_per_s && x ? Math.min(peak, roof.bandwidth_gb_per_s * x) : peak;
   }
 
-  // Why a point lies above the roof (null where it does not), as predictors/roofline.py says
+  // Why a point lies above the roof (null where it does not), as predictors/analysis/roofline.py says
   // it for a result's own points.
   function aboveRoof(roof, x, y, whole) {
     if (y > roof.peak_gflops_per_s * (1 + 1e-9)) {
@@ -476,7 +476,7 @@
 
   // The roofline's peaks, each with how it was obtained, the roof drawn and why, and each
   // batch size's share of it: at most 100 %, the roof holding every point of the run
-  // (`predictors.roofline.place`).
+  // (`predictors.analysis.roofline.place`).
   function renderRoofline(roof, achieved) {
     var text = $("roofline-summary"), peaks = $("roofline-peaks");
     peaks.replaceChildren();

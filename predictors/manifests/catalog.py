@@ -2,7 +2,7 @@
 
 The folder holds YAML manifests anywhere below `models/` and `datasets/` (the built-in ones are
 `manifests/models/<name>/<framework>.yaml` and `manifests/datasets/<name>.yaml`). A lookup takes
-the highest version that satisfies an npm range (`predictors.versioning`). Files that fail to
+the highest version that satisfies an npm range (`predictors.manifests.versioning`). Files that fail to
 load are skipped, and named in the error of a lookup that finds nothing.
 """
 
@@ -11,13 +11,12 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from predictors import versioning
-from predictors.manifests import Manifest, ManifestError, load_file
+from predictors.manifests import Manifest, ManifestError, load_file, versioning
 
 __all__ = ["DEFAULT_ROOT", "Catalog", "CatalogError"]
 
 # The built-in manifests of this repository.
-DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "manifests"
+DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "manifests"
 
 
 class CatalogError(LookupError):

@@ -43,7 +43,8 @@ import numpy as np
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from predictors import custom_code, versioning
+from predictors.manifests import versioning
+from predictors.processing import custom_code
 
 __all__ = [
     "KINDS",

@@ -22,9 +22,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictors import datasets_cli, flops_cli, history_cli, introspection, statistics, study
-from predictors.catalog import DEFAULT_ROOT, Catalog, CatalogError
-from predictors.chrome_trace import chrome_trace, rows_of_spans
+from predictors import statistics
+from predictors.agent.hub_client import HubError, HubUnreachable
+from predictors.analysis import study
+from predictors.analysis.flops import si
+from predictors.cli import datasets as datasets_cli
+from predictors.cli import flops as flops_cli
+from predictors.cli import history as history_cli
 from predictors.data import DataManager
 from predictors.evaluation import (
     GRAPH_OPTIMIZATIONS,
@@ -37,10 +41,10 @@ from predictors.evaluation import (
     split_entry,
 )
 from predictors.evaluation.target_ci import target_ci_text
-from predictors.flops import si
-from predictors.hub_client import HubError, HubUnreachable
+from predictors.frameworks.predictor import predictor_class, registered
+from predictors.host import introspection
 from predictors.manifests import Manifest, ManifestError, apply_overrides, load_file
-from predictors.predictor import predictor_class, registered
+from predictors.manifests.catalog import DEFAULT_ROOT, Catalog, CatalogError
 from predictors.protocol import (
     JOB_DEFAULTS,
     LOADGEN_MODES,
@@ -53,6 +57,7 @@ from predictors.protocol import (
     metrics_text,
     parse_share,
 )
+from predictors.tracing.chrome import chrome_trace, rows_of_spans
 from predictors.zoo.build import default_store
 
 __all__ = ["main"]
@@ -852,7 +857,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_remote(args: argparse.Namespace) -> dict[str, Any]:
     """Submit to the hub, show each status change and the progress, return the evaluations."""
-    from predictors.hub_client import evaluate_remote
+    from predictors.agent.hub_client import evaluate_remote
 
     request = remote_request(args)
     bars: dict[str, Any] = {}
@@ -929,7 +934,7 @@ def format_remote(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["agent"]:
-        from predictors.agent import main as agent_main
+        from predictors.agent.daemon import main as agent_main
 
         return agent_main(arguments[1:])
     try:

@@ -5,10 +5,10 @@
                [--cache DIR] [--docker [--cpus N] [--memory SIZE]
                                         [--allow-custom-code [--custom-code-seconds S]]]
 
-(also `python -m predictors.agent …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
+(also `python -m predictors.agent.daemon@@ …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
 the `agent` scope). The agent:
 
-1. reads the host's hardware and software stack (`predictors.introspection`) and the installed
+1. reads the host's hardware and software stack (`predictors.host.introspection`) and the installed
    frameworks, with the devices each can use here;
 2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up.
    The host runs its owner's jobs only, or its group's with `--group`, or every user's with
@@ -36,18 +36,18 @@ Before it posts a result, the agent exports the evaluation's spans to the hub's 
 under the job's `trace_id` (and the caller's `parent_span_id`, if any), each export sent once
 under the job's claim and retried while the hub does not answer, for `SPAN_RETRY_SECONDS`; what
 is still undelivered then waits in the spool (`<cache>/spool`), which the agent sends again at
-its start and every minute (see `predictors.span_delivery`). The result says how many spans were
+its start and every minute (see `predictors.agent.span_delivery`). The result says how many spans were
 sent and how many the hub took (`details.spans`). The final report (result, failure or
 cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
 restart during a job loses neither its spans nor its result.
 
 With `--docker`, each evaluation runs in the predictor image its model manifest names for the
-host's architecture and the job's device (`predictors.containers`): the agent offers the
+host's architecture and the job's device (`predictors.agent.containers`): the agent offers the
 frameworks of the images it has (not those installed beside it), registers each image with its
 software environment, and records the image and its digest in the result's stack. `--cpus` and
 `--memory` limit each container. A Docker daemon that does not answer stops the agent at start.
 `--allow-custom-code` runs model manifests' custom preprocess/postprocess code in those
-containers (`predictors.custom_code`); the host registers it, and the hub sends such jobs only to
+containers (`predictors.processing.custom_code`); the host registers it, and the hub sends such jobs only to
 hosts that do; without it the agent refuses them.
 
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
@@ -70,9 +70,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictors import introspection, manifests, roofline
-from predictors.broker import prepare_exchanges
-from predictors.containers import (
+from predictors import manifests
+from predictors.agent.containers import (
     ContainerLost,
     DockerUnavailable,
     Limits,
@@ -80,7 +79,10 @@ from predictors.containers import (
     docker_client,
     parse_memory,
 )
-from predictors.custom_code import DEFAULT_CALL_SECONDS
+from predictors.agent.hub_client import HubClient, HubError, HubUnreachable
+from predictors.agent.span_delivery import drain
+from predictors.analysis import roofline
+from predictors.broker import prepare_exchanges
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
     USER_ERRORS,
@@ -89,8 +91,10 @@ from predictors.evaluation import (
     EvaluationOptions,
     evaluate,
 )
-from predictors.hub_client import HubClient, HubError, HubUnreachable
-from predictors.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.frameworks.predictor import FRAMEWORKS, PredictorError, predictor_class
+from predictors.host import introspection
+from predictors.manifests.versioning import is_valid_version
+from predictors.processing.custom_code import DEFAULT_CALL_SECONDS
 from predictors.protocol import (
     CPU,
     GPU,
@@ -102,9 +106,7 @@ from predictors.protocol import (
     ResultUpload,
     local_device,
 )
-from predictors.span_delivery import drain
 from predictors.tracing import Tracer
-from predictors.versioning import is_valid_version
 
 __all__ = ["Agent", "main"]
 
@@ -216,7 +218,7 @@ class Agent:
             "frameworks": frameworks,
             "devices": ["cpu"] + [f"gpu:{gpu['index']}" for gpu in stack["gpus"]],
             "hardware": {key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")}
-            # The host's roofline, measured once (`predictors.roofline`): the CPU's (numpy's
+            # The host's roofline, measured once (`predictors.analysis.roofline`): the CPU's (numpy's
             # BLAS, the processor's theoretical peak, a STREAM triad), and the first GPU's
             # where one is. Each evaluation measures its own framework's (its result's).
             | {
@@ -797,7 +799,7 @@ def broker_answers(broker_url: str, transport_options: dict[str, Any]) -> bool:
 def _restart(argv: Sequence[str]) -> None:
     """Start the agent afresh in this process (same arguments, a new worker)."""
     logging.shutdown()
-    os.execv(sys.executable, [sys.executable, "-m", "predictors.agent", *argv])  # noqa: S606
+    os.execv(sys.executable, [sys.executable, "-m", "predictors.agent.daemon", *argv])  # noqa: S606
 
 
 def _default_name() -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictors.folder_dataset import ROW_GROUP_SIZE, FolderError, _check_image, _encoding
+from predictors.data.folder import ROW_GROUP_SIZE, FolderError, _check_image, _encoding
 
 MAX_JSON_BYTES = 2 * 1024**3
 MAX_CATEGORIES = 10_000

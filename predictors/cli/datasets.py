@@ -8,12 +8,12 @@ mlms datasets from-folder DIR --name NAME --version VERSION [--split validation]
     reads;
 ... --hub URL --token T [--visibility private|public]
     on a hub: the folder is sent as a zip to POST /api/v1/datasets/from-folder/, which
-    checks and converts it the same way (`predictors.folder_dataset`).
+    checks and converts it the same way (`predictors.data.folder`).
 
 mlms datasets from-coco ANNOTATIONS.json --images DIR --name NAME [--version V]
                         [--split validation] [--description T] [--license L]
                         [--store DIR --out FILE | --hub URL --token T --visibility V]
-    converted here (`predictors.coco_dataset`); locally into the store with a manifest file,
+    converted here (`predictors.data.coco`); locally into the store with a manifest file,
     or sent to a hub as a manifest with its split (POST /api/v1/manifests/).
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import requests
 import yaml
 
-from predictors import folder_dataset
+from predictors.data import folder as folder_dataset
 from predictors.manifests import ManifestError, load
 
 
@@ -149,7 +149,7 @@ def _coco(args: argparse.Namespace) -> str:
     """`mlms datasets from-coco`: the split converted here, into the local store with its
     manifest file, or sent to a hub with its manifest (`POST /api/v1/manifests/`, which
     checks it object by object again)."""
-    from predictors import coco_dataset
+    from predictors.data import coco as coco_dataset
 
     if args.hub:
         if args.store or args.out:

@@ -525,7 +525,7 @@ def theoretical(
 ) -> dict[str, Any]:
     """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch)
     and, per batch size, the FLOP/s its p50 latency achieved, at its arithmetic intensity (set
-    on the roofline by `predictors.roofline.place`). A model that cannot be counted
+    on the roofline by `predictors.analysis.roofline.place`). A model that cannot be counted
     says why (`counted: false`, `reason`), and the evaluation goes on."""
     if sample is None or getattr(sample, "ndim", 0) < 1:
         return {

@@ -1,6 +1,6 @@
 """One evaluation inside a predictor container (`mlms agent --docker` starts it; never by hand).
 
-    python -m predictors.contained /mlms/run
+    python -m predictors.agent.contained /mlms/run
 
 The container has no network at all and holds no token. It talks only to the agent that
 started it, over a Unix socket in the run folder (`/mlms/run/agent.sock`), one JSON object a
@@ -34,9 +34,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from predictors import custom_code, manifests
-from predictors.containers import CUSTOM_CODE_ENV, CUSTOM_CODE_SECONDS_ENV, SOCKET
-from predictors.custom_code import CustomCodeError
+from predictors import manifests
+from predictors.agent.containers import CUSTOM_CODE_ENV, CUSTOM_CODE_SECONDS_ENV, SOCKET
 from predictors.evaluation import (
     USER_ERRORS,
     EvaluationCancelled,
@@ -44,6 +43,8 @@ from predictors.evaluation import (
     EvaluationOptions,
     evaluate,
 )
+from predictors.processing import custom_code
+from predictors.processing.custom_code import CustomCodeError
 from predictors.protocol import Job, local_device
 from predictors.tracing import Span
 
@@ -113,7 +114,7 @@ def _fetch(channel: Channel) -> Any:
 
 
 def run(channel: Channel) -> None:
-    from predictors.agent import result_upload  # the agent's own summary of a result
+    from predictors.agent.daemon import result_upload  # the agent's own summary of a result
 
     job = Job.from_dict(channel.ask({"op": "job"}))
     progress = _Progress(channel)

@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from predictors.labels import labels_from_text
+from predictors.manifests.labels import labels_from_text
 
 __all__ = [
     "ELEMENT_TYPES",
@@ -766,7 +766,7 @@ def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
     if kind == "tensor":
         return TensorPreprocessor(parameters)
     if kind == "audio":
-        from predictors.audio import AudioPreprocessor
+        from predictors.processing.audio import AudioPreprocessor
 
         return AudioPreprocessor(parameters)
     raise ProcessingError(

@@ -1,7 +1,7 @@
 """The software environment of this Python and this system: every installed Python
 distribution and every Debian package, with versions.
 
-    python -m predictors.environment        # JSON on standard output
+    python -m predictors.host.environment        # JSON on standard output
 
 The images (docker/) write it to /etc/mlmodelscope/environment.json when they are built; an
 agent running evaluations in containers reads it once per image and registers it with the hub,

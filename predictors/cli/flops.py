@@ -8,7 +8,7 @@ it has a manifest for, and whether the frameworks agree.
 The input's shape comes from the manifest (an image input's crop or resize size, channels and
 layout; a tensor input's `shape`); `--input-size` sets an image's height and width (channels and
 layout stay the manifest's), `--input-shape` a tensor input's whole shape (no batch axis). The
-counts are per input (batch size 1); see `predictors.flops` for what is counted.
+counts are per input (batch size 1); see `predictors.analysis.flops` for what is counted.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from predictors.flops import Count, CountError, count, model_input_shape, si
+from predictors.analysis.flops import Count, CountError, count, model_input_shape, si
 from predictors.manifests import Manifest
 from predictors.protocol import data_input_name
 
@@ -103,9 +103,9 @@ def input_shape(model: Manifest, size: list[int] | None, shape: list[int] | None
 
 
 def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
-    from predictors.catalog import DEFAULT_ROOT, Catalog
     from predictors.cli import CommandError, _check_store, _frameworks
     from predictors.data import DataManager
+    from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
     from predictors.zoo.build import default_store
 
     catalog = Catalog(args.manifests or DEFAULT_ROOT)

@@ -423,7 +423,6 @@ def study_options(args: argparse.Namespace, split: str, device: str) -> Evaluati
 
 
 def run(args: argparse.Namespace) -> str:
-    from predictors.catalog import DEFAULT_ROOT, Catalog
     from predictors.cli import (
         UsageError,
         _check_store,
@@ -431,6 +430,7 @@ def run(args: argparse.Namespace) -> str:
         _dataset_manifest,
     )
     from predictors.evaluation import split_entry
+    from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
     from predictors.zoo.build import default_store
 
     if "," in args.framework:
@@ -447,7 +447,7 @@ def run(args: argparse.Namespace) -> str:
     devices = [part.strip() for part in args.device.split(",")]
     if len(set(devices)) != len(devices) or not all(devices):
         raise UsageError(f"--device: {args.device!r} names a device twice or none")
-    from predictors.predictor import PredictorError, predictor_class
+    from predictors.frameworks.predictor import PredictorError, predictor_class
 
     for device in devices:
         try:

@@ -4,7 +4,7 @@ The agent runs each evaluation in the image that the model manifest's `container
 for this host's architecture and the job's device (`container.amd64.cpu`). The container:
 
 - has no network at all (`network_mode: none`) and holds no token: it talks only to the agent,
-  over a Unix socket in a private folder the agent mounts (`predictors.contained` says how).
+  over a Unix socket in a private folder the agent mounts (`predictors.agent.contained` says how).
   The agent fetches only the files the job's manifests name, from the hub into its cache, and
   hard-links each into a folder of the job's own that the container sees read-only (nothing
   else of the cache); it sends the container's progress and spans on to the hub, taking spans
@@ -17,7 +17,7 @@ for this host's architecture and the job's device (`container.amd64.cpu`). The c
 - is labelled with the evaluation and the agent, and removed when the job ends (an agent that
   starts removes what an earlier run of it left);
 - runs the model manifest's custom processing code only when the agent opts in
-  (`--allow-custom-code`; `predictors.custom_code`), with each call's time limit
+  (`--allow-custom-code`; `predictors.processing.custom_code`), with each call's time limit
   (`--custom-code-seconds`) and a memory limit even where the host sets none
   (CUSTOM_CODE_MEMORY); an agent that has not opted in refuses such a job, saying why.
 
@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from predictors import manifests
-from predictors.custom_code import DEFAULT_CALL_SECONDS, RUNS_WHERE, fields_with_code
 from predictors.evaluation import EvaluationCancelled, EvaluationError
+from predictors.processing.custom_code import DEFAULT_CALL_SECONDS, RUNS_WHERE, fields_with_code
 from predictors.protocol import GPU, Job, ResultUpload
 from predictors.tracing import Span
 
@@ -375,7 +375,7 @@ class Runner:
             relay.start()
             container = self.client.containers.create(
                 image.id,
-                ["python", "-m", "predictors.contained", RUN_MOUNT],
+                ["python", "-m", "predictors.agent.contained", RUN_MOUNT],
                 entrypoint=[],
                 user=work.user,
                 network_mode="none",

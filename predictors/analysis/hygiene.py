@@ -40,7 +40,7 @@ from predictors import statistics
 
 if TYPE_CHECKING:
     from predictors.evaluation.fixed_batches import FixedBatches
-    from predictors.predictor import Predictor
+    from predictors.frameworks.predictor import Predictor
 
 START_WINDOW = 0.1
 OTHERS_SHARE = 0.25

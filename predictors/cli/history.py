@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 from predictors import statistics
-from predictors.hub_client import HubClient
+from predictors.agent.hub_client import HubClient
 from predictors.protocol import metric_names, metric_text, metrics_text
 
 __all__ = ["add_commands", "run"]

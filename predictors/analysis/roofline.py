@@ -1,5 +1,5 @@
 """A device's roofline: the compute peak and memory bandwidth a model's (and each layer's)
-achieved FLOP/s and arithmetic intensity are set against (`predictors.flops`), each with how it
+achieved FLOP/s and arithmetic intensity are set against (`predictors.analysis.flops`), each with how it
 was obtained.
 
 - **measured peak**: the best matrix product of the framework the evaluation runs on, at the
@@ -756,7 +756,7 @@ def attach(
     threads: int | None = None,
     sample: Any = None,
 ) -> dict[str, Any]:
-    """A result's `theoretical` (`predictors.flops.theoretical`) with the roofline of its run:
+    """A result's `theoretical` (`predictors.analysis.flops.theoretical`) with the roofline of its run:
     `framework`'s on `device` at `threads`, in the dtype of the batch it fed (`sample`: float16
     or float64 where it is one, else float32), its `achieved` points placed on it (`place`)."""
     dtype = str(getattr(sample, "dtype", "float32"))

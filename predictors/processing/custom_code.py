@@ -12,7 +12,7 @@ Both run after what the manifest's parameters describe, never instead of it: a p
 always applied, and the code continues from there (`docs/manifest.md` shows how to hand the
 code the decoded pixels untouched).
 
-Where it runs. Only inside a predictor container (`predictors.contained`) started by an agent
+Where it runs. Only inside a predictor container (`predictors.agent.contained`) started by an agent
 that opts in (`mlms agent --docker --allow-custom-code`). The container is the boundary: no
 network at all, a read-only root file system and read-only mounts, no capabilities, a process
 limit, the job's memory limit. Inside it, `sandbox()` adds clear refusals while the code runs
@@ -219,7 +219,7 @@ def _failure(field: str, where: str, exc: BaseException) -> str:
     return f"{head}\nTraceback (most recent call last):\n{lines}" if lines else head
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.__file__)
 
 

@@ -1041,8 +1041,8 @@ def _clip_problems(
 ) -> list[str]:
     """`split_problems` of a split of audio clips: its columns, every clip's segments and
     classes, its encoding's magic bytes, and a header libsndfile reads."""
-    from predictors.audio import clip_info
     from predictors.processing import ProcessingError
+    from predictors.processing.audio import clip_info
 
     try:
         reader = ClipReader(path)

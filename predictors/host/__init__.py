@@ -1,0 +1,1 @@
+"""This host as a result records it: its hardware and software stack (`introspection`) and its Python environment (`environment`)."""
