@@ -69,7 +69,7 @@ run: migrate zoo
 	@TOKEN_FILE=$$($(BIN)/python manage.py agent_token) && \
 	echo && echo "  MLModelScope hub: http://$(HOST):$(PORT)/   (API: http://$(HOST):$(PORT)/api/v1/manifests/)" && echo && \
 	echo "  Reference results: the zoo is evaluated in every framework and published on /leaderboards/ in the background; progress in var/reference-results.log" && echo && \
-	{ $(BIN)/python -m predictors.agent.daemon@@ --hub http://$(HOST):$(PORT) --token-file "$$TOKEN_FILE" --pool & AGENT=$$!; \
+	{ $(BIN)/python -m predictors.agent --hub http://$(HOST):$(PORT) --token-file "$$TOKEN_FILE" --pool & AGENT=$$!; \
 	  $(BIN)/python manage.py reference_results > var/reference-results.log 2>&1 & REFERENCE=$$!; \
 	  trap 'kill $$AGENT $$REFERENCE 2>/dev/null; wait $$AGENT $$REFERENCE' EXIT INT TERM; \
 	  $(BIN)/daphne -b $(HOST) -p $(PORT) mlmodelscope.asgi:application; }

@@ -1,7 +1,7 @@
 """Helpers of the tracing benchmarks (`ingest.py`, `first_paint.py`): a hub of their own, and OTLP
 exports shaped like the ones the agents send.
 
-A benchmark's hub (`mlmodelscope.testing.livehub`, the suite's live hub) lives in a fresh
+A benchmark's hub (`tests.livehub`, the suite's live hub) lives in a fresh
 temporary folder (`MLMS_VAR_DIR`: its SQLite database and artifact store, the embedded default
 of `make run`, without the sweep), is migrated with `manage.py migrate`, and is served by daphne
 on a free port in a process of its own. The benchmark's own process points Django at the same
@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from mlmodelscope.testing.livehub import LiveHub  # noqa: E402
+from tests.livehub import LiveHub  # noqa: E402
 
 # The benchmarks' hub: the embedded default, without the sweep.
 SETTINGS = {"EVALUATION_SWEEP_SECONDS": "0"}

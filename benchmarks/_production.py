@@ -2,7 +2,7 @@
 `idle_websocket.py` here, `tests/hub/test_database_connections.py` and
 `tests/evaluations/test_idle_websockets.py` in the suite. See docs/reliability.md.
 
-It is the suite's live hub (`mlmodelscope.testing.livehub`: migrated, daphne on a free port)
+It is the suite's live hub (`tests.livehub`: migrated, daphne on a free port)
 with the production services instead of the embedded default: a fresh PostgreSQL database of
 its own (`DATABASE_URL`, dropped afterwards), Redis as the Celery broker (`CELERY_BROKER_URL`)
 and as the channel layer (`CHANNEL_LAYER_URL`): the servers of DATABASE_URL and
@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import _hub  # noqa: E402
-from mlmodelscope.testing import livehub  # noqa: E402
+from tests import livehub  # noqa: E402
 
 # Run by `manage.py shell` in the migrated hub: prints the token and the evaluation as JSON.
 _SEED = """

@@ -8,7 +8,7 @@ benchmarks/README.md.
 
 Needs a Docker engine and the framework images (`make images`), and the zoo's digits-cnn and
 digits (built into tests/artifacts where missing). The hub is the embedded default in a
-temporary folder (`mlmodelscope.testing.livehub`, as the suite runs it), with two agents: `host`
+temporary folder (`tests.livehub`, as the suite runs it), with two agents: `host`
 (no container) and `docker` (`--docker`, no limits). Each round launches the same evaluation on
 both, one after the other, alternating which goes first, and never two at once; the latencies
 are the ones each result reports (the evaluation loop's own timing of each batch, in the
@@ -34,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks._hub import log, machine  # noqa: E402
-from mlmodelscope.testing.livehub import LiveHub  # noqa: E402
+from tests.livehub import LiveHub  # noqa: E402
 
 IMAGES = {
     "onnxruntime": "mlmodelscope/onnxruntime:1.31-cpu",

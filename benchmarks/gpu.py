@@ -32,12 +32,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import Evaluation, EvaluationOptions, compare, evaluate  # noqa: E402
 from predictors.host import introspection  # noqa: E402
 from predictors.manifests.catalog import Catalog  # noqa: E402
 from predictors.protocol import Attr  # noqa: E402
+from predictors.zoo.build import default_store  # noqa: E402
 
 # (model, dataset, limit, batch sizes)
 LATENCY_CASES = (

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _hub, _production  # noqa: E402
 from benchmarks._hub import log  # noqa: E402
-from mlmodelscope.testing.livehub import Closed, WebSocket  # noqa: E402
+from tests.livehub import Closed, WebSocket  # noqa: E402
 
 
 def watch(socket_: WebSocket, until: float, outcome: dict[str, Any]) -> None:

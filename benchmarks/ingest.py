@@ -24,10 +24,10 @@ For each request size:
   baseline;
 - *http*: `POST /v1/traces` with `Authorization: Bearer …` and
   `Content-Type: application/x-protobuf`, from `--clients` threads with a keep-alive connection
-  each, to daphne (which hands the exports to its ingest processes, `traces.api.processes`):
+  each, to daphne (which hands the exports to its ingest processes, `traces.ingest_processes`):
   the wall time from the first request to the last answer. Before the first
   size's runs, the same exports are sent once, untimed, into a trace of their own: a hub that
-  has run a while (its first exports start its ingest processes, `traces.api.processes`, and
+  has run a while (its first exports start its ingest processes, `traces.ingest_processes`, and
   are stored in daphne's own thread until they are ready).
 
 Each export carries an export id (`X-MLMS-Export`, in-process the `key` argument), as the
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
             if size == sizes[0]:
                 # Untimed: a running hub's state. The hub's first exports start its ingest
-                # processes (traces.api.processes), and are stored in its own thread until they
+                # processes (traces.ingest_processes), and are stored in its own thread until they
                 # are ready.
                 _scratch, own = trace_for_run()
                 seconds = run_http(url, own, [secrets.token_hex(16) for _ in own], raw_token, 4)

@@ -58,7 +58,6 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager, DatasetReader  # noqa: E402
 from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
 from predictors.host import introspection  # noqa: E402
@@ -66,6 +65,7 @@ from predictors.manifests import Manifest  # noqa: E402
 from predictors.manifests.catalog import Catalog  # noqa: E402
 from predictors.processing import preprocessor_for  # noqa: E402
 from predictors.protocol import TRACE_LEVELS, Attr  # noqa: E402
+from predictors.zoo.build import default_store  # noqa: E402
 
 Loop = Callable[[list[np.ndarray], int], tuple[list[int], int]]
 

@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from predictors.analysis import roofline  # noqa: E402
 from predictors.analysis.flops import layer_of  # noqa: E402
-from predictors.cli import default_store  # noqa: E402
 from predictors.data import DataManager  # noqa: E402
 from predictors.evaluation import EvaluationOptions, evaluate  # noqa: E402
 from predictors.manifests.catalog import Catalog  # noqa: E402
 from predictors.protocol import Attr  # noqa: E402
+from predictors.zoo.build import default_store  # noqa: E402
 
 LAYER_NOTE = (
     "above the compute roof: the layer's count (multiply-adds by the direct formulas, no fusion) "

@@ -47,7 +47,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from hub.models import Host, host_scope
+from hub.models import Host
+from predictors.protocol import host_scope
 
 logger = logging.getLogger(__name__)
 

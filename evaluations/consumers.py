@@ -29,7 +29,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
 from evaluations import events
-from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationSerializer
+from evaluations.api.serializers import EvaluationDetailSerializer
+from evaluations.listing import EvaluationSerializer
 from evaluations.models import Evaluation
 from hub.models import ApiToken
 

@@ -22,6 +22,7 @@ from typing import Any
 from django.db import transaction
 from rest_framework.utils.encoders import JSONEncoder
 
+from evaluations.listing import EvaluationSerializer
 from evaluations.models import Evaluation, StatusChange
 from hub import group_sends
 
@@ -46,8 +47,6 @@ def plain(data: Any) -> Any:
 
 
 def status_changed(evaluation: Evaluation, change: StatusChange) -> None:
-    from evaluations.api.serializers import EvaluationSerializer
-
     _send(
         evaluation,
         {
@@ -77,8 +76,6 @@ def progressed(evaluation: Evaluation) -> None:
 
 
 def cancel_requested(evaluation: Evaluation) -> None:
-    from evaluations.api.serializers import EvaluationSerializer
-
     _send(
         evaluation,
         {

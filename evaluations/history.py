@@ -20,7 +20,7 @@ from django.utils import timezone
 from evaluations.models import Evaluation
 from hub.errors import Invalid
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES, STATUSES, TRACE_LEVELS
+from predictors.protocol import DEVICES, LATENCY_KEYS, STATUSES, TRACE_LEVELS
 
 __all__ = ["FILTERS", "ORDERINGS", "Filter", "apply"]
 
@@ -94,8 +94,12 @@ FILTERS: tuple[Filter, ...] = (
     ),
 )
 
-# The metrics of a result's row at one batch size.
-_ROW_METRICS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "max_ms", "throughput_ips")
+# The metrics of a result's row at one batch size: its latency statistics, the percentiles
+# first (the std is no sort key), and its throughput.
+_ROW_METRICS = (
+    *sorted((key for key in LATENCY_KEYS if key != "std_ms"), key=lambda key: key[0] != "p"),
+    "throughput_ips",
+)
 # Copied onto the evaluation (indexed), so that sorting by them walks an index.
 _RESULT_METRICS = {"top1": "top1", "top5": "top5"}
 _FIELDS = {"created_at": "created_at", "finished_at": "finished_at"}

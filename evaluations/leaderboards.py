@@ -30,7 +30,8 @@ from django.urls import reverse
 from evaluations.models import Evaluation, Result
 from hub.errors import Invalid, NotFound
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES, LOWER_IS_BETTER
+from predictors.protocol import DEVICES
+from predictors.tasks import LOWER_IS_BETTER
 
 __all__ = [
     "COLUMNS",

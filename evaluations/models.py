@@ -19,7 +19,7 @@ from django.db.models import Q
 
 from hub import trust
 from hub.models import ContainerImage, Host, Manifest
-from predictors import statistics
+from predictors import protocol, statistics
 
 
 def new_trace_id() -> str:
@@ -48,15 +48,16 @@ class EvaluationQuerySet(models.QuerySet["Evaluation"]):
 
 
 class Evaluation(models.Model):
-    QUEUED = "queued"
-    DISPATCHED = "dispatched"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    STATUSES = [(s, s) for s in (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)]
-    ACTIVE = (QUEUED, DISPATCHED, RUNNING)
-    FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+    # The statuses (`predictors.protocol`), at hand on the model.
+    QUEUED = protocol.QUEUED
+    DISPATCHED = protocol.DISPATCHED
+    RUNNING = protocol.RUNNING
+    SUCCEEDED = protocol.SUCCEEDED
+    FAILED = protocol.FAILED
+    CANCELLED = protocol.CANCELLED
+    STATUSES = [(s, s) for s in protocol.STATUSES]
+    ACTIVE = protocol.ACTIVE
+    FINISHED = protocol.FINISHED
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(
@@ -293,7 +294,7 @@ class BatchResult(models.Model):
     """What one batch size of a result measured: a row per batch size, to filter, sort and
     compare on."""
 
-    LATENCY_FIELDS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+    LATENCY_FIELDS = protocol.LATENCY_KEYS
     # What `predictors.statistics.latency` adds: the median's interval and whether the samples
     # bound p90 and p99 (None: a result stored without its samples).
     INTERVAL_FIELDS = ("p50_low_ms", "p50_high_ms", "p90_bounded", "p99_bounded")

@@ -26,7 +26,15 @@ from evaluations.models import Evaluation
 from hub import solver
 from hub.models import Host, Manifest
 from hub.solver import Unsatisfiable
-from predictors.protocol import capability_queue, host_queue
+from predictors.protocol import (
+    DISPATCHED,
+    POOL_SCOPE,
+    RUNNING,
+    USER_SCOPE,
+    capability_queue,
+    host_queue,
+    scope_owner,
+)
 
 __all__ = ["Placement", "Unsatisfiable", "can_run", "eligible_hosts", "place", "replace"]
 
@@ -131,7 +139,7 @@ def _choose(
     # Some consumer of each shared queue could not run it: pin it to the least busy eligible
     # host of the preferred scope.
     preferred = by_scope[scopes[0]]
-    active = Q(evaluations__status__in=("dispatched", "running"))
+    active = Q(evaluations__status__in=(DISPATCHED, RUNNING))
     load = {
         host.pk: host.active
         for host in Host.objects.filter(pk__in=[h.pk for h in preferred]).annotate(
@@ -145,6 +153,7 @@ def _choose(
 def _scope_rank(scope: str, user_id: int) -> int:
     """The launcher's own hosts first, then the shared pool, then the hosts of the groups whose
     hosts they trust (a group's host is never preferred to the pool)."""
-    if scope == f"user-{user_id}":
+    kind, owner = scope_owner(scope)
+    if kind == USER_SCOPE and owner == user_id:
         return 0
-    return 1 if scope == "pool" else 2
+    return 1 if kind == POOL_SCOPE else 2

@@ -23,6 +23,7 @@ from evaluations import events, leaderboards
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation
 from hub import groups
+from hub.error_codes import HubErrorCode
 from hub.errors import Forbidden, Invalid, NotFound
 from hub.models import Manifest
 
@@ -40,9 +41,7 @@ def _owned(user: AbstractBaseUser, evaluation_id: Any, what: str) -> Evaluation:
     ):
         raise NotFound(f"no evaluation {evaluation_id}", path="")
     if evaluation.user_id != user.pk and not user.is_staff:
-        raise Forbidden(
-            f"only the evaluation's owner can {what} it", code=EvaluationErrorCode.NOT_OWNER
-        )
+        raise Forbidden(f"only the evaluation's owner can {what} it", code=HubErrorCode.NOT_OWNER)
     return evaluation
 
 

@@ -3,15 +3,17 @@
 The hub defines no task: the agents (`predictors.agent.daemon`) run `predictors.protocol.TASK_NAME`
 with the arguments [evaluation id, dispatch number]; everything else the agent learns from the
 hub over HTTP when it claims the job. A job is sent with the transport options of its host
-scope (with Redis: the scope's key prefix; see `evaluations.broker_access`).
+scope (with Redis: the scope's key prefix; see `evaluations.broker_access`). The Celery app is
+the project's (`mlmodelscope.celery`), which Celery's Django fix-up makes the default of every
+thread: `celery.current_app`.
 """
 
 from __future__ import annotations
 
+from celery import current_app as app
 from kombu import Exchange, Queue
 
 from evaluations import broker_access
-from mlmodelscope.celery import app
 from predictors.broker import prepare_exchanges
 from predictors.protocol import TASK_NAME, queue_scope
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.urls import reverse
 
 from hub.models import Artifact, Manifest
-from predictors.protocol import metric_names
+from predictors.tasks import metric_names
 
 REPO = "repo://"
 

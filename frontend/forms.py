@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
+from django.forms.forms import DeclarativeFieldsMetaclass
 
 from hub.models import SCOPES
-from predictors.protocol import JOB_DEFAULTS, parse_share
+from predictors.protocol import CPU, GPU, OPTION_GROUPS, JobOptions, describe, inert, parse_share
 
 SCOPE_MEANINGS = {
     "read": "read manifests, datasets, hosts and your tokens",
@@ -119,10 +121,94 @@ class UploadForm(forms.Form):
         return data
 
 
-class LaunchForm(forms.Form):
+class ShareField(forms.CharField):
+    """A share as a person writes it, 2% or 0.02, as the API's number (its range is the API's
+    to check); None where empty."""
+
+    def to_python(self, value: Any) -> float | None:  # type: ignore[override]
+        text = str(super().to_python(value) or "").strip()
+        if not text:
+            return None
+        try:
+            return parse_share(text)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+def _quoted(name: str) -> str:
+    """How a job option's help names another: by its label."""
+    return f"“{JobOptions.__dataclass_fields__[name].metadata['label']}”"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def shown(name: str, value: Any) -> Any:
+    """Job option `name`'s `value` as its field shows it: a list as its items, comma-separated
+    or one per line; a number as short as it reads back."""
+    meta = JobOptions.__dataclass_fields__[name].metadata
+    if isinstance(value, list | tuple):
+        return ("\n" if meta.get("item") == "str" else ", ").join(str(item) for item in value)
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def option_field(spec: dataclasses.Field[Any]) -> forms.Field:
+    """The launch form's field for a job option (`predictors.protocol.JobOptions`): its label,
+    help and default, a widget by its type. The form hands the text over; the API checks it."""
+    meta, default = spec.metadata, spec.default
+    label = meta["label"]
+    help_text = _sentence(describe(spec, _quoted, meanings=False))
+    if "unset" in meta:
+        help_text += f" Empty: {meta['unset']}."
+    initial = None if default in (None, ()) else shown(spec.name, default)
+    if isinstance(default, bool):
+        return forms.BooleanField(label=label, required=False, help_text=help_text)
+    if "choices" in meta:
+        meanings = meta.get("meanings") or {}
+        return forms.ChoiceField(
+            label=label,
+            required=False,
+            initial=initial,
+            choices=[(c, f"{c} — {meanings[c]}" if c in meanings else c) for c in meta["choices"]],
+            help_text=help_text,
+        )
+    widget: forms.Widget = forms.TextInput()
+    if isinstance(default, tuple):
+        if meta.get("item") == "str":
+            help_text += " One per line."
+            widget = forms.Textarea({"rows": 2, "class": "mono", "spellcheck": "false"})
+        else:
+            help_text += " Comma-separated, e.g. 1, 8, 32."
+    elif meta.get("written") == "share":
+        return ShareField(label=label, required=False, initial=initial, help_text=help_text)
+    elif "minimum" in meta:
+        attrs = {"min": meta["minimum"]}
+        widget = forms.NumberInput({**attrs, "step": "any"} if meta.get("number") else attrs)
+    return forms.CharField(
+        label=label, required=False, initial=initial, widget=widget, help_text=help_text
+    )
+
+
+class _JobOptionFields(DeclarativeFieldsMetaclass):
+    """Adds a field per job option to the launch form."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any]) -> Any:
+        for spec in dataclasses.fields(JobOptions):
+            attrs.setdefault(spec.name, option_field(spec))
+        return super().__new__(mcs, name, bases, attrs)
+
+
+class LaunchForm(forms.Form, metaclass=_JobOptionFields):
     """What `POST /api/v1/evaluations/` takes, as HTML. The API's own serializer validates it
     (`evaluations.api.serializers.EvaluationRequestSerializer`); this form only renders the
     fields and hands their text over, so the page and the API accept exactly the same requests.
+    The fields that say where it runs are written here; those of the job options are made from
+    `predictors.protocol.JobOptions` (`option_field`) and shown in their groups
+    (`option_groups`).
     """
 
     model = forms.ChoiceField(label="Model")
@@ -140,17 +226,10 @@ class LaunchForm(forms.Form):
     )
     dataset = forms.ChoiceField(label="Dataset")
     dataset_version = forms.CharField(label="Dataset version", required=False, initial="*")
-    split = forms.CharField(label="Split", required=False, initial=JOB_DEFAULTS["split"])
-    limit = forms.CharField(
-        label="Limit",
-        required=False,
-        widget=forms.NumberInput(attrs={"min": 1}),
-        help_text="Evaluate the first N inputs only; empty for the whole split.",
-    )
     device = forms.ChoiceField(
         label="Device",
-        choices=[("cpu", "CPU"), ("gpu", "GPU (CUDA)")],
-        initial="cpu",
+        choices=[(CPU, "CPU"), (GPU, "GPU (CUDA)")],
+        initial=CPU,
         widget=forms.RadioSelect,
     )
     gpu_model = forms.CharField(
@@ -179,123 +258,6 @@ class LaunchForm(forms.Form):
         help_text="Only hosts you may use are offered: your own, your groups' and the shared "
         "pool. Any host lets the hub choose (yours first).",
     )
-    batch_sizes = forms.CharField(
-        label="Batch sizes",
-        initial=", ".join(str(size) for size in JOB_DEFAULTS["batch_sizes"]),
-        required=False,
-        help_text="Comma-separated, e.g. 1, 8, 32: the inputs are run at each.",
-    )
-    trace_level = forms.ChoiceField(label="Trace level", initial=JOB_DEFAULTS["trace_level"])
-    warmup = forms.CharField(
-        label="Warm-up batches",
-        required=False,
-        initial=str(JOB_DEFAULTS["warmup"]),
-        widget=forms.NumberInput({"min": 0}),
-        help_text="0 with a cold start.",
-    )
-    repeat = forms.CharField(
-        label="Repetitions",
-        required=False,
-        initial=str(JOB_DEFAULTS["repeat"]),
-        widget=forms.NumberInput({"min": 1}),
-    )
-    seed = forms.CharField(
-        label="Seed",
-        required=False,
-        initial=str(JOB_DEFAULTS["seed"]),
-        widget=forms.NumberInput({"min": 0}),
-    )
-    target_ci = forms.CharField(
-        label="Target interval",
-        required=False,
-        help_text="Past the repetitions, time each batch size until the median's 95 % "
-        "interval is within ± this share of it: 2% or 0.02. Empty: the repetitions only.",
-    )
-    target_ci_seconds = forms.CharField(
-        label="Time bound (s)",
-        required=False,
-        initial=f"{JOB_DEFAULTS['target_ci_seconds']:g}",
-        widget=forms.NumberInput({"min": 0.1, "step": "any"}),
-        help_text="With a target interval: the longest a batch size is timed for it.",
-    )
-    threads = forms.CharField(
-        label="Threads",
-        required=False,
-        widget=forms.NumberInput({"min": 1}),
-        help_text="Intra-op threads of the framework; empty for its default.",
-    )
-    cold_start = forms.BooleanField(
-        label="Cold start: time the first predictions, with no warm-up", required=False
-    )
-    allow_label_mismatch = forms.BooleanField(
-        label="Run even if the model's labels are not the dataset's",
-        required=False,
-        help_text="A trained model on a dataset with other labels scores unrelated class "
-        "indices, so it is refused unless this is checked; the result then shows the mismatch.",
-    )
-    latency_only = forms.BooleanField(
-        label="Latency only: time the model without scoring it",
-        required=False,
-        help_text="No labels are read and no accuracy is reported: for models whose outputs "
-        "have no labels (embeddings), tasks that are not scored, and datasets of any task. "
-        "The result is kept off the accuracy leaderboards.",
-    )
-    scenario = forms.ChoiceField(
-        label="Scenario",
-        initial=JOB_DEFAULTS["scenario"],
-        required=False,
-        choices=[
-            ("fixed", "Fixed batches only"),
-            ("single_stream", "SingleStream"),
-            ("multi_stream", "MultiStream"),
-            ("server", "Server"),
-            ("offline", "Offline"),
-        ],
-        help_text="How LoadGen drives the model after the fixed batches.",
-    )
-    loadgen_mode = forms.ChoiceField(
-        label="LoadGen mode",
-        initial=JOB_DEFAULTS["loadgen_mode"],
-        required=False,
-        choices=[("performance", "Performance"), ("accuracy", "Accuracy (every sample once)")],
-    )
-    target_qps = forms.CharField(
-        label="Target QPS",
-        required=False,
-        widget=forms.NumberInput(attrs={"min": 0.01, "step": "any"}),
-        help_text="Server (required unless searching): queries per second; Offline: expected.",
-    )
-    latency_bound_ms = forms.CharField(
-        label="Latency bound (ms)",
-        required=False,
-        widget=forms.NumberInput(attrs={"min": 0.01, "step": "any"}),
-        help_text="Server: the p99 must stay under it.",
-    )
-    samples_per_query = forms.CharField(
-        label="Samples per query",
-        required=False,
-        widget=forms.NumberInput({"min": 1}),
-        help_text="MultiStream (default 8).",
-    )
-    min_duration_ms = forms.CharField(
-        label="Minimum duration (ms)", required=False,
-        initial=str(JOB_DEFAULTS["min_duration_ms"]), widget=forms.NumberInput({"min": 100}),
-    )  # fmt: skip
-    min_query_count = forms.CharField(
-        label="Minimum queries", required=False,
-        initial=str(JOB_DEFAULTS["min_query_count"]), widget=forms.NumberInput({"min": 1}),
-    )  # fmt: skip
-    find_peak_qps = forms.BooleanField(
-        label="Search for the highest QPS LoadGen judges VALID under the bound (Server)",
-        required=False,
-    )
-    overrides = forms.CharField(
-        label="Processing overrides",
-        required=False,
-        widget=forms.Textarea({"rows": 2, "class": "mono", "spellcheck": "false"}),
-        help_text="Manifest parameters to override, PATH=VALUE, one per line "
-        "(inputs.0.parameters.color_mode=BGR); checked against the manifest like an upload.",
-    )
     # One per rendered form: the same form submitted twice (Enter pressed twice, a resubmitted
     # POST) launches once.
     nonce = forms.CharField(required=False, max_length=32, widget=forms.HiddenInput)
@@ -306,7 +268,6 @@ class LaunchForm(forms.Form):
         models: list[tuple[str, str]],
         frameworks: list[tuple[str, str]],
         datasets: list[tuple[str, str]],
-        trace_levels: list[tuple[str, str]],
         hosts: list[tuple[str, str]] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -315,45 +276,55 @@ class LaunchForm(forms.Form):
         self.fields["model"].choices = models  # type: ignore[attr-defined]
         self.fields["framework"].choices = frameworks  # type: ignore[attr-defined]
         self.fields["dataset"].choices = datasets  # type: ignore[attr-defined]
-        self.fields["trace_level"].choices = trace_levels  # type: ignore[attr-defined]
 
-    def clean_target_ci(self) -> str | float:
-        """A share as written, 2% or 0.02, as the API's number (its range is the API's to
-        check); empty for none."""
-        text = str(self.cleaned_data.get("target_ci") or "").strip()
-        if not text:
-            return ""
-        try:
-            return parse_share(text)
-        except ValueError as error:
-            raise forms.ValidationError(str(error)) from None
+    @property
+    def option_groups(self) -> dict[str, dict[str, Any]]:
+        """The job options' fields by the group the protocol puts each in (`OPTION_GROUPS`):
+        its `inputs` (shown in a row), `checks` (checkboxes) and `texts` (text areas), a
+        `summary` of their labels, and whether any is `open` (in error, or other than its
+        default)."""
+        groups: dict[str, dict[str, Any]] = {
+            name: {"inputs": [], "checks": [], "texts": [], "labels": [], "open": False}
+            for name in OPTION_GROUPS
+        }
+        for spec in dataclasses.fields(JobOptions):
+            field = self[spec.name]
+            group = groups[spec.metadata["group"]]
+            kind = field.widget_type
+            group[{"checkbox": "checks", "textarea": "texts"}.get(kind, "inputs")].append(field)
+            group["labels"].append(spec.metadata["label"])
+            value = field.value()
+            if field.errors or field.field.has_changed(field.field.initial, value):
+                group["open"] = True
+        for group in groups.values():
+            labels = group.pop("labels")
+            group["summary"] = ", ".join(labels[:1] + [x[:1].lower() + x[1:] for x in labels[1:]])
+        return groups
 
     def request(self) -> dict[str, Any]:
         """The API request the fields spell: empty fields are left out, so that the API's
-        defaults apply (`predictors.protocol.JOB_DEFAULTS`, the fields' initial values)."""
+        defaults apply (`predictors.protocol.JOB_DEFAULTS`, the fields' initial values), and so
+        is a field left as shown whose option does nothing as the others stand
+        (`predictors.protocol.inert`: the warm-up of a cold start, the time bound of no
+        target interval)."""
         data = self.cleaned_data
         request: dict[str, Any] = {}
         for name, value in data.items():
             if name == "nonce":
                 continue
-            if name == "warmup" and data.get("cold_start") and "warmup" not in self.changed_data:
-                continue  # left as shown: a cold start's warm-up is none
-            if name == "target_ci_seconds" and not data.get("target_ci"):
-                if "target_ci_seconds" not in self.changed_data:
-                    continue  # left as shown, and nothing to bound
-            if name in ("cold_start", "allow_label_mismatch", "latency_only"):
+            spec = JobOptions.__dataclass_fields__.get(name)
+            if spec is not None and name not in self.changed_data and inert(name, data):
+                continue
+            if spec is not None and isinstance(spec.default, bool):
                 request[name] = bool(value)
-            elif name == "find_peak_qps":
-                if value:  # left out unchecked: it applies to the server scenario alone
-                    request[name] = True
-            elif name == "overrides":
-                lines = [line.strip() for line in str(value or "").splitlines()]
-                if any(lines):
-                    request[name] = [line for line in lines if line]
-            elif name == "batch_sizes":
-                sizes = [part.strip() for part in str(value or "").replace(";", ",").split(",")]
-                if any(sizes):
-                    request[name] = [s for s in sizes if s]
+            elif spec is not None and isinstance(spec.default, tuple):
+                text = str(value or "")
+                if spec.metadata.get("item") == "str":
+                    items = [line.strip() for line in text.splitlines()]
+                else:
+                    items = [part.strip() for part in text.replace(";", ",").split(",")]
+                if any(items):
+                    request[name] = [item for item in items if item]
             elif value not in (None, ""):
                 request[name] = value.strip() if isinstance(value, str) else value
         return request

@@ -19,13 +19,13 @@ from django.utils import timezone
 from hub import signals, storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
-from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, host_scope
+from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest
 from predictors import manifests as spec
 from predictors.data import split_problems, target_of
 from predictors.manifests import graph_check
 from predictors.manifests.labels import labels_from_text
 from predictors.manifests.versioning import is_valid_version
-from predictors.protocol import capability, capability_queue, host_queue
+from predictors.protocol import capability, capability_queue, host_queue, host_scope
 
 _SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
 
@@ -389,7 +389,7 @@ def register_host(token: ApiToken, payload: dict[str, Any]) -> tuple[Host, bool]
     restarted = bool(instance and host.agent_instance and host.agent_instance != instance)
     if instance:
         host.agent_instance = instance
-    for field in ("hardware", "software", "frameworks", "devices"):
+    for field in ("hardware", "software", "frameworks"):
         setattr(host, field, payload.get(field, getattr(host, field)))
     host.queues = queues
     host.pool = pool

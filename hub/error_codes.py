@@ -1,4 +1,5 @@
-"""The codes of the hub's domain errors (an error body's `code`)."""
+"""The codes of the hub's domain errors (an error body's `code`). An error without one has its
+kind's (`hub.errors`: `invalid`, `not_found`, `forbidden`, `conflict`, `too_large`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from enum import StrEnum
 
 
 class HubErrorCode(StrEnum):
-    INVALID = "invalid"
     NAME_TAKEN = "name_taken"  # a manifest or host name belongs to another user
     VERSION_EXISTS = "version_exists"  # publish a new version instead
     FILE_CONFLICT = "file_conflict"  # a store path holds other content, or another's file
@@ -17,7 +17,6 @@ class HubErrorCode(StrEnum):
     NOT_STAFF = "not_staff"
     NOT_A_MEMBER = "not_a_member"
     UNSATISFIABLE = "unsatisfiable"  # no manifest and live host meet the constraints
-    NOT_FOUND = "not_found"
     NOT_OWNER = "not_owner"  # only the object's owner may do this
     NOT_GROUP_OWNER = "not_group_owner"  # only the group's owner may do this
     ALREADY_MEMBER = "already_member"  # an invitation to someone who belongs to the group

@@ -2,7 +2,7 @@
 collected where they would reach nobody.
 
 The embedded default's channel layer lives in daphne's process: a message sent from another
-process (the receiver's ingest processes, `traces.api.processes`) would reach no page. There
+process (the receiver's ingest processes, `traces.ingest_processes`) would reach no page. There
 the sends are `collected` and handed to daphne's process, which makes them (`send_collected`).
 """
 

@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from predictors.protocol import host_scope
+
 SCOPES = ("read", "write", "evaluate", "agent")
 TOKEN_PREFIX = "mlms_"  # noqa: S105 (a public prefix, not a secret)
 
@@ -304,13 +306,12 @@ class Host(models.Model):
     software = models.JSONField(default=dict)
     # [{"name": "onnxruntime", "version": "1.31.1", "devices": ["cpu"]}, …]
     frameworks = models.JSONField(default=list)
-    devices = models.JSONField(default=list)
     queues = models.JSONField(default=list)
     # The predictor images an agent with --docker has (it runs every job in one of them).
     images = models.ManyToManyField(ContainerImage, blank=True, related_name="hosts")
     # The agent process that registered the host last (a fresh id each time an agent starts):
     # a registration from another process means that the one before it ended, and the jobs it
-    # held are lost (`evaluations.actions.agent_restarted`).
+    # held are lost (`evaluations.actions.on_agent_restarted`).
     agent_instance = models.CharField(max_length=64, blank=True, default="")
     registered_at = models.DateTimeField(auto_now_add=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
@@ -333,11 +334,3 @@ class Host(models.Model):
         if self.last_heartbeat is None:
             return False
         return self.last_heartbeat >= timezone.now() - timedelta(seconds=settings.HOST_LIVE_SECONDS)
-
-
-def host_scope(*, pool: bool, group_id: int | None, owner_id: int) -> str:
-    if pool:
-        return "pool"
-    if group_id is not None:
-        return f"group-{group_id}"
-    return f"user-{owner_id}"

@@ -14,6 +14,7 @@ from celery.signals import worker_init
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mlmodelscope.settings")
 
 app = Celery("mlmodelscope")
+app.set_default()  # every thread's `celery.current_app` (what the apps send with)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

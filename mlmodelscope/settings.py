@@ -238,7 +238,7 @@ UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
 RESULT_MAX_BYTES = envint("RESULT_MAX_BYTES", 256 * 1024**2, minimum=1024 * 1024)
 # One OTLP/HTTP trace export (POST /v1/traces), after any gzip is undone.
 TRACE_MAX_BYTES = envint("TRACE_MAX_BYTES", 16 * 1024**2, minimum=1024)
-# Processes that store OTLP exports beside daphne's (traces.api.processes): one per core, up to
+# Processes that store OTLP exports beside daphne's (traces.ingest_processes): one per core, up to
 # four; 0 stores them in daphne's own thread (a one-core machine gains nothing from them).
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TRACE_INGEST_PROCESSES = envint(
@@ -306,7 +306,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "EvaluationStatusEnum": "evaluations.models.Evaluation.STATUSES",
         "FrameworkEnum": ["pytorch", "tensorflow", "onnxruntime"],
-        "DeviceEnum": ["cpu", "gpu"],
+        "DeviceEnum": "predictors.protocol.DEVICES",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

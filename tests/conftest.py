@@ -61,7 +61,7 @@ def _docker_ready() -> tuple[bool, str]:
     """Whether the Docker daemon answers and has the images the docker tests run."""
     global _DOCKER
     if _DOCKER is None:
-        from predictors.agent.containers import DockerUnavailable, docker_client
+        from predictors.agent.images import DockerUnavailable, docker_client
 
         try:
             client = docker_client()
@@ -126,6 +126,43 @@ def make_client(db) -> Iterator[Callable[..., object]]:  # type: ignore[no-untyp
         return client
 
     yield make
+
+
+# The users' API clients. Alice has two, which differ in the `write` scope: the full one uploads
+# manifests, the evaluator's launches and reads evaluations only.
+@pytest.fixture
+def alice_full_client(make_client, alice):  # type: ignore[no-untyped-def]
+    """Alice with a read, write and evaluate token."""
+    return make_client(alice)
+
+
+@pytest.fixture
+def alice_evaluator_client(make_client, alice):  # type: ignore[no-untyped-def]
+    """Alice with a read and evaluate token (no write)."""
+    return make_client(alice, scopes=["read", "evaluate"])
+
+
+@pytest.fixture
+def bob_client(make_client, bob):  # type: ignore[no-untyped-def]
+    """Bob with a read, write and evaluate token."""
+    return make_client(bob)
+
+
+@pytest.fixture
+def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
+    """The agent token of the operator (staff) who runs the hosts of the shared pool."""
+    operator = django_user_model.objects.create_user("operator", is_staff=True)
+    return make_client(operator, scopes=["agent"])
+
+
+@pytest.fixture
+def signed_in(alice):  # type: ignore[no-untyped-def]
+    """A browser's Django test client, alice signed in."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    return client
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,8 +7,8 @@ the job, `hub.trust`, as checked at most a second ago); a trace id of no
 evaluation belongs to the user whose token first wrote into it. Reads follow the evaluation's
 visibility, or the owner (and staff) for a free-standing trace.
 
-An agent's export is refused (409) once the hub has given the job to another attempt or the job
-has ended, and an agent token without the claim writes nothing (403): an evaluation's spans are
+An agent's export is refused (Conflict) once the hub has given the job to another attempt or the job
+has ended, and an agent token without the claim writes nothing (Forbidden): an evaluation's spans are
 those of the attempt that produced its result. Only the claimant's exports count as the
 attempt's stored spans (`Target.attempt`; the user's own spans join the trace, counted for no
 attempt), so the spans stored for a result never exceed those its agent sent.
@@ -25,9 +25,10 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F
 
 from evaluations.models import Evaluation
+from hub.errors import Conflict, Forbidden
 from hub.models import ApiToken
 from hub.statements import statement
-from traces.errors import TraceError
+from traces.error_codes import TraceErrorCode
 from traces.models import Trace
 from traces.store import TRACE_ID
 
@@ -99,11 +100,11 @@ def _evaluations(trace_ids: list[str]) -> list[Evaluation]:
 
 
 def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "") -> list[Target]:
-    """The traces `token` may write into, or TraceError(403) naming the first it may not.
+    """The traces `token` may write into, or Forbidden naming the first it may not.
 
     With `claim` (an agent's `X-MLMS-Claim`), an evaluation's trace takes the spans only for the
     running evaluation that claim currently holds, and they count for its attempt:
-    TraceError(409) when the job has ended or the hub has given it to another attempt since.
+    Conflict when the job has ended or the hub has given it to another attempt since.
     An agent token without a claim writes only where its user could (scope `write` or
     `evaluate`, the evaluation's own user).
 
@@ -131,18 +132,18 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
             if claim and by_agent:
                 current = [e for e in by_agent if e.status == RUNNING and e.claim == claim]
                 if not current:
-                    raise TraceError(
-                        409,
+                    raise Conflict(
                         f"Claim {claim} is no longer current for the evaluation of trace "
                         f"{trace_id}: the job ended, or the hub gave it to another attempt, "
                         "whose spans replace these.",
+                        code=TraceErrorCode.CLAIM_NOT_CURRENT,
                     )
                 refusal = _host_refusal(current[0], claim)
                 if refusal:
-                    raise TraceError(
-                        409,
+                    raise Conflict(
                         f"Claim {claim} is no longer current for the evaluation of trace "
                         f"{trace_id}: {refusal}.",
+                        code=TraceErrorCode.CLAIM_NOT_CURRENT,
                     )
                 targets.append(Target(trace_id, current[0], trace, current[0].attempts))
                 continue
@@ -155,7 +156,10 @@ def authorize_write(token: ApiToken, trace_ids: Iterable[str], *, claim: str = "
         else:
             allowed = bool(scopes & USER_SCOPES)
         if not allowed:
-            raise TraceError(403, f"This token may not write spans into trace {trace_id}.")
+            raise Forbidden(
+                f"This token may not write spans into trace {trace_id}.",
+                code=TraceErrorCode.NOT_WRITABLE,
+            )
         targets.append(Target(trace_id, evaluation, trace))
     return targets
 

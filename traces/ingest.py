@@ -22,10 +22,11 @@ import pyarrow.compute as pc
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from hub.errors import Forbidden
 from hub.models import ApiToken
 from traces import finishing, signals
 from traces.access import Target, authorize_write
-from traces.errors import TraceError
+from traces.error_codes import TraceErrorCode
 from traces.models import SpanExport, Trace
 from traces.otlp import tables_by_trace
 from traces.store import get_store
@@ -147,7 +148,10 @@ def _locked_trace(token: ApiToken, target: Target) -> Trace:
     )
     if target.evaluation is None and trace.owner_id != token.user_id:
         # Another user's token created it in the meantime.
-        raise TraceError(403, f"This token may not write spans into trace {target.trace_id}.")
+        raise Forbidden(
+            f"This token may not write spans into trace {target.trace_id}.",
+            code=TraceErrorCode.NOT_WRITABLE,
+        )
     return trace
 
 

@@ -1,7 +1,7 @@
 """OTLP in and out: decoding an export (protobuf or JSON) into the stored rows, and the stored
 attributes back into OTLP values.
 
-Malformed spans: an export is refused (400, nothing stored) when a span's
+Malformed spans: an export is refused (Invalid, nothing stored) when a span's
 `startTimeUnixNano`/`endTimeUnixNano` is 2^63 or more (Parquet and the database keep signed
 64-bit nanoseconds; 2^63 ns is the year 2262) or ends before it starts, and when an OTLP JSON
 body nests deeper than `MAX_JSON_DEPTH` (protobuf bodies have protobuf's own limit). Two things
@@ -38,8 +38,9 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from hub.api.parsers import MAX_JSON_DEPTH, too_deep_message
+from hub.errors import Invalid
 from predictors.protocol import COUNTER_LEVEL, COUNTER_OP_TYPE, Attr
-from traces.errors import TraceError
+from traces.error_codes import TraceErrorCode
 from traces.store import COUNTERS, SCHEMA
 
 __all__ = [
@@ -130,18 +131,20 @@ _COLUMNAR_EXPORT, _COLUMNAR_SPAN = _columnar_messages()
 
 def _hex_ids_to_base64(node: Any, depth: int = 1) -> None:
     """OTLP JSON writes trace and span ids in hex; protobuf's JSON mapping expects base64.
-    Refuses (400) a body nesting deeper than MAX_JSON_DEPTH on the way."""
+    Refuses (Invalid) a body nesting deeper than MAX_JSON_DEPTH on the way."""
     if not isinstance(node, dict | list):
         return
     if depth > MAX_JSON_DEPTH:
-        raise TraceError(400, too_deep_message())
+        raise Invalid(too_deep_message(), code=TraceErrorCode.NOT_OTLP)
     if isinstance(node, dict):
         for key, value in node.items():
             if key in _ID_KEYS and isinstance(value, str):
                 try:
                     node[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
                 except ValueError:
-                    raise TraceError(400, f"{key} {value!r} is not hexadecimal.") from None
+                    raise Invalid(
+                        f"{key} {value!r} is not hexadecimal.", code=TraceErrorCode.NOT_OTLP
+                    ) from None
             else:
                 _hex_ids_to_base64(value, depth + 1)
     else:
@@ -157,17 +160,21 @@ def decode(body: bytes, content_type: str) -> Any:
         try:
             return _COLUMNAR_EXPORT.FromString(body)
         except (DecodeError, RuntimeError) as error:
-            raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+            raise Invalid(
+                f"The body is not an OTLP protobuf export: {error}", code=TraceErrorCode.NOT_OTLP
+            ) from None
     message = trace_service_pb2.ExportTraceServiceRequest()
     if content_type == "application/json":
         try:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
-            raise TraceError(400, f"The body is not JSON: {error}") from None
+            raise Invalid(f"The body is not JSON: {error}", code=TraceErrorCode.NOT_OTLP) from None
         except RecursionError:
-            raise TraceError(400, too_deep_message()) from None
+            raise Invalid(too_deep_message(), code=TraceErrorCode.NOT_OTLP) from None
         if not isinstance(data, dict):
-            raise TraceError(400, "The body must be a JSON object (an OTLP export).")
+            raise Invalid(
+                "The body must be a JSON object (an OTLP export).", code=TraceErrorCode.NOT_OTLP
+            )
         _hex_ids_to_base64(data)  # refuses too deep a body first
         _check_json_shape(data, message.DESCRIPTOR, "")
         try:
@@ -175,20 +182,27 @@ def decode(body: bytes, content_type: str) -> Any:
         except (json_format.ParseError, OverflowError, ValueError) as error:
             # OverflowError: a double written as an integer past a double's range (protobuf
             # converts it with float()).
-            raise TraceError(400, f"The body is not an OTLP JSON export: {error}") from None
+            raise Invalid(
+                f"The body is not an OTLP JSON export: {error}", code=TraceErrorCode.NOT_OTLP
+            ) from None
     else:
-        raise TraceError(
-            415, "Send OTLP as application/x-protobuf or application/json."
-        )  # pragma: no cover - the view checks first
+        raise Invalid(  # pragma: no cover - the view checks first
+            "Send OTLP as application/x-protobuf or application/json.",
+            code=TraceErrorCode.NOT_OTLP,
+        )
     return _COLUMNAR_EXPORT.FromString(message.SerializeToString())
 
 
 def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
-    """400 unless every message of the OTLP JSON `node` is a JSON object and every repeated
+    """Invalid unless every message of the OTLP JSON `node` is a JSON object and every repeated
     message field an array of them (protobuf's own parser takes `[]` for a message)."""
     if not isinstance(node, dict):
         where = path or "the body"
-        raise TraceError(400, f"{where} must be a JSON object (an OTLP message).", path)
+        raise Invalid(
+            f"{where} must be a JSON object (an OTLP message).",
+            path=path,
+            code=TraceErrorCode.NOT_OTLP,
+        )
     fields = {f.json_name: f for f in descriptor.fields} | {f.name: f for f in descriptor.fields}
     for key, value in node.items():
         field = fields.get(key)
@@ -197,10 +211,14 @@ def _check_json_shape(node: Any, descriptor: Any, path: str) -> None:
         where = f"{path}.{key}" if path else key
         if value is None:
             kind = "a JSON array" if field.is_repeated else "a JSON object"
-            raise TraceError(400, f"{where} must be {kind}, not null.", where)
+            raise Invalid(
+                f"{where} must be {kind}, not null.", path=where, code=TraceErrorCode.NOT_OTLP
+            )
         if field.is_repeated:
             if not isinstance(value, list):
-                raise TraceError(400, f"{where} must be a JSON array.", where)
+                raise Invalid(
+                    f"{where} must be a JSON array.", path=where, code=TraceErrorCode.NOT_OTLP
+                )
             for index, item in enumerate(value):
                 _check_json_shape(item, field.message_type, f"{where}.{index}")
         else:
@@ -342,7 +360,9 @@ def _pairs(raws: list[bytes]) -> list[_Pair]:
             envelope.SerializeToString()
         )
     except (DecodeError, RuntimeError) as error:
-        raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+        raise Invalid(
+            f"The body is not an OTLP protobuf export: {error}", code=TraceErrorCode.NOT_OTLP
+        ) from None
     decoded = iter(message.resource_spans[0].scope_spans[0].spans[0].attributes)
     if len(_PAIRS) + len(missing) > _PAIRS_KEPT:
         _PAIRS.clear()
@@ -367,7 +387,9 @@ def _statuses(raws: list[bytes]) -> tuple[pa.Array, pa.Array]:
         try:
             status = trace_pb2.Status.FromString(raw)
         except (DecodeError, RuntimeError) as error:
-            raise TraceError(400, f"The body is not an OTLP protobuf export: {error}") from None
+            raise Invalid(
+                f"The body is not an OTLP protobuf export: {error}", code=TraceErrorCode.NOT_OTLP
+            ) from None
         codes.append(status.code)
         messages.append(clean(status.message))
     return (
@@ -420,10 +442,10 @@ class _Export:
             position = int(np.argmax(bad))
             r, s, first = next(scope for scope in reversed(self.scopes) if scope[2] <= position)
             path = f"resourceSpans.{r}.scopeSpans.{s}.spans.{position - first}.{field}"
-            raise TraceError(400, message, path)
+            raise Invalid(message, path=path, code=TraceErrorCode.NOT_OTLP)
 
     def check(self) -> None:
-        """TraceError(400) naming the first span field that cannot be stored."""
+        """Invalid naming the first span field that cannot be stored."""
         if not self.count:
             return
         self._refuse(
@@ -542,7 +564,7 @@ class _Export:
 
 def tables_by_trace(message: Any) -> dict[str, pa.Table]:
     """The export's spans (as `decode` answers it, or an ExportTraceServiceRequest) as tables
-    of the stored columns (`traces.store.SCHEMA`), one per trace id (hex); TraceError(400)
+    of the stored columns (`traces.store.SCHEMA`), one per trace id (hex); Invalid
     naming the first span that cannot be stored."""
     if isinstance(message, trace_service_pb2.ExportTraceServiceRequest):
         message = _COLUMNAR_EXPORT.FromString(message.SerializeToString())

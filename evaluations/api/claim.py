@@ -16,21 +16,18 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from evaluations import actions
+from evaluations.api.agents import AgentEndpoint, agent_body
 from evaluations.api.serializers import ClaimSerializer
 from evaluations.models import Evaluation
-from evaluations.permissions import agent_token
 from hub.api.openapi import error_response
 from hub.errors import Forbidden
 from hub.models import Host, Manifest
 from predictors.protocol import Code, Job, JobOptions, ManifestRef
 
 
-class EvaluationClaim(APIView):
-    required_scopes = {"POST": "agent"}
-
+class EvaluationClaim(AgentEndpoint):
     @extend_schema(
         summary="Claim a dispatched evaluation (agents)",
         request=ClaimSerializer,
@@ -44,15 +41,13 @@ class EvaluationClaim(APIView):
         },
     )
     def post(self, request: Request, pk: UUID) -> Response:
-        token = agent_token(request)
-        serializer = ClaimSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        host = Host.objects.filter(pk=serializer.validated_data["host"]).first()
+        token, data = agent_body(request, ClaimSerializer)
+        host = Host.objects.filter(pk=data["host"]).first()
         if host is None or host.token_id != token.pk:
             raise Forbidden(
                 "This host is not registered with this agent token.", code=Code.HOST_NOT_YOURS
             )
-        evaluation = actions.claim_evaluation(pk, host, serializer.validated_data["dispatch"])
+        evaluation = actions.claim_evaluation(pk, host, data["dispatch"])
         return Response(job(evaluation).to_dict())
 
 

@@ -22,11 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from evaluations import actions, history
-from evaluations.api.serializers import (
-    EvaluationDetailSerializer,
-    EvaluationRequestSerializer,
-    EvaluationSerializer,
-)
+from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
+from evaluations.listing import EvaluationSerializer
 from evaluations.models import Evaluation
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response

@@ -14,32 +14,20 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from evaluations import actions
+from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint, agent_body
 from evaluations.api.serializers import ProgressSerializer
-from evaluations.permissions import agent_token
-from hub.api.openapi import error_response
 
 
-class EvaluationProgress(APIView):
-    required_scopes = {"POST": "agent"}
-
+class EvaluationProgress(AgentEndpoint):
     @extend_schema(
         summary="Report progress (agents)",
         request=ProgressSerializer,
-        responses={
-            200: OpenApiTypes.OBJECT,
-            409: error_response(
-                409, "The claim is no longer current: the hub gave the job to another attempt."
-            ),
-        },
+        responses={200: OpenApiTypes.OBJECT, 409: CLAIM_SUPERSEDED},
     )
     def post(self, request: Request, pk: UUID) -> Response:
-        token = agent_token(request)
-        serializer = ProgressSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        token, data = agent_body(request, ProgressSerializer)
         evaluation = actions.record_progress(pk, token, data["claim"], data["done"], data["total"])
         return Response(
             {"status": evaluation.status, "cancel_requested": evaluation.cancel_requested}

@@ -17,18 +17,15 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from evaluations import actions
+from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint, agent_body
 from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
-from evaluations.permissions import agent_token
-from hub.api.openapi import error_response
 from hub.api.parsers import LargeJSONParser
 from predictors.protocol import ResultUpload
 
 
-class EvaluationResult(APIView):
-    required_scopes = {"POST": "agent"}
+class EvaluationResult(AgentEndpoint):
     # A result carries every input's predictions and every timed batch: larger than the
     # manifests' limit on other bodies (`RESULT_MAX_BYTES`).
     parser_classes = [LargeJSONParser]
@@ -36,18 +33,10 @@ class EvaluationResult(APIView):
     @extend_schema(
         summary="Post an evaluation's result (agents)",
         request=ResultUploadSerializer,
-        responses={
-            201: ResultSerializer,
-            409: error_response(
-                409, "The claim is no longer current: the hub gave the job to another attempt."
-            ),
-        },
+        responses={201: ResultSerializer, 409: CLAIM_SUPERSEDED},
     )
     def post(self, request: Request, pk: UUID) -> Response:
-        token = agent_token(request)
-        serializer = ResultUploadSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
+        token, data = agent_body(request, ResultUploadSerializer)
         claim = data.pop("claim")
         result = actions.record_result(pk, token, claim, ResultUpload.from_dict(data))
         return Response(ResultSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -6,14 +6,21 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from evaluations import outputs
+from evaluations.listing import EvaluationSerializer
 from evaluations.models import Evaluation, Result, StatusChange
-from hub.api.fields import BIGINT_MAX, BIGINT_MIN, FLOAT32_MAX, INTEGER_MAX, SMALLINT_MAX
+from hub.api.fields import (
+    BIGINT_MAX,
+    BIGINT_MIN,
+    FLOAT32_MAX,
+    INTEGER_MAX,
+    SMALLINT_MAX,
+    KnownFields,
+)
 from predictors import statistics
 from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.manifests.versioning import InvalidRange, validate_range
@@ -102,9 +109,7 @@ class VersionRangeField(serializers.CharField):
         return value
 
 
-class EvaluationRequestSerializer(
-    serializers.Serializer[dict[str, Any]], metaclass=_JobOptionFields
-):
+class EvaluationRequestSerializer(KnownFields, metaclass=_JobOptionFields):
     """`POST /api/v1/evaluations/`. Unknown fields are refused, so a typo is never ignored.
 
     The fields that say where it runs are written here; those that say how the agent runs it
@@ -162,10 +167,7 @@ class EvaluationRequestSerializer(
             raise serializers.ValidationError(
                 {"non_field_errors": ["the request body must be a JSON object"]}
             )
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["host"] and attrs["hosts"] == "all":
@@ -263,94 +265,6 @@ class ResultWithPredictionsSerializer(ResultSerializer):
         if not result.predictions_path:
             return None
         return {"top_k": result.top_k, **outputs.read_all(result.predictions_path)}
-
-
-class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
-    """An evaluation as lists and WebSocket events show it."""
-
-    url = serializers.SerializerMethodField()
-    user = serializers.SerializerMethodField()
-    model = serializers.SerializerMethodField()
-    dataset = serializers.SerializerMethodField()
-    host = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    progress = serializers.SerializerMethodField()
-    reason = serializers.SerializerMethodField()
-    overrides = serializers.SerializerMethodField()
-    accuracy = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Evaluation
-        fields = [
-            "id",
-            "url",
-            "user",
-            "model",
-            "dataset",
-            "framework",
-            "framework_version",
-            "device",
-            "status",
-            "reason",
-            "progress",
-            "cancel_requested",
-            "host",
-            "queue",
-            "attempts",
-            "trace_id",
-            "group",
-            "overrides",
-            "task",
-            "untrained",
-            "published",
-            "published_at",
-            "accuracy",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "updated_at",
-        ]
-        read_only_fields = fields
-
-    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
-    def get_overrides(self, evaluation: Evaluation) -> list[str]:
-        """The manifest parameters it overrides, PATH=VALUE, in the order applied."""
-        return evaluation.overrides.split("\n") if evaluation.overrides else []
-
-    def get_url(self, evaluation: Evaluation) -> str:
-        return reverse("api-evaluation-detail", kwargs={"pk": evaluation.pk})
-
-    def get_user(self, evaluation: Evaluation) -> str:
-        return evaluation.user.get_username()
-
-    def get_model(self, evaluation: Evaluation) -> dict[str, Any]:
-        return {
-            "id": evaluation.model_id,
-            "name": evaluation.model_name,
-            "version": evaluation.model_version,
-            "framework": evaluation.framework,
-        }
-
-    def get_dataset(self, evaluation: Evaluation) -> dict[str, Any]:
-        return {
-            "id": evaluation.dataset_id,
-            "name": evaluation.dataset_name,
-            "version": evaluation.dataset_version,
-            "split": evaluation.split,
-        }
-
-    def get_progress(self, evaluation: Evaluation) -> dict[str, int]:
-        return {"done": evaluation.progress_done, "total": evaluation.progress_total}
-
-    def get_reason(self, evaluation: Evaluation) -> str:
-        """Why it is in its current status (the latest change's reason)."""
-        history = list(evaluation.history.all())  # prefetched by the views
-        return history[-1].reason if history else ""
-
-    def get_accuracy(self, evaluation: Evaluation) -> dict[str, Any] | None:
-        result = getattr(evaluation, "result", None)
-        if result is None:
-            return None
-        return {"top1": result.top1, "top5": result.top5, "count": result.count}
 
 
 class SpanCountsSerializer(serializers.Serializer[dict[str, Any]]):

@@ -16,32 +16,21 @@ from uuid import UUID
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from evaluations import actions
-from evaluations.api.serializers import AgentStatusSerializer, EvaluationSerializer
-from evaluations.permissions import agent_token
-from hub.api.openapi import error_response
+from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint, agent_body
+from evaluations.api.serializers import AgentStatusSerializer
+from evaluations.listing import EvaluationSerializer
 
 
-class EvaluationStatus(APIView):
-    required_scopes = {"POST": "agent"}
-
+class EvaluationStatus(AgentEndpoint):
     @extend_schema(
         summary="Report that an evaluation failed, was cancelled or was lost (agents)",
         request=AgentStatusSerializer,
-        responses={
-            200: EvaluationSerializer,
-            409: error_response(
-                409, "The claim is no longer current: the hub gave the job to another attempt."
-            ),
-        },
+        responses={200: EvaluationSerializer, 409: CLAIM_SUPERSEDED},
     )
     def post(self, request: Request, pk: UUID) -> Response:
-        token = agent_token(request)
-        serializer = AgentStatusSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        token, data = agent_body(request, AgentStatusSerializer)
         evaluation = actions.report_status(
             pk, token, data["claim"], data["status"], data["reason"].strip()
         )

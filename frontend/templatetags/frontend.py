@@ -1,4 +1,4 @@
-"""Template filters of the pages."""
+"""Template filters and tags of the pages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 from django import template
 
 from predictors import statistics
-from predictors.protocol import LOWER_IS_BETTER, metric_names
+from predictors.protocol import FINISHED
+from predictors.tasks import LOWER_IS_BETTER, metric_names
 
 register = template.Library()
 
@@ -81,3 +82,10 @@ def ratio_filter(value: Any) -> str:
 @register.filter(name="p_value")
 def p_value_filter(value: Any) -> str:
     return statistics.p_value(value) if isinstance(value, int | float) else "—"
+
+
+@register.simple_tag
+def finished_statuses() -> str:
+    """The statuses after which an evaluation changes no more (`predictors.protocol.FINISHED`),
+    space-separated, for a script's data attribute."""
+    return " ".join(FINISHED)

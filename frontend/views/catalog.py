@@ -15,7 +15,7 @@ from frontend import display
 from hub.api.manifests import filter_manifests
 from hub.models import Host, Manifest
 from predictors.manifests.versioning import version_key
-from predictors.protocol import LOWER_IS_BETTER
+from predictors.tasks import LOWER_IS_BETTER
 
 
 @dataclass

@@ -25,7 +25,7 @@ from evaluations import actions, history, sharing
 from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
 from evaluations.models import Evaluation
 from frontend import display
-from frontend.forms import LaunchForm
+from frontend.forms import LaunchForm, shown
 from hub import groups
 from hub.api.errors import flatten_errors  # the API's own DRF → path mapping
 from hub.errors import DomainError
@@ -34,7 +34,6 @@ from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.manifests.versioning import version_key
 from predictors.protocol import (
     SPAN_LEVELS,
-    TRACE_LEVEL_MEANINGS,
     JobOptions,
     ProtocolError,
 )
@@ -96,7 +95,6 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
         models=[(name, name) for name in catalog["models"]],
         frameworks=[(f, display.framework_name(f)) for f in FRAMEWORKS],
         datasets=[(name, name) for name in catalog["datasets"]],
-        trace_levels=[(t, f"{t} — {meaning}") for t, meaning in TRACE_LEVEL_MEANINGS.items()],
         hosts=[(host.name, _host_label(host)) for host in _usable_hosts(request)],
     )
 
@@ -128,15 +126,8 @@ def _reproduced(request: HttpRequest, catalog: dict[str, Any]) -> dict[str, Any]
     except ProtocolError:  # a request the hub stored before a check it now makes
         ran = given
     initial = {name: asked[name] for name in _REPRODUCED if asked.get(name) not in (None, "")}
-    for name, value in ran.items():
-        if value is None:
-            continue  # the field stays empty: the option's default, null
-        if name == "batch_sizes":
-            initial[name] = ", ".join(str(size) for size in value)
-        elif name == "overrides":
-            initial[name] = "\n".join(value)
-        else:
-            initial[name] = value
+    # An option that ran as null leaves its field empty: the option's default, null.
+    initial.update({name: shown(name, value) for name, value in ran.items() if value is not None})
     initial.update(
         model=source.model_name,
         model_version=source.model_version,

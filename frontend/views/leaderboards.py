@@ -14,7 +14,8 @@ from evaluations import leaderboards
 from frontend import display
 from hub.errors import Invalid
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES, LOWER_IS_BETTER
+from predictors.protocol import DEVICES
+from predictors.tasks import LOWER_IS_BETTER
 
 # The most points the accuracy-against-latency plot draws (the most accurate first).
 PLOT_POINTS = 2000

@@ -25,7 +25,7 @@ from hub.errors import DomainError
 from hub.models import Manifest
 from predictors import manifests as spec
 from predictors.manifests.versioning import version_key
-from predictors.protocol import LOWER_IS_BETTER
+from predictors.tasks import LOWER_IS_BETTER
 
 
 def _versions_of(request: HttpRequest, kind: str, name: str) -> list[Manifest]:

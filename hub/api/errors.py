@@ -19,6 +19,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from hub.api.parsers import printable
 from hub.errors import Conflict, DomainError, Forbidden, Invalid, NotFound, TooLarge
 
 # Paths whose answers are the API's, in its JSON error format even when no view is reached.
@@ -85,8 +86,6 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     malformed multipart body read outside DRF): the API's error format under its paths, naming
     the problem; the site's 400 page elsewhere."""
     if request.path.startswith(API_PREFIXES):
-        from hub.api.parsers import printable
-
         message = printable(str(exception or "")) or "The request is malformed."
         return JsonResponse(error_body(f"Bad request: {message}"), status=400)
     return defaults.bad_request(request, exception)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
-"""What the serializers share: the bounds of the database's columns, for their `max_value`, and
-strict string fields (`strict_strings`).
+"""What the serializers share: the bounds of the database's columns, for their `max_value`,
+strict string fields (`strict_strings`), and bodies that hold only known fields (`KnownFields`).
 
 The parsers refuse integers outside 64 bits (`hub.api.parsers`); an integer within them that its
 column cannot hold (PostgreSQL's `integer` holds at most 2^31 - 1) must be refused by the field
@@ -57,3 +57,15 @@ def strict_strings() -> None:
     field.__init__ = __init__  # type: ignore[method-assign]
     field.to_internal_value = strict_to_internal_value  # type: ignore[method-assign]
     field._strict_strings = True  # type: ignore[attr-defined]
+
+
+class KnownFields(serializers.Serializer[Any]):
+    """A request body of its fields and no other: an unknown one (a typo, a field the hub does
+    not take) is refused, naming it, rather than ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)

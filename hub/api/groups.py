@@ -9,6 +9,7 @@ only their invitation (the group's name and description, and who invited them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import Group
@@ -21,20 +22,9 @@ from rest_framework.response import Response
 
 from hub import groups
 from hub.api.errors import ApiError
+from hub.api.fields import KnownFields
 from hub.api.openapi import error_response
 from hub.models import GroupInvitation, Manifest
-
-
-class _Body(serializers.Serializer[dict[str, Any]]):
-    """A request body of these endpoints: its fields, and no other (an unknown one is refused,
-    naming it, rather than ignored)."""
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
-        return super().to_internal_value(data)
 
 
 class GroupSerializer(serializers.Serializer[Group]):
@@ -66,7 +56,7 @@ class InvitationSerializer(serializers.Serializer[Any]):
     accept = serializers.CharField(help_text="the invitee's: POST accepts it")
 
 
-class MembershipSerializer(_Body):
+class MembershipSerializer(KnownFields):
     trust_hosts = serializers.BooleanField(
         help_text="run your jobs on the hosts lent to the group without naming them"
     )
@@ -75,18 +65,18 @@ class MembershipSerializer(_Body):
 GROUP = GroupSerializer
 
 
-class GroupCreateSerializer(_Body):
+class GroupCreateSerializer(KnownFields):
     name = serializers.CharField(max_length=64, help_text=groups.NAME_RULE)
     description = serializers.CharField(
         max_length=groups.DESCRIPTION_MAX, required=False, allow_blank=True, default=""
     )
 
 
-class MemberSerializer(_Body):
+class MemberSerializer(KnownFields):
     username = serializers.CharField(max_length=150)
 
 
-class ManifestShareSerializer(_Body):
+class ManifestShareSerializer(KnownFields):
     group = serializers.CharField(max_length=150, help_text="one of your groups")
 
 
@@ -208,9 +198,7 @@ class GroupInvitations(generics.ListAPIView[GroupInvitation]):
 )
 class GroupInvitationDetail(generics.GenericAPIView[Group]):
     def delete(self, request: Request, name: str, username: str) -> Response:
-        group = groups.member_group(request.user, name, path="")
-        groups.withdraw_invitation(request.user, group, username)  # type: ignore[arg-type]
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return _on_user(request, name, username, groups.withdraw_invitation)
 
 
 @extend_schema_view(
@@ -242,9 +230,16 @@ class GroupMembership(generics.GenericAPIView[Group]):
 )
 class GroupMember(generics.GenericAPIView[Group]):
     def delete(self, request: Request, name: str, username: str) -> Response:
-        group = groups.member_group(request.user, name, path="")
-        groups.remove_member(request.user, group, username)  # type: ignore[arg-type]
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return _on_user(request, name, username, groups.remove_member)
+
+
+def _on_user(
+    request: Request, name: str, username: str, action: Callable[[Any, Group, str], Any]
+) -> Response:
+    """`action` (the caller, a group of theirs, a user's name) done: 204."""
+    group = groups.member_group(request.user, name, path="")
+    action(request.user, group, username)
+    return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema(summary="The invitations to groups that wait for your answer")

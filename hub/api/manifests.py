@@ -22,20 +22,18 @@ from rest_framework.response import Response
 from hub import actions
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
-from hub.api.parsers import MultiPartParser
+from hub.api.parsers import MultiPartParser, read_body
 from hub.api.query import choice
 from hub.api.serializers import ManifestSerializer, ManifestSummarySerializer
+from hub.errors import TooLarge
 from hub.models import Manifest
 from predictors import manifests as spec
 
 YAML_TYPES = ("application/x-yaml", "application/yaml", "text/yaml")
 
 
-def _too_large(limit: int) -> ApiError:
-    return ApiError(
-        [{"path": "", "message": f"the manifest is larger than the limit of {limit} bytes"}],
-        status_code=413,
-    )
+def _too_large(limit: int) -> TooLarge:
+    return TooLarge(f"the manifest is larger than the limit of {limit} bytes", code="invalid")
 
 
 class YamlParser(parsers.BaseParser):
@@ -47,10 +45,7 @@ class YamlParser(parsers.BaseParser):
         self, stream: Any, media_type: str | None = None, parser_context: Any = None
     ) -> dict[str, Any]:
         limit = settings.MANIFEST_MAX_BYTES
-        body = stream.read(limit + 1) if stream is not None else b""
-        if len(body) > limit:
-            raise _too_large(limit)
-        return {"manifest": body}
+        return {"manifest": read_body(stream, limit, _too_large(limit))}
 
 
 class ApplicationYamlParser(YamlParser):

@@ -32,10 +32,13 @@ import math
 import re
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http.multipartparser import MultiPartParserError
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+
+from hub.errors import DomainError, Invalid, TooLarge
 
 MAX_JSON_DEPTH = 64
 INT64_MIN = -(2**63)
@@ -154,10 +157,7 @@ def value_problems(data: Any, limit: int = MAX_JSON_DEPTH) -> list[dict[str, Any
 def refuse(errors: list[dict[str, Any]]) -> None:
     """400 in the API's format, naming every problem (the first is the `detail`)."""
     if errors:
-        # Imported here: DRF's views, which hub.api.errors imports, import the parsers.
-        from hub.api.errors import ApiError
-
-        raise ApiError(errors)
+        raise Invalid(errors)
 
 
 class JSONParser(parsers.JSONParser):
@@ -180,6 +180,15 @@ class JSONParser(parsers.JSONParser):
         return data
 
 
+def read_body(stream: Any, limit: int, refusal: DomainError) -> bytes:
+    """A request body read from its stream, at most `limit` bytes of it: `refusal` (a 413) when
+    it is longer."""
+    body = stream.read(limit + 1) if stream is not None else b""
+    if len(body) > limit:
+        raise refusal
+    return body
+
+
 class LargeJSONParser(parsers.BaseParser):
     """application/json bodies larger than Django's in-memory limit (`DATA_UPLOAD_MAX_MEMORY_SIZE`,
     sized for manifests), up to `RESULT_MAX_BYTES`, for the one endpoint whose bodies carry a
@@ -192,15 +201,9 @@ class LargeJSONParser(parsers.BaseParser):
     def parse(
         self, stream: Any, media_type: str | None = None, parser_context: Any = None
     ) -> dict[str, Any]:
-        from django.conf import settings
-
-        from hub.api.errors import ApiError
-
         limit = settings.RESULT_MAX_BYTES
-        body = stream.read(limit + 1) if stream is not None else b""
-        if len(body) > limit:
-            message = f"The request body is larger than the limit of {limit} bytes."
-            raise ApiError([{"message": message}], status_code=413)
+        message = f"The request body is larger than the limit of {limit} bytes."
+        body = read_body(stream, limit, TooLarge(message, code="invalid"))
         return JSONParser().parse(io.BytesIO(body), media_type, parser_context)
 
 

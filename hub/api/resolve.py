@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from hub import solver
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
+from hub.error_codes import HubErrorCode
 
 
 class Resolve(APIView):
@@ -75,7 +76,7 @@ class Resolve(APIView):
             raise ApiError(
                 [{"path": unmet.path, "message": unmet.message}],
                 status_code=status_code,
-                code="invalid" if status_code == 400 else "unsatisfiable",
+                code="invalid" if status_code == 400 else HubErrorCode.UNSATISFIABLE,
             ) from None
         matches = solution.matches
         return Response(

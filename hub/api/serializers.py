@@ -8,7 +8,9 @@ from typing import Any
 from django.urls import reverse
 from rest_framework import serializers
 
+from hub.api.fields import KnownFields
 from hub.models import SCOPES, ApiToken, Artifact, Host, Manifest
+from predictors.protocol import DEVICES
 
 MAX_JSON_FIELD_BYTES = 64 * 1024
 
@@ -69,7 +71,7 @@ class HostFrameworkSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.ChoiceField(choices=["pytorch", "tensorflow", "onnxruntime"])
     version = serializers.CharField(max_length=64)
     devices = serializers.ListField(
-        child=serializers.ChoiceField(choices=["cpu", "gpu"]), min_length=1, max_length=2
+        child=serializers.ChoiceField(choices=list(DEVICES)), min_length=1, max_length=2
     )
 
 
@@ -116,7 +118,7 @@ class HostImageSerializer(serializers.Serializer[dict[str, Any]]):
     )
     framework = serializers.ChoiceField(choices=["pytorch", "tensorflow", "onnxruntime"])
     framework_version = serializers.CharField(max_length=64)
-    device = serializers.ChoiceField(choices=["cpu", "gpu"])
+    device = serializers.ChoiceField(choices=list(DEVICES))
     labels = serializers.DictField(
         child=serializers.CharField(max_length=1024, allow_blank=True),
         required=False,
@@ -130,15 +132,15 @@ class HostImageSerializer(serializers.Serializer[dict[str, Any]]):
         return value
 
 
-class HostSerializer(serializers.ModelSerializer[Host]):
+class HostSerializer(KnownFields, serializers.ModelSerializer[Host]):
+    """A host as its agent registers it (a field it does not have is refused, naming it) and as
+    the API lists it."""
+
     # Not trimmed: " cpu-1" is refused (the pattern), not taken for "cpu-1".
     name = serializers.RegexField(
         r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", max_length=128, trim_whitespace=False
     )
     frameworks = HostFrameworkSerializer(many=True)
-    devices = serializers.ListField(
-        child=serializers.CharField(max_length=64), max_length=64, required=False
-    )
     queues = serializers.ListField(
         child=serializers.CharField(max_length=128), max_length=64, required=False
     )
@@ -190,7 +192,6 @@ class HostSerializer(serializers.ModelSerializer[Host]):
             "hardware",
             "software",
             "frameworks",
-            "devices",
             "queues",
             "images",
             "instance",

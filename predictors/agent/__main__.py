@@ -1,5 +1,5 @@
-"""``python -m predictors.agent``: the agent daemon (`predictors.agent.daemon.main`)."""
+"""``python -m predictors.agent``: the agent daemon's command line (`predictors.agent.main`)."""
 
-from predictors.agent.daemon import main
+from predictors.agent.main import main
 
-main()
+raise SystemExit(main())

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from predictors import manifests
-from predictors.agent.containers import CUSTOM_CODE_ENV, CUSTOM_CODE_SECONDS_ENV, SOCKET
+from predictors.agent.containers import CUSTOM_CODE_ENV, CUSTOM_CODE_SECONDS_ENV
+from predictors.agent.relay import SOCKET
+from predictors.agent.results import result_upload  # the agent's own summary of a result
 from predictors.evaluation import (
     USER_ERRORS,
     EvaluationCancelled,
@@ -114,8 +116,6 @@ def _fetch(channel: Channel) -> Any:
 
 
 def run(channel: Channel) -> None:
-    from predictors.agent.daemon import result_upload  # the agent's own summary of a result
-
     job = Job.from_dict(channel.ask({"op": "job"}))
     progress = _Progress(channel)
     progress.start()

@@ -1,15 +1,8 @@
-"""The agent: the daemon that runs a hub's evaluations on this host.
+"""The agent daemon: runs a hub's evaluations on this host (`mlms agent`, see
+`predictors.agent.main` for its command line). The agent:
 
-    mlms agent --hub URL [--token T | --token-file F] [--name NAME] [--frameworks F,...]
-               [--queues Q,...] [--pool | --group G] [--concurrency 1] [--broker URL]
-               [--cache DIR] [--docker [--cpus N] [--memory SIZE]
-                                        [--allow-custom-code [--custom-code-seconds S]]]
-
-(also `python -m predictors.agent.daemon@@ …`; the token may come from $MLMS_AGENT_TOKEN, and must hold
-the `agent` scope). The agent:
-
-1. reads the host's hardware and software stack (`predictors.host.introspection`) and the installed
-   frameworks, with the devices each can use here;
+1. reads the host's hardware and software stack (`predictors.host.introspection`) and the
+   installed frameworks, with the devices each can use here (`predictors.agent.registration`);
 2. registers the host with the hub (`POST /api/v1/hosts/`), waiting for the hub to come up.
    The host runs its owner's jobs only, or its group's with `--group`, or every user's with
    `--pool` (the operators' shared pool: staff tokens only). The registration carries this
@@ -36,8 +29,9 @@ Before it posts a result, the agent exports the evaluation's spans to the hub's 
 under the job's `trace_id` (and the caller's `parent_span_id`, if any), each export sent once
 under the job's claim and retried while the hub does not answer, for `SPAN_RETRY_SECONDS`; what
 is still undelivered then waits in the spool (`<cache>/spool`), which the agent sends again at
-its start and every minute (see `predictors.agent.span_delivery`). The result says how many spans were
-sent and how many the hub took (`details.spans`). The final report (result, failure or
+its start and every minute (see `predictors.agent.span_delivery`). The result says how many
+spans were sent and how many the hub took (`details.spans`); `predictors.agent.results` builds
+the reports. The final report (result, failure or
 cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
 restart during a job loses neither its spans nor its result.
 
@@ -47,22 +41,16 @@ frameworks of the images it has (not those installed beside it), registers each 
 software environment, and records the image and its digest in the result's stack. `--cpus` and
 `--memory` limit each container. A Docker daemon that does not answer stops the agent at start.
 `--allow-custom-code` runs model manifests' custom preprocess/postprocess code in those
-containers (`predictors.processing.custom_code`); the host registers it, and the hub sends such jobs only to
-hosts that do; without it the agent refuses them.
+containers (`predictors.processing.custom_code`); the host registers it, and the hub sends
+such jobs only to hosts that do; without it the agent refuses them.
 
 The agent talks to the hub only over HTTP and the broker; it never imports Django.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import re
 import secrets
-import socket
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -71,17 +59,17 @@ from pathlib import Path
 from typing import Any
 
 from predictors import manifests
-from predictors.agent.containers import (
-    ContainerLost,
-    DockerUnavailable,
-    Limits,
-    Runner,
-    docker_client,
-    parse_memory,
+from predictors.agent.containers import ContainerLost, Runner
+from predictors.agent.hub_client import HubClient, HubError, HubUnreachable, retries_within
+from predictors.agent.registration import AgentError, host_registration
+from predictors.agent.results import (
+    SPAN_RETRY_SECONDS,
+    Reporter,
+    close_trace,
+    open_trace,
+    result_upload,
 )
-from predictors.agent.hub_client import HubClient, HubError, HubUnreachable
 from predictors.agent.span_delivery import drain
-from predictors.analysis import roofline
 from predictors.broker import prepare_exchanges
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
@@ -91,31 +79,16 @@ from predictors.evaluation import (
     EvaluationOptions,
     evaluate,
 )
-from predictors.frameworks.predictor import FRAMEWORKS, PredictorError, predictor_class
-from predictors.host import introspection
-from predictors.manifests.versioning import is_valid_version
-from predictors.processing.custom_code import DEFAULT_CALL_SECONDS
-from predictors.protocol import (
-    CPU,
-    GPU,
-    NOT_OURS,
-    TASK_NAME,
-    Attr,
-    Job,
-    ProtocolError,
-    ResultUpload,
-    local_device,
-)
+from predictors.frameworks.predictor import FRAMEWORKS
+from predictors.protocol import NOT_OURS, TASK_NAME, Job, ProtocolError, ResultUpload, local_device
 from predictors.tracing import Tracer
 
-__all__ = ["Agent", "main"]
+__all__ = ["Agent", "Timings", "broker_answers"]
 
 logger = logging.getLogger("mlmodelscope.agent")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-# How long the agent keeps sending a job's spans, and its final report, while the hub does not
-# answer (a restart, an outage), before it gives up (spans then wait in the spool).
-SPAN_RETRY_SECONDS = 300.0
+# How long the agent keeps sending a job's final report while the hub does not answer (a
+# restart, an outage), before it gives up.
 REPORT_RETRY_SECONDS = 300.0
 # How often the agent sends the spool's exports again.
 SPOOL_SECONDS = 60.0
@@ -123,6 +96,8 @@ SPOOL_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Timings:
+    """How often the agent sends its heartbeats and a job's progress (the hub's config)."""
+
     heartbeat_seconds: float = 10.0
     report_seconds: float = 2.0
 
@@ -174,88 +149,18 @@ class Agent:
     # -- the host --------------------------------------------------------------------------------
 
     def registration(self) -> dict[str, Any]:
-        """What the agent registers: frameworks with their devices, hardware, software, queues."""
-        if self._registration is not None:
-            return self._registration
-        stack = introspection.stack(self.wanted)
-        images = self.runner.images.scan() if self.runner is not None else []
-        if self.runner is not None:
-            # In containers, the frameworks are the images' (one version each, as labelled).
-            stack["frameworks"] = {
-                name: next((i.framework_version for i in images if i.framework == name), None)
-                for name in self.wanted
-            }
-        frameworks = []
-        for name, version in stack["frameworks"].items():
-            if version is None:
-                continue
-            if not is_valid_version(version):
-                logger.warning("%s %s is not a semantic version; not offered", name, version)
-                continue
-            if self.runner is not None:  # a device per image: -cpu, and -gpu where GPUs are
-                devices = [
-                    device
-                    for device in (CPU, GPU)
-                    if any(i.framework == name and i.device == device for i in images)
-                    and (device == CPU or stack["gpus"])
-                ]
-                if not devices:
-                    continue  # a GPU image on a host without GPUs
-            else:
-                devices = _devices(name, stack)
-            frameworks.append({"name": name, "version": version, "devices": devices})
-        if not frameworks and self.runner is not None:
-            raise AgentError(
-                f"no predictor image of {', '.join(self.wanted)} is on this host: build them "
-                "with `make images` (docker/build.py)"
+        """What the agent registers (`host_registration`), read and measured once."""
+        if self._registration is None:
+            self._registration = host_registration(
+                self.name,
+                self.wanted,
+                runner=self.runner,
+                concurrency=self.concurrency,
+                pool=self.pool,
+                instance=self.instance,
+                group=self.group,
+                queues=self.requested_queues,
             )
-        if not frameworks:
-            raise AgentError(
-                f"none of the frameworks {', '.join(self.wanted)} is installed on this host"
-            )
-        self._registration = {
-            "name": self.name,
-            "frameworks": frameworks,
-            "devices": ["cpu"] + [f"gpu:{gpu['index']}" for gpu in stack["gpus"]],
-            "hardware": {key: stack[key] for key in ("architecture", "cpu", "memory_bytes", "gpus")}
-            # The host's roofline, measured once (`predictors.analysis.roofline`): the CPU's (numpy's
-            # BLAS, the processor's theoretical peak, a STREAM triad), and the first GPU's
-            # where one is. Each evaluation measures its own framework's (its result's).
-            | {
-                "roofline": {
-                    device: roofline.measure(device)
-                    for device in ["cpu"] + (["cuda"] if stack["gpus"] else [])
-                }
-            },
-            "software": {
-                key: stack[key] for key in ("os", "python", "numpy", "frameworks", "container")
-            }
-            | {"agent": {"concurrency": self.concurrency}},
-            "pool": self.pool,
-            "instance": self.instance,
-        }
-        if self.runner is not None:
-            self._registration["software"]["docker"] = {
-                "limits": self.runner.limits.describe(),
-                "custom_code": self.runner.custom_code,
-                "images": [
-                    {
-                        key: value
-                        for key, value in image.registration().items()
-                        if key != "environment"
-                    }
-                    for image in images
-                ],
-            }
-            self._registration["images"] = [image.registration() for image in images]
-        elif (own := _own_image(stack, frameworks)) is not None:
-            # An agent running inside a predictor image registers that image, so that the hub
-            # keeps its packages and links the results to it.
-            self._registration["images"] = [own]
-        if self.group:
-            self._registration["group"] = self.group
-        if self.requested_queues:
-            self._registration["queues"] = list(self.requested_queues)
         return self._registration
 
     def register(self, wait_seconds: float = 60) -> int:
@@ -376,7 +281,7 @@ class Agent:
             return "refused"
         claim = job.claim
         logger.info("evaluation %s claimed (attempt %s)", evaluation_id, job.attempt)
-        reporter = _Reporter(self.client, evaluation_id, claim, self.timings.report_seconds)
+        reporter = Reporter(self.client, evaluation_id, claim, self.timings.report_seconds)
         reporter.start()
         outcome: tuple[str, str] | None = None
         upload: ResultUpload | None = None
@@ -387,7 +292,7 @@ class Agent:
             if tracer is not None:
                 opened = tracer
                 tracer = None
-                spans = self._close_trace(job, opened)
+                spans = close_trace(job, opened)
         except EvaluationCancelled:
             outcome = ("cancelled", "")
         except ContainerLost as exc:
@@ -401,11 +306,11 @@ class Agent:
             reporter.stop()
             if tracer is not None:
                 # A failed or cancelled run: what it measured is delivered all the same.
-                self._close_trace(job, tracer)
+                close_trace(job, tracer)
         if reporter.lost:
             logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
             return "lost"
-        retries = _report_retries(REPORT_RETRY_SECONDS)
+        retries = retries_within(REPORT_RETRY_SECONDS)
         try:
             if outcome is not None:
                 self.client.report_status(evaluation_id, claim, *outcome, retries=retries)
@@ -424,85 +329,20 @@ class Agent:
         return "succeeded"
 
     def _open_trace(self, job: Job) -> Tracer | None:
-        """A tracer that exports the job's spans as the loop writes them (OTLP/HTTP, batched)
-        under the job's `trace_id` and claim, its root span the child of the job's
-        `parent_span_id` when the launch carried a `traceparent`; None when the job is not
-        traced (or the tracer cannot start: the evaluation runs all the same)."""
-        if not job.trace_id or job.options.trace_level == "none":
-            return None
-        try:
-            tracer = Tracer(
-                hub=self.client.url,
-                token=self.client.token,
-                service="mlms-agent",
-                claim=job.claim or None,
-                spool=self.spool_dir,
-                retry_seconds=SPAN_RETRY_SECONDS,
-            )
-            tracer.start(
-                attributes={
-                    Attr.EVALUATION: job.id,
-                    Attr.ATTEMPT: job.attempt,
-                    Attr.HOST: self.name,
-                    "model": job.model.name,
-                    "framework": job.model.framework,
-                    "dataset": job.dataset.name,
-                },
-                trace_id=job.trace_id,
-                parent_span_id=job.parent_span_id or None,
-            )
-        except Exception:
-            logger.exception("evaluation %s: the trace could not be opened", job.id)
-            return None
-        return tracer
-
-    def _close_trace(self, job: Job, tracer: Tracer) -> dict[str, Any] | None:
-        """End the job's trace and wait until the hub has taken its spans, or refused them, or
-        `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`,
-        `stored`, `refused`, `spooled`, `retries`, and a `note` when not all were stored), for
-        the result's details; a failure never fails the evaluation."""
-        counts: dict[str, Any] = {}
-        refusals: list[str] = []
-        try:
-            try:
-                tracer.finish()
-                tracer.flush()  # blocks while the delivery retries
-            finally:
-                tracer.shutdown()
-                assert tracer.delivery is not None
-                counts = dict(tracer.delivery.counts.as_dict())
-                refusals = list(tracer.delivery.refusals)
-        except Exception as exc:
-            note = f"spans not exported: {type(exc).__name__}: {exc}"
-        else:
-            if counts["stored"] == counts["sent"]:
-                return counts
-            parts = []
-            if counts["refused"]:
-                parts.append(f"{counts['refused']} refused ({refusals[0]})")
-            if counts["spooled"]:
-                parts.append(
-                    f"{counts['spooled']} not delivered within {SPAN_RETRY_SECONDS:g} s, "
-                    "kept in the agent's spool to be sent again"
-                )
-            lost = counts["sent"] - counts["stored"] - counts["refused"] - counts["spooled"]
-            if lost > 0:
-                parts.append(f"{lost} not delivered")
-            note = f"{counts['stored']} of {counts['sent']} spans stored: " + "; ".join(parts)
-        logger.warning("evaluation %s: %s", job.id, note)
-        return counts | {"note": note}
+        """The job's tracer (`open_trace`), exporting as this host, spooling in its spool."""
+        return open_trace(job, self.client, self.name, self.spool_dir)
 
     def _export_trace(self, job: Job, evaluation: Evaluation) -> dict[str, Any] | None:
-        """Send a finished evaluation's spans (as `_open_trace`, then `_close_trace`)."""
+        """Send a finished evaluation's spans (as `open_trace`, then `close_trace`)."""
         if not evaluation.spans:
             return None
         tracer = self._open_trace(job)
         if tracer is None:
             return None
         tracer.write(evaluation.spans)
-        return self._close_trace(job, tracer)
+        return close_trace(job, tracer)
 
-    def _evaluate(self, job: Job, reporter: _Reporter, tracer: Tracer | None) -> ResultUpload:
+    def _evaluate(self, job: Job, reporter: Reporter, tracer: Tracer | None) -> ResultUpload:
         # A hub restart while the job fetches its files is waited out, as for its reports.
         data = DataManager(
             self.cache_dir,
@@ -622,160 +462,6 @@ class Agent:
             self.stopping.set()
 
 
-def _report_retries(seconds: float) -> int:
-    """How many retries of `HubClient.request` (0.5 s, 1 s, 2 s, … then every 15 s) span
-    about `seconds`."""
-    retries, waited = 0, 0.0
-    while waited < seconds:
-        waited += min(0.5 * 2**retries, 15.0)
-        retries += 1
-    return retries
-
-
-# Where the predictor images keep their software environment (docker/predictor/Dockerfile).
-OWN_ENVIRONMENT = Path("/etc/mlmodelscope/environment.json")
-
-
-def _own_image(stack: dict[str, Any], frameworks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The predictor image this agent runs in, as a --docker agent registers its images, when
-    it runs in one whose digest was given (MLMS_CONTAINER_DIGEST) and that holds its
-    environment; else None."""
-    container = stack.get("container") or {}
-    tag, digest = container.get("image"), container.get("digest")
-    if not tag or not digest or len(frameworks) != 1:
-        return None
-    try:
-        environment = json.loads(OWN_ENVIRONMENT.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        logger.warning("the image's environment (%s) cannot be read: %s", OWN_ENVIRONMENT, exc)
-        return None
-    (framework,) = frameworks
-    return {
-        "digest": digest,
-        "tags": [tag],
-        "framework": framework["name"],
-        "framework_version": framework["version"],
-        "device": "gpu" if str(tag).endswith("-gpu") else "cpu",
-        "labels": {},
-        "environment": environment if isinstance(environment, dict) else {},
-    }
-
-
-class AgentError(Exception):
-    """The agent cannot start (no framework, the hub refused it, …)."""
-
-
-class _Reporter(threading.Thread):
-    """Sends a job's progress every `interval` seconds, from when it is claimed until it ends.
-
-    The evaluation loop calls `progress` and `cancelled.is_set`, which only read and write
-    attributes, so that reporting costs the timed loop nothing.
-    """
-
-    def __init__(self, client: HubClient, evaluation_id: str, claim: str, interval: float):
-        super().__init__(name=f"report-{evaluation_id[:8]}", daemon=True)
-        self.client = client
-        self.evaluation_id = evaluation_id
-        self.claim = claim
-        self.interval = interval
-        self.done = 0
-        self.total = 0
-        self.cancelled = threading.Event()
-        self.lost = False
-        self._finished = threading.Event()
-
-    def progress(self, done: int, total: int) -> None:
-        self.done, self.total = done, total
-
-    def run(self) -> None:
-        while True:
-            self.report()
-            if self._finished.wait(self.interval):
-                return
-
-    def report(self) -> None:
-        try:
-            if self.client.report_progress(self.evaluation_id, self.claim, self.done, self.total):
-                self.cancelled.set()
-        except HubError as exc:
-            if exc.code in NOT_OURS:
-                self.lost = True
-                self.cancelled.set()
-            else:
-                logger.warning("progress of %s refused: %s", self.evaluation_id, exc)
-        except HubUnreachable as exc:
-            logger.warning("progress of %s not sent: %s", self.evaluation_id, exc)
-
-    def stop(self) -> None:
-        """Stop reporting, after a last report of where the job ended."""
-        self._finished.set()
-        self.join()
-        if not self.lost:
-            self.report()
-
-
-def _devices(framework: str, stack: dict[str, Any]) -> list[str]:
-    devices = [CPU]
-    if stack["gpus"]:
-        try:
-            predictor_class(framework).check_device(local_device(GPU))
-        except PredictorError as exc:
-            logger.info("%s cannot use the GPU here: %s", framework, exc)
-        else:
-            devices.append(GPU)
-    return devices
-
-
-def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
-    """What the agent posts to `POST /api/v1/evaluations/<id>/result/` for a finished
-    evaluation."""
-    report = evaluation.result
-    per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
-    top_k = max(max((len(row) for row in evaluation.predictions), default=1), 1)
-    return ResultUpload(
-        # A latency-only run scored nothing: its accuracy is null, its count the inputs timed.
-        accuracy=report["accuracy"]
-        or {"top1": None, "top5": None, "count": report["dataset"]["count"]},
-        latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
-        throughput={size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
-        predictions={
-            "top_k": top_k,
-            "labels": [int(label) for label in evaluation.labels],
-            "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
-            "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
-            # A detector's boxes, one per class above ([x, y, w, h] in the image's pixels).
-            **(
-                {
-                    "boxes": [
-                        [[round(float(v), 2) for v in row[:4]] for row in found]
-                        for found in evaluation.detections
-                    ]
-                }
-                if evaluation.detections is not None
-                else {}
-            ),
-        },
-        content_hash=report["model"]["content_hash"],
-        stack=introspection.stack([report["framework"]["name"]]),
-        # The samples travel once, in `latency`, where the hub summarises them itself.
-        details=report
-        | {
-            "batch_sizes": [
-                entry | {"latency": _without_samples(entry["latency"])}
-                for entry in report["batch_sizes"]
-            ],
-            "trace_level_requested": job.options.trace_level,
-        },
-    )
-
-
-def _without_samples(latency: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in latency.items() if key != "samples_ms"}
-
-
-# -- command line ------------------------------------------------------------------------------
-
-
 def broker_answers(broker_url: str, transport_options: dict[str, Any]) -> bool:
     """Whether the broker accepts a connection and answers (a ping, with Redis) within a few
     seconds. The filesystem broker always answers."""
@@ -794,248 +480,3 @@ def broker_answers(broker_url: str, transport_options: dict[str, Any]) -> bool:
         return True
     except Exception:
         return False
-
-
-def _restart(argv: Sequence[str]) -> None:
-    """Start the agent afresh in this process (same arguments, a new worker)."""
-    logging.shutdown()
-    os.execv(sys.executable, [sys.executable, "-m", "predictors.agent.daemon", *argv])  # noqa: S606
-
-
-def _default_name() -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:128].lstrip("._-")
-    return name or "agent"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mlms agent", description="Run a hub's evaluations on this host."
-    )
-    parser.add_argument(
-        "--hub", required=True, metavar="URL", help="the hub, e.g. http://127.0.0.1:8000"
-    )
-    parser.add_argument("--token", metavar="T", help="an agent token (default: $MLMS_AGENT_TOKEN)")
-    parser.add_argument(
-        "--token-file", type=Path, metavar="PATH", help="read the token from a file"
-    )
-    parser.add_argument(
-        "--name", default=_default_name(), help="the host's name at the hub (default: host name)"
-    )
-    parser.add_argument(
-        "--frameworks",
-        default=",".join(FRAMEWORKS),
-        metavar="F[,F...]",
-        help="frameworks to offer, if installed (default: all)",
-    )
-    parser.add_argument(
-        "--queues",
-        metavar="C[,C...]",
-        help="the capabilities to serve (e.g. onnxruntime.cpu), instead of every framework "
-        "and device found; the host's own queue is always consumed",
-    )
-    placement = parser.add_mutually_exclusive_group()
-    placement.add_argument(
-        "--pool",
-        action="store_true",
-        help="put the host in the operators' shared pool, running every user's jobs "
-        "(the token's user must be staff)",
-    )
-    placement.add_argument(
-        "--group",
-        metavar="NAME",
-        help="lend the host to a group you belong to, running the jobs of its members who "
-        "trust the group's hosts or name this one",
-    )
-    parser.add_argument(
-        "--concurrency", type=int, default=1, metavar="N", help="jobs at once (default: 1)"
-    )
-    parser.add_argument(
-        "--broker",
-        metavar="URL",
-        help="the Celery broker (default: $CELERY_BROKER_URL, else what the hub says)",
-    )
-    parser.add_argument("--cache", type=Path, metavar="DIR", help="the download cache folder")
-    parser.add_argument(
-        "--docker",
-        action="store_true",
-        help="run each evaluation in the predictor image its manifest names (Docker); the "
-        "host offers the frameworks of the images it has",
-    )
-    parser.add_argument(
-        "--cpus",
-        type=float,
-        metavar="N",
-        help="with --docker: CPUs each container may use (fractions allowed; default: all)",
-    )
-    parser.add_argument(
-        "--memory",
-        metavar="SIZE",
-        help="with --docker: memory each container may use, e.g. 4g (default: no limit)",
-    )
-    parser.add_argument(
-        "--allow-custom-code",
-        action="store_true",
-        help="with --docker: run the custom preprocess/postprocess code of model manifests, "
-        "inside their containers (no network, read-only files, memory and time limits); "
-        "without it this host refuses such jobs",
-    )
-    parser.add_argument(
-        "--custom-code-seconds",
-        type=float,
-        metavar="S",
-        help="with --allow-custom-code: the longest one call of custom code may take "
-        f"(default: {DEFAULT_CALL_SECONDS:g})",
-    )
-    parser.add_argument(
-        "--wait", type=float, default=60, metavar="S", help="seconds to wait for the hub (60)"
-    )
-    return parser
-
-
-def _token(args: argparse.Namespace) -> str:
-    if args.token:
-        return str(args.token)
-    if args.token_file:
-        return str(args.token_file.read_text(encoding="utf-8").strip())
-    token = os.environ.get("MLMS_AGENT_TOKEN", "").strip()
-    if not token:
-        raise AgentError("no token: pass --token or --token-file, or set MLMS_AGENT_TOKEN")
-    return token
-
-
-def _broker(given: str | None, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The broker URL and transport options: the hub's, or `given` with the options that keep
-    to the host's scope (its key prefix; the filesystem folders belong to the hub's URL only).
-    A Redis `given` without credentials of its own gets the hub's, those of the host scope's
-    broker user: it names another address of the same broker."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    options = dict(config.get("broker_transport_options") or {})
-    hubs = str(config["broker_url"])
-    if not given or given == hubs:
-        return hubs, options
-    scoped = {key: options[key] for key in ("global_keyprefix",) if key in options}
-    ours, theirs = urlsplit(given), urlsplit(hubs)
-    redis = ("redis", "rediss")
-    if ours.scheme in redis and theirs.scheme in redis and "@" not in ours.netloc:
-        if "@" in theirs.netloc:
-            credentials = theirs.netloc.rsplit("@", 1)[0]
-            given = urlunsplit(ours._replace(netloc=f"{credentials}@{ours.netloc}"))
-    return given, scoped
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not _NAME.match(args.name):
-        print(
-            f"mlms agent: error: --name {args.name!r} may only use A-Z a-z 0-9 . _ -",
-            file=sys.stderr,
-        )
-        return 2
-    if args.concurrency < 1:
-        print("mlms agent: error: --concurrency must be at least 1", file=sys.stderr)
-        return 2
-    if not args.docker and (args.cpus is not None or args.memory is not None):
-        flag = "--cpus" if args.cpus is not None else "--memory"
-        print(f"mlms agent: error: {flag} limits containers: it needs --docker", file=sys.stderr)
-        return 2
-    if args.allow_custom_code and not args.docker:
-        print(
-            "mlms agent: error: --allow-custom-code: custom code runs only inside predictor "
-            "containers; it needs --docker",
-            file=sys.stderr,
-        )
-        return 2
-    if args.custom_code_seconds is not None and not args.allow_custom_code:
-        print(
-            "mlms agent: error: --custom-code-seconds limits custom code: it needs "
-            "--allow-custom-code",
-            file=sys.stderr,
-        )
-        return 2
-    if args.custom_code_seconds is not None and not 0 < args.custom_code_seconds <= 86400:
-        print(
-            "mlms agent: error: --custom-code-seconds must be more than 0 and at most 86400; "
-            f"got {args.custom_code_seconds:g}",
-            file=sys.stderr,
-        )
-        return 2
-    if args.cpus is not None and not 0 < args.cpus <= (os.cpu_count() or 1):
-        print(
-            f"mlms agent: error: --cpus must be more than 0 and at most this host's "
-            f"{os.cpu_count()} CPUs; got {args.cpus:g}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        memory = parse_memory(args.memory) if args.memory is not None else None
-    except ValueError as exc:
-        print(f"mlms agent: error: --memory {exc}", file=sys.stderr)
-        return 2
-    try:
-        digest = introspection.container_digest()
-    except ValueError as exc:
-        print(f"mlms agent: error: {exc}", file=sys.stderr)
-        return 2
-    image = os.environ.get("MLMS_CONTAINER_IMAGE")
-    if image and digest is None and not args.docker:
-        logger.warning(
-            "running in the image %s without its digest: results will name the image, not its "
-            "digest; start the container with -e %s=$(docker image inspect --format "
-            "'{{.Id}}' %s)",
-            image,
-            introspection.DIGEST_VARIABLE,
-            image,
-        )
-    runner = None
-    if args.docker:
-        try:
-            runner = Runner(
-                docker_client(),
-                args.name,
-                args.cache or default_cache_dir(),
-                limits=Limits(cpus=args.cpus, memory=memory),
-                architecture=introspection.architecture(),
-                label=f"{args.hub.rstrip('/')}/{args.name}",
-                custom_code=args.allow_custom_code,
-                custom_code_seconds=args.custom_code_seconds or DEFAULT_CALL_SECONDS,
-            )
-        except DockerUnavailable as exc:
-            print(f"mlms agent: error: --docker: {exc}", file=sys.stderr)
-            return 1
-    try:
-        client = HubClient(args.hub, _token(args))
-        agent = Agent(
-            client,
-            args.name,
-            frameworks=[f.strip() for f in args.frameworks.split(",") if f.strip()],
-            queues=[q.strip() for q in args.queues.split(",") if q.strip()]
-            if args.queues
-            else None,
-            cache_dir=args.cache,
-            concurrency=args.concurrency,
-            pool=args.pool,
-            group=args.group,
-            runner=runner,
-        )
-        agent.register(wait_seconds=args.wait)
-        assert agent.host_id is not None
-        config = client.agent_config(agent.host_id)
-        agent.configure(config)
-        broker, options = _broker(args.broker or os.environ.get("CELERY_BROKER_URL"), config)
-    except (AgentError, HubError, HubUnreachable, OSError) as exc:
-        print(f"mlms agent: error: {exc}", file=sys.stderr)
-        return 1
-    if runner is not None:  # the name is this user's at the hub: its leftovers are ours
-        runner.remove_leftovers()
-    agent.start_heartbeat()
-    agent.start_spool()
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    agent.watch_broker(broker, options, lambda: _restart(arguments))
-    agent.work(broker, options)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

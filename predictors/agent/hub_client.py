@@ -21,9 +21,31 @@ import requests
 
 from predictors.protocol import FINISHED, fit_reason
 
-__all__ = ["HubClient", "HubError", "HubUnreachable", "evaluate_remote"]
+__all__ = [
+    "HubClient",
+    "HubError",
+    "HubUnreachable",
+    "evaluate_remote",
+    "retries_within",
+    "retry_delay",
+]
 
 _RETRY_STATUSES = {502, 503, 504}
+
+
+def retry_delay(attempt: int) -> float:
+    """How long `HubClient.request` waits after its `attempt`-th try (from 0): 0.5 s, 1 s, 2 s,
+    … then every 15 s."""
+    return min(0.5 * 2**attempt, 15.0)
+
+
+def retries_within(seconds: float) -> int:
+    """How many retries of `HubClient.request` span about `seconds`."""
+    retries, waited = 0, 0.0
+    while waited < seconds:
+        waited += retry_delay(retries)
+        retries += 1
+    return retries
 
 
 class HubError(Exception):
@@ -86,7 +108,7 @@ class HubClient:
             else:
                 if response.status_code not in _RETRY_STATUSES or last:
                     return _answer(response)
-            time.sleep(min(0.5 * 2**attempt, 15.0))
+            time.sleep(retry_delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the agent's calls ---------------------------------------------------------------------

@@ -30,7 +30,7 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +62,7 @@ class Delivery:
     retries: int = 0  # exports sent again after a failure
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "sent": self.sent,
-            "stored": self.stored,
-            "refused": self.refused,
-            "spooled": self.spooled,
-            "retries": self.retries,
-        }
+        return asdict(self)
 
 
 class SpanDelivery:

@@ -39,7 +39,7 @@ import numpy as np
 from predictors import statistics
 
 if TYPE_CHECKING:
-    from predictors.evaluation.fixed_batches import FixedBatches
+    from predictors.evaluation.base import Scenario
     from predictors.frameworks.predictor import Predictor
 
 START_WINDOW = 0.1
@@ -240,7 +240,7 @@ def _cpu_frequency() -> list[dict[str, Any]]:
 
 
 def tracing_overhead(
-    loop: FixedBatches, first: dict[str, Any], untraced: Callable[[], Predictor]
+    loop: Scenario, first: dict[str, Any], untraced: Callable[[], Predictor]
 ) -> dict[str, Any]:
     """The tracing overhead of a run (`first`: its first batch size's result): its traced
     calls' median latency against the median of the same batch's calls on the model loaded
@@ -248,7 +248,7 @@ def tracing_overhead(
     level = loop.options.trace_level
     if level == "none":
         return {"measured": False, "reason": "nothing was traced (trace level none)"}
-    if loop._call != loop.predictor.predict or loop.sample is None:
+    if loop.call != loop.predictor.predict or loop.sample is None:
         return {
             "measured": False,
             "reason": "the calibration times one-input predict calls; this task's calls feed "

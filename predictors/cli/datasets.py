@@ -160,18 +160,20 @@ def _coco(args: argparse.Namespace) -> str:
     if args.hub and not token:
         raise DatasetsCommandError("--hub needs --token (or $MLMS_TOKEN) with the write scope")
     path = f"repo://datasets/{args.name}/{args.version}/{args.split}.parquet"
-    probe = coco_dataset.Converted(["x"], [1], "png", 0, 0, 0)
-    _check(
-        coco_dataset.manifest(
+
+    def manifest(converted: Any) -> dict[str, Any]:
+        return coco_dataset.manifest(
             args.name,
             args.version,
             args.split,
-            probe,
+            converted,
             path,
             description=args.description,
             license=args.license,
         )
-    )
+
+    # The flags, checked as a manifest before anything is converted.
+    _check(manifest(coco_dataset.Converted(["x"], [1], "png", 0, 0, 0)))
     with tempfile.TemporaryDirectory(prefix="mlms-coco-") as work:
         if args.hub:
             target = Path(work)
@@ -192,15 +194,7 @@ def _coco(args: argparse.Namespace) -> str:
             if not args.hub:
                 shutil.rmtree(target, ignore_errors=True)
             raise DatasetsCommandError(str(error)) from None
-        document = coco_dataset.manifest(
-            args.name,
-            args.version,
-            args.split,
-            converted,
-            path,
-            description=args.description,
-            license=args.license,
-        )
+        document = manifest(converted)
         try:
             _check(document)
         except DatasetsCommandError:

@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from predictors.analysis.flops import Count, CountError, count, model_input_shape, si
+from predictors.cli.args import CommandError, UsageError, check_store, frameworks, integers, table
+from predictors.data import DataManager
 from predictors.manifests import Manifest
-from predictors.protocol import data_input_name
+from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
+from predictors.tasks import data_input_name
+from predictors.zoo.build import default_store
 
 __all__ = ["add_commands", "run"]
 
@@ -58,14 +62,7 @@ def add_commands(commands: Any) -> None:
 
 
 def _integers(text: str, flag: str, length: int | None = None) -> list[int]:
-    from predictors.cli import UsageError
-
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise UsageError(f"{flag}: {part!r} is not a positive integer")
-        values.append(int(part))
+    values = integers(text, flag)
     if length is not None and len(values) != length:
         raise UsageError(f"{flag}: give {length} integers (got {text!r})")
     if any(value > 16384 for value in values):
@@ -75,8 +72,6 @@ def _integers(text: str, flag: str, length: int | None = None) -> list[int]:
 
 def input_shape(model: Manifest, size: list[int] | None, shape: list[int] | None) -> list[int]:
     """One input's shape (no batch axis) for `model`, from its manifest and the flags."""
-    from predictors.cli import CommandError, UsageError
-
     name = data_input_name(model.data)
     spec = next(i for i in model.data.get("inputs") or [] if i.get("name") == name)
     parameters = spec.get("parameters") or {}
@@ -103,20 +98,15 @@ def input_shape(model: Manifest, size: list[int] | None, shape: list[int] | None
 
 
 def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
-    from predictors.cli import CommandError, _check_store, _frameworks
-    from predictors.data import DataManager
-    from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
-    from predictors.zoo.build import default_store
-
     catalog = Catalog(args.manifests or DEFAULT_ROOT)
     size = _integers(args.input_size, "--input-size", 2) if args.input_size else None
     shape = _integers(args.input_shape, "--input-shape") if args.input_shape else None
     models = [
         catalog.find_model(args.model, args.version, name)
-        for name in _frameworks(args.framework, catalog, args.model, args.version)
+        for name in frameworks(args.framework, catalog, args.model, args.version)
     ]
     store = (args.store or default_store()).resolve()
-    _check_store(store, models, "")
+    check_store(store, models, "")
     fetch = DataManager(store_dir=store).fetch
     found = []
     for model in models:
@@ -170,8 +160,6 @@ def _by_module(layers: list[Any]) -> dict[str, int]:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    from predictors.cli import _table
-
     results = report["counts"]
     first = results[0]
     lines = [
@@ -190,7 +178,7 @@ def format_table(report: dict[str, Any]) -> str:
                 str(sum(1 for layer in result["layers"] if layer["macs"])),
             ]
         )
-    lines += [_table(rows), ""]
+    lines += [table(rows), ""]
     # Per layer: the first framework's layers; the others' multiply-adds beside them.
     by_module: list[dict[str, dict[str, Any]]] = []
     for result in results[1:]:
@@ -206,7 +194,7 @@ def format_table(report: dict[str, Any]) -> str:
     header = ["layer", "type", f"MACs ({first['framework']})"]
     header += [f"MACs ({result['framework']})" for result in results[1:]]
     header += ["parameters", "FLOP/byte"]
-    table = [header]
+    by_layer = [header]
     for layer in first["layers"]:
         # Across frameworks a layer is its module path; alone, the name its trace gives it.
         name = layer["module"] if by_module else layer["name"]
@@ -218,8 +206,8 @@ def format_table(report: dict[str, Any]) -> str:
             row.append(si(other["macs"]) if other else "—")
         intensity = layer["intensity"]
         row += [f"{layer['params']:,}", f"{intensity:.1f}" if intensity is not None else "—"]
-        table.append(row)
-    lines.append(_table(table))
+        by_layer.append(row)
+    lines.append(table(by_layer))
     for result in results:
         if result.get("uncounted_layers"):
             lines.append(

@@ -21,7 +21,7 @@ from typing import Any
 
 from predictors import statistics
 from predictors.agent.hub_client import HubClient
-from predictors.protocol import metric_names, metric_text, metrics_text
+from predictors.tasks import metric_names, metric_text, metrics_text
 
 __all__ = ["add_commands", "run"]
 

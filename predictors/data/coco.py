@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from predictors.data.folder import ROW_GROUP_SIZE, FolderError, _check_image, _encoding
+from predictors.data.folder import ROW_GROUP_SIZE, FolderError, check_image
+from predictors.data.formats import image_encoding
 
 MAX_JSON_BYTES = 2 * 1024**3
 MAX_CATEGORIES = 10_000
@@ -167,11 +168,11 @@ def convert(annotations: Path, images: Path, out: Path, *, split: str) -> Conver
                 if not path.is_file():
                     raise CocoError(f"{file_name}: no such file in {images}")
                 data = path.read_bytes()
-                kind = _encoding(data)
+                kind = image_encoding(data)
                 if kind is None:
                     raise CocoError(f"{file_name}: is neither a PNG nor a JPEG image")
                 try:
-                    _check_image(data, file_name)
+                    check_image(data, file_name)
                 except FolderError as error:
                     raise CocoError(f"{file_name}: {error.message}") from None
                 encoding = encoding or kind

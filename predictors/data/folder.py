@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from predictors.data.formats import image_encoding
+
 ROW_GROUP_SIZE = 256
 MAX_IMAGES = 1_000_000
 MAX_CLASSES = 10_000
 _SPLIT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_PNG = b"\x89PNG\r\n\x1a\n"
-_JPEG = b"\xff\xd8\xff"
 
 
 class FolderError(ValueError):
@@ -167,15 +167,8 @@ def layout(root: Path, split: str | None) -> dict[str, dict[str, list[Path]]]:
     return found
 
 
-def _encoding(data: bytes) -> str | None:
-    if data.startswith(_PNG):
-        return "png"
-    if data.startswith(_JPEG):
-        return "jpeg"
-    return None
-
-
-def _check_image(data: bytes, where: str) -> None:
+def check_image(data: bytes, where: str) -> None:
+    """`FolderError` naming `where` unless Pillow decodes the image `data`."""
     from PIL import Image
 
     try:
@@ -192,7 +185,7 @@ def _rows(
         for file in classes[label]:
             where = _relative(file, root)
             data = file.read_bytes()
-            kind = _encoding(data)
+            kind = image_encoding(data)
             if kind is None:
                 raise FolderError("is neither a PNG nor a JPEG image", where)
             if encoding[0] is None:
@@ -203,7 +196,7 @@ def _rows(
                     f"{encoding[0].upper()} (a dataset has one encoding): convert it",
                     where,
                 )
-            _check_image(data, where)
+            check_image(data, where)
             yield data, index
 
 
@@ -346,10 +339,19 @@ class _Budget:
     def __init__(self, max_bytes: int, max_entries: int) -> None:
         self.bytes, self.entries = max_bytes, max_entries
 
-    def entry(self, name: str) -> None:
+    def place(self, name: str, target: Path, *, link: str | None, folder: bool) -> Path | None:
+        """Count the entry `name` and check where it goes: the file to write it to, or None
+        (an entry to skip, or a folder, made here). `link`: why it is refused, for a link."""
         self.entries -= 1
         if self.entries < 0:
             raise FolderError("the archive holds too many entries", "archive")
+        destination = _member_path(name, target)
+        if link is not None:
+            raise FolderError(link, name)
+        if destination is not None and folder:
+            destination.mkdir(parents=True, exist_ok=True)
+            return None
+        return destination
 
     def copy(self, source: Any, destination: Path, name: str) -> None:
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -365,32 +367,30 @@ def _unzip(archive: Path, target: Path, max_bytes: int, max_entries: int) -> Non
     budget = _Budget(max_bytes, max_entries)
     with zipfile.ZipFile(archive) as zipped:
         for info in zipped.infolist():
-            budget.entry(info.filename)
-            destination = _member_path(info.filename, target)
-            mode = info.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                raise FolderError("is a symbolic link; archive the file itself", info.filename)
-            if destination is None:
-                continue
-            if info.is_dir():
-                destination.mkdir(parents=True, exist_ok=True)
-                continue
-            with zipped.open(info) as source:
-                budget.copy(source, destination, info.filename)
+            symbolic = stat.S_ISLNK(info.external_attr >> 16)
+            destination = budget.place(
+                info.filename,
+                target,
+                link="is a symbolic link; archive the file itself" if symbolic else None,
+                folder=info.is_dir(),
+            )
+            if destination is not None:
+                with zipped.open(info) as source:
+                    budget.copy(source, destination, info.filename)
 
 
 def _untar(archive: Path, target: Path, max_bytes: int, max_entries: int) -> None:
     budget = _Budget(max_bytes, max_entries)
     with tarfile.open(archive) as tarred:
         for member in tarred:
-            budget.entry(member.name)
-            destination = _member_path(member.name, target)
-            if member.issym() or member.islnk():
-                raise FolderError("is a link; archive the file itself", member.name)
+            linked = member.issym() or member.islnk()
+            destination = budget.place(
+                member.name,
+                target,
+                link="is a link; archive the file itself" if linked else None,
+                folder=member.isdir(),
+            )
             if destination is None:
-                continue
-            if member.isdir():
-                destination.mkdir(parents=True, exist_ok=True)
                 continue
             if not member.isfile():
                 raise FolderError("is neither a file nor a folder", member.name)

@@ -1,10 +1,13 @@
 """The evaluation loop: one model, one dataset split, one framework, several batch sizes.
 
-The package: `options` (what to run), `run` (`evaluate`: fetch, load, run the scenario for
-each batch size, summarise), `scenario` (the interface of a way to drive the model) and
-`fixed_batches` (today's scenario, the closed loop described below), `sinks` (where spans go
-as the loop goes), `summaries` (accuracy, comparisons, notes), `errors`. Every latency
-figure comes from the statistics layer, `predictors.statistics`.
+The package: `options` (what to run), `run` (`evaluate`: prepare, load, measure with the job's
+scenario, report), `base` (`Scenario`, the base class of every scenario, and the records they
+pass), `scenario` (the registry: which scenario runs a job, by task and by name), `scenarios`
+(one module each: the fixed-batch closed loop described below, the loops of the other tasks,
+latency only, streams, and MLPerf LoadGen after them), `report` (`Evaluation`, the result,
+`compare`), `sinks` (where spans go as the loop goes), `summaries` (metrics and notes), `state`
+(a state kept inside the model), `target_ci` (timing until the median is known), `errors`.
+Every latency figure comes from the statistics layer, `predictors.statistics`.
 The Chrome trace of an evaluation's spans is `predictors.tracing.chrome`, shared with the hub.
 
 This is the only evaluation loop; every framework runs through it, so warm-up, batching, timing,
@@ -53,13 +56,13 @@ at the end of every stage. Once `cancelled()` is true it stops with `EvaluationC
 
 from __future__ import annotations
 
+from predictors.evaluation.base import CLOCK_CUDA, CLOCK_HOST, Progress, Scenario
 from predictors.evaluation.errors import USER_ERRORS, EvaluationCancelled, EvaluationError
-from predictors.evaluation.fixed_batches import CLOCK_CUDA, CLOCK_HOST, FixedBatches, Progress
 from predictors.evaluation.options import GRAPH_OPTIMIZATIONS, EvaluationOptions
-from predictors.evaluation.run import Evaluation, Fetch, evaluate, split_entry
-from predictors.evaluation.scenario import Scenario
+from predictors.evaluation.report import Evaluation, compare
+from predictors.evaluation.run import Fetch, evaluate, split_entry
+from predictors.evaluation.scenarios.fixed_batches import FixedBatches
 from predictors.evaluation.sinks import SpanList, SpanSink
-from predictors.evaluation.summaries import compare
 from predictors.tracing import Span
 
 __all__ = [
@@ -82,5 +85,3 @@ __all__ = [
     "evaluate",
     "split_entry",
 ]
-
-# The trace levels (see the module docstring for what each records).

@@ -1,4 +1,10 @@
-"""`evaluate`: one model, one dataset split, one framework, several batch sizes."""
+"""`evaluate`: one model, one dataset split, one framework, several batch sizes.
+
+Its steps: prepare (check the manifests and the options, fetch the split, read the labels,
+choose the job's scenario and its readers), load the model, measure (the scenario, batch size
+after batch size, then its follow-up), and report (the tracing overhead, the theoretical work,
+the hygiene warnings, the result).
+"""
 
 from __future__ import annotations
 
@@ -14,30 +20,12 @@ import numpy as np
 
 from predictors.analysis import flops, roofline
 from predictors.analysis.hygiene import Watch, overhead_warnings, tracing_overhead
-from predictors.data import (
-    DatasetReader,
-    DetectionReader,
-    MaskReader,
-    StreamReader,
-    lockstep_calls,
-    target_of,
-)
-from predictors.evaluation import detection, loadgen, segmentation, streams
-from predictors.evaluation import state as model_state
+from predictors.evaluation.base import ModelSpec, Progress, Scenario, Setup
 from predictors.evaluation.errors import EvaluationError
-from predictors.evaluation.fixed_batches import (
-    CLOCK_CUDA,
-    CLOCK_HOST,
-    FixedBatches,
-    Progress,
-    _ModelSpec,
-)
-from predictors.evaluation.latency import LatencyOnly
-from predictors.evaluation.multilabel import MultiLabel
 from predictors.evaluation.options import EvaluationOptions
-from predictors.evaluation.regression import Regression
+from predictors.evaluation.report import Evaluation, Measured, result_of
+from predictors.evaluation.scenarios import follow_up_for, scenario_for
 from predictors.evaluation.sinks import SpanList, SpanSink
-from predictors.evaluation.summaries import _notes, _trace_notes
 from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
@@ -48,55 +36,45 @@ from predictors.manifests import Manifest, apply_overrides, versioning
 from predictors.manifests.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.manifests.labels import is_untrained
 from predictors.manifests.labels import mismatch as label_mismatch
-from predictors.processing import (
-    load_labels,
-    preprocessor_for,
-)
+from predictors.processing import load_labels, preprocessor_for
 from predictors.processing.custom_code import (
     RUNS_WHERE,
     CustomCode,
     CustomPreprocessor,
     fields_with_code,
 )
-from predictors.protocol import (
-    at_least,
-    data_input_name,
-    loadgen_problem,
-    scored_output_name,
-    unsupported,
-)
-from predictors.tracing import Span
+from predictors.protocol import at_least
+from predictors.tasks import data_input_name, loadgen_problem, scored_output_name, unsupported
 from predictors.tracing.counters import CounterSampler
 
-# The scenarios of the tasks scored like classification, input by input, with other targets.
-_TARGET_SCENARIOS: dict[str, type[FixedBatches]] = {
-    "multi_label_classification": MultiLabel,
-    "regression": Regression,
-}
+__all__ = ["Fetch", "evaluate", "split_entry"]
 
 Fetch = Callable[[str, str | None], Path]
 """`fetch(url, sha256)`: a local file for a manifest's URL (e.g. `DataManager.fetch`)."""
 
 
 @dataclass
-class Evaluation:
-    """What `evaluate` returns.
+class _Job:
+    """What `evaluate` knows before the model loads."""
 
-    `result` is the JSON-able summary. `outputs` holds the model's raw outputs for every input
-    (dataset order, float32, one row per input) at the first batch size, first pass; `labels`
-    the dataset labels; `predictions` the top-k (class, label, probability) of every input at
-    the first batch size (a detector's: its detections' classes and scores, best first, and
-    `detections` their boxes); `spans` the recorded spans (none at trace level `none`).
-    """
+    setup: Setup
+    scenario: type[Scenario]
+    split: dict[str, Any]  # the split's manifest entry
+    predictor_type: type[Predictor]
+    software: dict[str, Any]
+    readers: list[Any]  # one per batch size
+    total: int  # the predictions to make (progress)
 
-    result: dict[str, Any]
-    outputs: np.ndarray
-    labels: np.ndarray
-    predictions: list[list[tuple[int, str, float]]]
-    spans: list[Span]
-    # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
-    # pixels), score, class, best first; None for other tasks.
-    detections: list[np.ndarray] | None = None
+
+@dataclass
+class _Loaded:
+    """The model loaded, its files, and when the load started and ended (perf_counter)."""
+
+    predictor: Predictor
+    graph_file: Path
+    weights_file: Path | None
+    start_ns: int
+    end_ns: int
 
 
 def evaluate(
@@ -109,14 +87,35 @@ def evaluate(
     cancelled: Callable[[], bool] | None = None,
     sink: SpanSink | None = None,
 ) -> Evaluation:
-    """Evaluate `model` on a split of `dataset` (see the module docstring for the loop).
+    """Evaluate `model` on a split of `dataset` (see `predictors.evaluation` for the loop).
 
     The spans go to `sink` as the loop goes (an agent's sink exports them, so that no span is
     held twice); by default they are kept, in `Evaluation.spans`."""
-    kept = SpanList() if sink is None else None
-    sink = sink if sink is not None else kept
-    assert sink is not None
+    kept = SpanList()  # the spans, where no sink is given
     started = datetime.now(UTC)
+    job = _prepare(model, dataset, options, fetch)
+    # The machine's state from here to the end of the run (`hygiene`).
+    watch = Watch.start()
+    random.seed(options.seed)
+    np.random.seed(options.seed)
+    loaded = _load(job, fetch)
+    measured = _measure(job, loaded, watch, progress, cancelled, kept if sink is None else sink)
+    result = _report(job, loaded, measured, watch, started)
+    first = measured.loop.first
+    assert first is not None
+    return Evaluation(
+        result=result,
+        outputs=first.outputs,
+        labels=first.labels,
+        predictions=first.predictions,
+        spans=kept.spans,
+        detections=measured.loop.detections,
+    )
+
+
+def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fetch: Fetch) -> _Job:
+    """Check the model (with the job's overrides), the framework, the device and the labels;
+    fetch the split; choose the job's scenario, and its readers."""
     if options.overrides:
         model = apply_overrides(model.data, list(options.overrides))
     spec = _model_spec(model, options.latency_only)
@@ -135,175 +134,190 @@ def evaluate(
     preprocessor: Any = preprocessor_for(spec.input)
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
-    timing = options.latency_only
-    # Labels are read to score; a latency-only evaluation reads none (its outputs may have none).
-    labels = [] if timing else load_labels(spec.output_parameters, lambda url: fetch(url, None))
-    dataset_labels = (
-        load_labels(dataset.data, lambda url: fetch(url, None))
-        if not timing and ("labels" in dataset.data or "labels_path" in dataset.data)
-        else None
+    labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
+    scenario = scenario_for(model.task, options.latency_only)
+    scenario.check_trace_level(options.trace_level, model.task)
+    setup = Setup(
+        model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
     )
-    if not timing:
-        _check_labels(model, dataset, labels, dataset_labels, options)
-    streaming = model.task == "sequence_labelling" and not timing
-    detecting = model.task == "object_detection" and not timing
-    segmenting = model.task == "semantic_segmentation" and not timing
-    readers: list[Any]
-    if streaming or detecting or segmenting:
-        streams.check_trace_level(options.trace_level, model.task)
-    if detecting or segmenting:
-        reader_type = DetectionReader if detecting else MaskReader
-        readers = [
-            reader_type(split_file, size, limit=options.limit) for size in options.batch_sizes
-        ]
-        total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
-    elif streaming:
-        ports = streams.ports(model)
-        stream_reader: Any
-        if spec.input.get("type") == "audio":
-            from predictors.processing.audio import AudioPreprocessor, ClipStreams
-
-            framer = preprocessor_for(spec.input)
-            assert isinstance(framer, AudioPreprocessor)
-            stream_reader = ClipStreams(split_file, framer, limit=options.limit)
-        else:
-            stream_reader = StreamReader(split_file, limit=options.limit)
-        readers = [stream_reader.with_batch_size(size) for size in options.batch_sizes]
-        calls = [lockstep_calls(stream_reader.lengths, size) for size in options.batch_sizes]
-        # The state-reset pass, at the first batch size.
-        total = sum(options.warmup + options.repeat * n for n in calls) + (
-            calls[0] if ports.states else 0
-        )
-    else:
-        target = "none" if timing else target_of(model.task)
-        readers = [
-            DatasetReader(
-                split_file,
-                size,
-                limit=options.limit,
-                target=target,
-                classes=len(labels) if target != "class" else None,
-            )
-            for size in options.batch_sizes
-        ]
-        total = sum(options.warmup + options.repeat * len(reader) for reader in readers)
+    readers, total = scenario.readers(setup)
     if readers[0].count == 0:
         raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
+    return _Job(setup, scenario, split, predictor_type, software, readers, total)
 
-    # The machine's state from here to the end of the run (`hygiene`).
-    watch = Watch.start()
-    random.seed(options.seed)
-    np.random.seed(options.seed)
+
+def _labels(
+    model: Manifest, dataset: Manifest, spec: ModelSpec, options: EvaluationOptions, fetch: Fetch
+) -> tuple[list[str], list[str] | None]:
+    """The model's labels and the dataset's (None where it names none), checked. Labels are
+    read to score; a latency-only evaluation reads none (its outputs may have none)."""
+    if options.latency_only:
+        return [], None
+
+    def fetch_labels(url: str) -> Path:
+        return fetch(url, None)
+
+    labels = load_labels(spec.output_parameters, fetch_labels)
+    dataset_labels = (
+        load_labels(dataset.data, fetch_labels)
+        if "labels" in dataset.data or "labels_path" in dataset.data
+        else None
+    )
+    _check_labels(model, dataset, labels, dataset_labels, options)
+    return labels, dataset_labels
+
+
+def _load(job: _Job, fetch: Fetch) -> _Loaded:
+    """Fetch the model's files and load it, timed."""
+    spec, options = job.setup.spec, job.setup.options
     graph_file = fetch(spec.graph_path, spec.graph_sha256)
     weights_file = fetch(spec.weights_path, spec.weights_sha256) if spec.weights_path else None
-    predictor = predictor_type()
-    load_start = time.perf_counter_ns()
+    predictor = job.predictor_type()
+    start = time.perf_counter_ns()
     predictor.load(
-        model,
-        PredictorOptions(
-            graph_file=graph_file,
-            weights_file=weights_file,
-            device=options.device,
-            threads=options.threads,
-            seed=options.seed,
-            trace_level=options.trace_level,
-            graph_optimization=options.graph_optimization,
-        ),
+        job.setup.model, _predictor_options(options, graph_file, weights_file, options.trace_level)
     )
-    load_end = time.perf_counter_ns()
-    load_ns = load_end - load_start
+    return _Loaded(predictor, graph_file, weights_file, start, time.perf_counter_ns())
+
+
+def _untraced(job: _Job, loaded: _Loaded) -> Predictor:
+    """The model loaded again as the run loaded it, but tracing nothing (the calibration of
+    the tracing overhead)."""
+    untraced = job.predictor_type()
+    options = _predictor_options(job.setup.options, loaded.graph_file, loaded.weights_file, "none")
+    untraced.load(job.setup.model, options)
+    return untraced
+
+
+def _predictor_options(
+    options: EvaluationOptions, graph_file: Path, weights_file: Path | None, trace_level: str
+) -> PredictorOptions:
+    return PredictorOptions(
+        graph_file=graph_file,
+        weights_file=weights_file,
+        device=options.device,
+        threads=options.threads,
+        seed=options.seed,
+        trace_level=trace_level,
+        graph_optimization=options.graph_optimization,
+    )
+
+
+def _measure(
+    job: _Job,
+    loaded: _Loaded,
+    watch: Watch,
+    progress: Progress | None,
+    cancelled: Callable[[], bool] | None,
+    sink: SpanSink,
+) -> Measured:
+    """Drive the loaded model with the job's scenario, batch size after batch size, then with
+    its follow-up; the predictor is closed at the end, whatever happens."""
+    setup, predictor = job.setup, loaded.predictor
+    options, model = setup.options, setup.model
     sampler = None
-    loop: FixedBatches | None = None
+    loop: Scenario | None = None
     try:
-        scenario = (
-            streams.Streams
-            if streaming
-            else detection.Detections
-            if detecting
-            else segmentation.Segmentation
-            if segmenting
-            else LatencyOnly
-            if timing
-            else _TARGET_SCENARIOS.get(model.task, FixedBatches)
-        )
-        loop = scenario(
-            model, predictor, options, spec, labels, total, progress, cancelled, sink, custom
-        )
-        if isinstance(loop, streams.Streams):
-            loop.configure(ports)
-        elif isinstance(loop, detection.Detections):
-            loop.configure(preprocessor)
-        elif isinstance(loop, segmentation.Segmentation):
-            loop.configure(preprocessor, dataset.data.get("ignore_label"))
-        elif isinstance(loop, (MultiLabel, Regression, LatencyOnly)):
-            loop.configure()
-        loop.stage_span("load", load_start, load_end, {})
+        loop = job.scenario(setup, predictor, job.total, progress, cancelled, sink)
+        loop.stage_span("load", loaded.start_ns, loaded.end_ns, {})
         if at_least(options.trace_level, "hardware"):
             sampler = CounterSampler(
                 options.device, attributes={"framework": model.framework, "model": model.name}
             )
             sampler.start()
-        per_batch_size = []
         watch.timing()
-        streams_layers = loop.layers and predictor.layers_as_they_come()
-        for reader in readers:
-            per_batch_size.append(loop.run(reader, preprocessor))
-            if streams_layers:
-                loop.add_layer_spans(predictor.take_layers())  # this batch size's layers
-            loop.flush()  # this batch size's spans
+        per_batch_size = _batch_sizes(loop, job.readers, setup.preprocessor, predictor)
         if sampler is not None:
             loop.spans.extend(sampler.stop())
         settings = predictor.settings()
         predictor.stop_tracing()
         if loop.layers:
             loop.add_layer_spans(predictor.take_layers())
-        profiler_summary = predictor.trace_summary()
+        profiler = predictor.trace_summary()
         loop.flush()
-        # An MLPerf LoadGen scenario drives the same model after the fixed batches.
-        driven = (
-            loadgen.drive(
-                loop,
-                readers[0],
-                preprocessor,
-                options,
-                start_qps=max(
-                    1.0, min(per_batch_size, key=lambda e: e["batch_size"])["throughput_ips"] / 2
-                ),
-                measured_qps=max(entry["throughput_ips"] for entry in per_batch_size),
-                cancelled=cancelled,
-            )
-            if options.scenario != "fixed"
-            else None
-        )
+        followed = _follow_up(loop, job, per_batch_size, cancelled)
     except BaseException:
         # A cancelled or failed run: what it measured so far goes to the sink all the same.
         if loop is not None:
-            if loop.layers and predictor.layers_as_they_come():
-                try:
-                    loop.add_layer_spans(predictor.take_layers())
-                except EvaluationError:
-                    pass  # the calls traced and the batches timed part ways: no layers
-            if sampler is not None:
-                loop.spans.extend(sampler.stop())
-            loop.flush()
+            _flush_measured(loop, predictor, sampler)
         raise
     finally:
         if sampler is not None:
             sampler.stop()
         predictor.close()
+    load_ns = loaded.end_ns - loaded.start_ns
+    return Measured(loop, per_batch_size, settings, profiler, followed, sampler, load_ns)
 
-    first = loop.first
-    assert first is not None
-    overhead = tracing_overhead(
+
+def _batch_sizes(
+    loop: Scenario, readers: list[Any], preprocessor: Any, predictor: Predictor
+) -> list[dict[str, Any]]:
+    """Each batch size's summary; its spans go to the sink when it ends."""
+    per_batch_size = []
+    streams_layers = loop.layers and predictor.layers_as_they_come()
+    for index, reader in enumerate(readers):
+        if index and loop.options.cooldown_ms:  # the device's clocks settle in between
+            time.sleep(loop.options.cooldown_ms / 1000)
+        per_batch_size.append(loop.run(reader, preprocessor))
+        if streams_layers:
+            loop.add_layer_spans(predictor.take_layers())  # this batch size's layers
+        loop.flush()  # this batch size's spans
+    return per_batch_size
+
+
+def _follow_up(
+    loop: Scenario,
+    job: _Job,
+    per_batch_size: list[dict[str, Any]],
+    cancelled: Callable[[], bool] | None,
+) -> dict[str, Any]:
+    """What drives the same model after the scenario (an MLPerf LoadGen scenario, by the job
+    option `scenario`): its answer under its result key; nothing for the fixed batches alone."""
+    options = job.setup.options
+    follow_up = follow_up_for(options.scenario)
+    if follow_up is None:
+        return {}
+    smallest = min(per_batch_size, key=lambda entry: entry["batch_size"])
+    answer = follow_up.drive(
         loop,
-        per_batch_size[0],
-        lambda: _untraced(model, predictor_type, options, graph_file, weights_file),
+        job.readers[0],
+        job.setup.preprocessor,
+        options,
+        start_qps=max(1.0, smallest["throughput_ips"] / 2),
+        measured_qps=max(entry["throughput_ips"] for entry in per_batch_size),
+        cancelled=cancelled,
     )
+    return {follow_up.key: answer}
+
+
+def _flush_measured(loop: Scenario, predictor: Predictor, sampler: CounterSampler | None) -> None:
+    """Write what a cancelled or failed run measured so far to the sink."""
+    if loop.layers and predictor.layers_as_they_come():
+        try:
+            loop.add_layer_spans(predictor.take_layers())
+        except EvaluationError:
+            pass  # the calls traced and the batches timed part ways: no layers
+    if sampler is not None:
+        loop.spans.extend(sampler.stop())
+    loop.flush()
+
+
+def _report(
+    job: _Job, loaded: _Loaded, measured: Measured, watch: Watch, started: datetime
+) -> dict[str, Any]:
+    """The result: with the tracing overhead, the theoretical work and the hygiene warnings."""
+    setup, loop = job.setup, measured.loop
+    options, model = setup.options, setup.model
+    overhead = tracing_overhead(loop, measured.per_batch_size[0], lambda: _untraced(job, loaded))
     # Parameters and multiply-adds per layer at the shape fed, the FLOP/s achieved, and where
     # they sit on the roofline of this framework on this device at the run's threads.
     theoretical = roofline.attach(
         flops.theoretical(
-            model.framework, graph_file, spec.input["name"], loop.sample, per_batch_size
+            model.framework,
+            loaded.graph_file,
+            setup.spec.input["name"],
+            loop.sample,
+            measured.per_batch_size,
         ),
         options.device,
         model.framework,
@@ -312,102 +326,19 @@ def evaluate(
     )
     hygiene = (
         watch.finish(options.threads)
-        + [warning for entry in per_batch_size for warning in entry["hygiene"]]
+        + [warning for entry in measured.per_batch_size for warning in entry["hygiene"]]
         + overhead_warnings(overhead)
     )
-    result = {
-        "model": {
-            "name": model.name,
-            "version": model.version,
-            "task": model.task,
-            "content_hash": model.content_hash(),
-            "trained": (model.data.get("attributes") or {}).get("trained"),
-        },
-        "dataset": {
-            "name": dataset.name,
-            "version": dataset.version,
-            "split": options.split,
-            "count": len(first.labels),
-            "split_count": split.get("count"),
-        },
-        "framework": {"name": model.framework, "range": model.framework_range, **software},
-        "output_type": "detections"
-        if detecting
-        else "class_shares"
-        if segmenting
-        else "tensor"
-        if timing
-        else spec.output_type,
-        "device": options.device,
-        "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
-        "settings": {"threads_requested": options.threads, "seed": options.seed, **settings},
-        "options": {
-            "batch_sizes": list(options.batch_sizes),
-            "limit": options.limit,
-            "warmup": options.warmup,
-            "repeat": options.repeat,
-            "cold_start": options.cold_start,
-            "overrides": list(options.overrides),
-            "trace_level": options.trace_level,
-            "latency_only": timing,
-            "scenario": options.scenario,
-            "target_ci": options.target_ci,
-            "target_ci_seconds": options.target_ci_seconds if options.target_ci else None,
-        },
-        "load_ms": load_ns / 1e6,
-        # What makes these numbers less defensible, as labelled warnings (`hygiene`).
-        "hygiene": hygiene,
-        "accuracy": per_batch_size[0]["accuracy"],
-        **(
-            {"accuracy_state_reset": per_batch_size[0]["accuracy_state_reset"]}
-            if "accuracy_state_reset" in per_batch_size[0]
-            else {}
-        ),
-        "batch_sizes": per_batch_size,
-        "theoretical": theoretical,
-        **({"loadgen": driven} if driven is not None else {}),
-        "trace": {
-            "level": options.trace_level,
-            # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).
-            "overhead": overhead,
-            "spans": loop.written,
-            "levels": dict(loop.level_counts),
-            **({"layer_spans": loop.layer_spans} if loop.layers else {}),
-            **(
-                {"gpu_activity_spans": loop.gpu_spans}
-                if at_least(options.trace_level, "system_library")
-                else {}
-            ),
-            **({"profiler": profiler_summary} if profiler_summary else {}),
-        },
-        "notes": (
-            [
-                "latency only: the model was timed, not scored (no labels read, no accuracy); "
-                "its every output was computed in each call"
-            ]
-            if timing
-            else _notes(
-                model,
-                dataset,
-                labels,
-                dataset_labels,
-                len(labels) if detecting or segmenting else first.outputs.shape[1],
-            )
-        )
-        + model_state.note(loop.what, loop.state)
-        + _trace_notes(options, predictor_type, sampler),
-        # Whether the model keeps a state between calls, and what the loop did about it.
-        "state": loop.state,
-        "started_at": started.isoformat(timespec="seconds"),
-        "duration_s": (datetime.now(UTC) - started).total_seconds(),
-    }
-    return Evaluation(
-        result=result,
-        outputs=first.outputs,
-        labels=first.labels,
-        predictions=first.predictions,
-        spans=kept.spans if kept is not None else [],
-        detections=loop.detections if isinstance(loop, detection.Detections) else None,
+    return result_of(
+        setup,
+        measured,
+        split=job.split,
+        software=job.software,
+        predictor_type=job.predictor_type,
+        overhead=overhead,
+        theoretical=theoretical,
+        hygiene=hygiene,
+        started=started,
     )
 
 
@@ -430,32 +361,7 @@ def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
     return entry
 
 
-def _untraced(
-    model: Manifest,
-    predictor_type: type[Predictor],
-    options: EvaluationOptions,
-    graph_file: Path,
-    weights_file: Path | None,
-) -> Predictor:
-    """The model loaded again as the run loaded it, but tracing nothing (the calibration of
-    the tracing overhead)."""
-    untraced = predictor_type()
-    untraced.load(
-        model,
-        PredictorOptions(
-            graph_file=graph_file,
-            weights_file=weights_file,
-            device=options.device,
-            threads=options.threads,
-            seed=options.seed,
-            trace_level="none",
-            graph_optimization=options.graph_optimization,
-        ),
-    )
-    return untraced
-
-
-def _model_spec(model: Manifest, latency_only: bool = False) -> _ModelSpec:
+def _model_spec(model: Manifest, latency_only: bool = False) -> ModelSpec:
     problem = unsupported(model.data, latency_only=latency_only)
     if problem:
         raise EvaluationError(problem)
@@ -465,7 +371,7 @@ def _model_spec(model: Manifest, latency_only: bool = False) -> _ModelSpec:
     data_input = next(entry for entry in model.data["inputs"] if entry["name"] == fed)
     output = next(entry for entry in model.data["outputs"] if entry["name"] == scored)
     files = model.data["model"]
-    return _ModelSpec(
+    return ModelSpec(
         input=data_input,
         output_type=output["type"],
         output_parameters=output.get("parameters") or {},

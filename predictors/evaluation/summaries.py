@@ -1,9 +1,9 @@
-"""Summaries of an evaluation: latency statistics, accuracy, comparisons, notes."""
+"""Summaries of an evaluation: accuracy and other metrics of the outputs, and the result's notes."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,38 +17,6 @@ from predictors.manifests.labels import is_untrained
 from predictors.manifests.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
 from predictors.tracing.counters import CounterSampler
-
-if TYPE_CHECKING:
-    from predictors.evaluation.run import Evaluation
-
-
-def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
-    """How far two evaluations of the same inputs agree: the share of inputs with the same
-    top-1 class (None for a regression's values and a latency-only run's outputs, which have
-    no best class), and the largest absolute difference between their raw outputs (None where
-    a latency-only run kept no output)."""
-    names = [e.result["framework"]["name"] for e in (a, b)]
-    if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
-        raise EvaluationError(
-            f"{names[0]} and {names[1]} did not evaluate the same inputs "
-            f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
-        )
-    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
-    output_type = a.result.get("output_type")
-    same: np.ndarray | None = None
-    if output_type == "detections":
-        # Each image's best detection (x, y, w, h, score, class): the same class.
-        same = a.outputs[:, 5] == b.outputs[:, 5]
-    elif output_type not in ("values", "tensor"):
-        same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
-    return {
-        "frameworks": names,
-        "count": int(len(a.outputs)),
-        "top1_agreement": None if same is None else float(same.mean()),
-        "top1_disagreements": None if same is None else int(same.size - same.sum()),
-        "max_abs_diff": float(difference.max()) if difference.size else None,
-        "output_type": output_type,
-    }
 
 
 def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
@@ -70,7 +38,7 @@ def probabilities(scores: np.ndarray, output_type: str) -> np.ndarray:
     return scores
 
 
-def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int | None]:
+def top_accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float | int | None]:
     """Top-1 and top-5 accuracy; top-5 is None for five classes or fewer, where every label is
     among the five best and the number would say nothing."""
     k = min(5, outputs.shape[1])
@@ -128,7 +96,7 @@ def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
         except ValueError:  # scores that are no probabilities (rows not summing to 1)
             roc_auc = None
     return {
-        **_accuracy(probabilities, labels),
+        **top_accuracy(probabilities, labels),
         "accuracy": float(metrics.accuracy_score(labels, predicted)),
         "precision": float(precision),
         "recall": float(recall),
@@ -138,7 +106,7 @@ def sequence_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     }
 
 
-def _notes(
+def label_notes(
     model: Manifest,
     dataset: Manifest,
     labels: list[str],
@@ -165,7 +133,7 @@ def _notes(
     return notes
 
 
-def _trace_notes(
+def trace_notes(
     options: EvaluationOptions, predictor_type: type[Predictor], sampler: CounterSampler | None
 ) -> list[str]:
     """What the requested trace level could not record here, in words."""
@@ -188,6 +156,6 @@ def _trace_notes(
     return notes
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A manifest value as the manifest would show it: strings bare, the rest as JSON."""
     return value if isinstance(value, str) else json.dumps(value)

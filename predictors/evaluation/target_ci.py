@@ -10,9 +10,9 @@ run that would time more than `MAX_BATCHES` batches at one batch size stops ther
 The fixed-batch loop checks between rounds of timed calls: each round times at least
 `MIN_ROUND` batches and at least `GROWTH` of the samples so far (a check costs about a
 millisecond), and no more than the time left is expected to hold, so that the time bound is
-overshot by about one batch. The streaming scenario (`predictors.evaluation.streams`) times
-whole passes over its streams, each stream's state carried from call to call, and checks
-between passes.
+overshot by about one batch. The streaming scenario
+(`predictors.evaluation.scenarios.streams`) times whole passes over its streams, each stream's
+state carried from call to call, and checks between passes.
 
 The batch size's result says what happened (`target_ci`): `asked` (the share), `reached` (the
 interval's half-width as a share when timing stopped; null where the samples could not bound

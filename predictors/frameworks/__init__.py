@@ -8,14 +8,6 @@ check); the evaluation loop around it is `predictors.evaluation`.
 
 from __future__ import annotations
 
+from predictors.protocol import cuda_index
+
 __all__ = ["cuda_index"]
-
-
-def cuda_index(device: str) -> int:
-    """The device index of "cuda" (0) or "cuda:N" (N); ValueError for anything else."""
-    if device == "cuda":
-        return 0
-    prefix, _, index = device.partition(":")
-    if prefix == "cuda" and index.isdigit():
-        return int(index)
-    raise ValueError(f"not a CUDA device name: {device!r}")

@@ -16,7 +16,8 @@ import onnxruntime as ort
 from predictors.frameworks import cuda_index
 from predictors.frameworks.predictor import Predictor, PredictorError, PredictorOptions
 from predictors.manifests import Manifest, graph_check
-from predictors.protocol import Attr, at_least, data_input_name, scored_output_name
+from predictors.protocol import Attr, at_least
+from predictors.tasks import data_input_name, scored_output_name
 from predictors.tracing import CLOCK_ORT_PROFILER, Layer
 
 _OPTIMIZATION_LEVELS = {

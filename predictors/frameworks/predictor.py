@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from predictors.manifests import Manifest
+from predictors.protocol import LOCAL_DEVICES
 from predictors.tracing import Layer
 
 __all__ = [
@@ -45,7 +46,8 @@ _BUILT_IN = {
     "onnxruntime": ("predictors.frameworks.onnxruntime", "OnnxRuntimePredictor"),
 }
 
-DEVICES = ("cpu", "cuda")
+# A predictor's devices (`cuda:N` too): the protocol's local spelling.
+DEVICES = LOCAL_DEVICES
 
 
 class PredictorError(RuntimeError):

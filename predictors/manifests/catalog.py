@@ -11,7 +11,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from predictors.manifests import Manifest, ManifestError, load_file, versioning
+from predictors.manifests import versioning
+from predictors.manifests.document import Manifest, load_file
+from predictors.manifests.errors import ManifestError
 
 __all__ = ["DEFAULT_ROOT", "Catalog", "CatalogError"]
 

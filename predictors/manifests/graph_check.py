@@ -14,7 +14,7 @@ on the session it loads (a file given by https://, which the hub never reads). W
 
 TorchScript and Keras files carry no such names and types without loading them in their
 framework; they are checked when an agent loads them (the first batch's shape and type,
-`FixedBatches._check_input`).
+`FixedBatches.check_input`).
 """
 
 from __future__ import annotations

@@ -365,43 +365,38 @@ def _is_x(part: str | None) -> bool:
 
 
 def _replace_caret(text: str, include_prerelease: bool) -> str:
-    z = "-0" if include_prerelease else ""
-
-    def caret(match: re.Match[str]) -> str:
-        major, minor, patch, pre = match.group(1, 2, 3, 4)
-        if _is_x(major):
-            return ""
-        if _is_x(minor):
-            return f">={major}.0.0{z} <{int(major) + 1}.0.0-0"
-        if _is_x(patch):
-            if major == "0":
-                return f">={major}.{minor}.0{z} <{major}.{int(minor) + 1}.0-0"
-            return f">={major}.{minor}.0{z} <{int(major) + 1}.0.0-0"
-        low = f">={major}.{minor}.{patch}" + (f"-{pre}" if pre else "")
-        if major == "0":
-            if minor == "0":
-                return f"{low} <{major}.{minor}.{int(patch) + 1}-0"
-            return f"{low} <{major}.{int(minor) + 1}.0-0"
-        return f"{low} <{int(major) + 1}.0.0-0"
-
-    return _CARET.sub(caret, text, count=1)
+    return _CARET.sub(_bounds_replacer(include_prerelease, caret=True), text, count=1)
 
 
 def _replace_tilde(text: str, include_prerelease: bool) -> str:
+    return _TILDE.sub(_bounds_replacer(include_prerelease, caret=False), text, count=1)
+
+
+def _bounds_replacer(include_prerelease: bool, caret: bool) -> Callable[[re.Match[str]], str]:
+    """A caret (`^1.2.3`: up to the next change of the first non-zero part) or tilde (`~1.2.3`:
+    up to the next minor version) range as a lower and an upper comparator."""
     z = "-0" if include_prerelease else ""
 
-    def tilde(match: re.Match[str]) -> str:
+    def bounds(match: re.Match[str]) -> str:
         major, minor, patch, pre = match.group(1, 2, 3, 4)
         if _is_x(major):
             return ""
         if _is_x(minor):
             return f">={major}.0.0{z} <{int(major) + 1}.0.0-0"
         if _is_x(patch):
+            if caret and major != "0":
+                return f">={major}.{minor}.0{z} <{int(major) + 1}.0.0-0"
             return f">={major}.{minor}.0{z} <{major}.{int(minor) + 1}.0-0"
         low = f">={major}.{minor}.{patch}" + (f"-{pre}" if pre else "")
-        return f"{low} <{major}.{int(minor) + 1}.0-0"
+        if caret and major != "0":
+            high = f"{int(major) + 1}.0.0"
+        elif caret and minor == "0":
+            high = f"{major}.{minor}.{int(patch) + 1}"
+        else:
+            high = f"{major}.{int(minor) + 1}.0"
+        return f"{low} <{high}-0"
 
-    return _TILDE.sub(tilde, text, count=1)
+    return bounds
 
 
 def _replace_xrange(text: str, include_prerelease: bool) -> str:

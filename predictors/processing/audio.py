@@ -11,13 +11,13 @@ Parameters (all required but `context`, which is the streaming loop's, as for te
   as streaming pipelines feed a clip's end);
 - `element_type`: `float32`, the samples in [-1, 1];
 - `context` (optional): as for tensor inputs, the last `context` samples of the chunk before
-  put in front of each chunk (`predictors.evaluation.streams`).
+  put in front of each chunk (`predictors.evaluation.scenarios.streams`).
 
 Clips are decoded by libsndfile (the `soundfile` package): WAV, FLAC and the other formats it
-reads; several channels are averaged. A dataset of clips (`predictors.data.ClipReader`) gives
-each clip its `segments` ([start, end] in seconds) and `segment_classes` (one class index per
-segment); a chunk takes the class that covers most of its samples, and the first label
-(index 0, the background) where no segment covers half of it.
+reads; several channels are averaged. A dataset of clips (`predictors.data.ClipReader`, streamed
+by `predictors.data.ClipStreams`) gives each clip its `segments` ([start, end] in seconds) and
+`segment_classes` (one class index per segment); a chunk takes the class that covers most of
+its samples, and the first label (index 0, the background) where no segment covers half of it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.processing import ProcessingError
+from predictors.processing.parameters import ProcessingError
 
 PARAMETERS = ("sample_rate", "chunk", "tail", "element_type")
 _KNOWN = (*PARAMETERS, "context")
@@ -155,50 +155,3 @@ class AudioPreprocessor:
         best = coverage.argmax(axis=1)
         labels = np.where(coverage.max(axis=1) * 2 >= self.chunk, best, 0).astype(np.int64)
         return chunks, labels
-
-
-class ClipStreams:
-    """The clips of a sequence-labelling split as streams of chunks, for the streaming loop
-    (what `predictors.data.StreamReader` is for rows of chunks): the columns `audio` (the
-    encoded clip), `segments` ([start, end] in seconds) and `segment_classes`. `lengths` (each
-    clip's chunks, from the headers), `streams`, `count` (chunks, capped by `limit`, which cuts
-    the last clip short); iterating yields `([clip], (segments, classes))` per clip, which
-    `AudioPreprocessor.stream` frames."""
-
-    batch_size = 1
-
-    def __init__(self, path: Any, preprocessor: AudioPreprocessor, *, limit: int | None = None):
-        from predictors.data import ClipReader
-
-        self.reader = ClipReader(path)
-        # Each clip's chunks by row; a clip shorter than one chunk (tail: drop) makes no stream.
-        self.kept: list[int] = []
-        remaining = limit
-        for encoded, _, _ in self.reader:
-            if remaining is not None and remaining <= 0:
-                break
-            length = preprocessor.chunks_in(encoded)
-            if remaining is not None:
-                length = min(length, remaining)
-                remaining -= length
-            self.kept.append(length)
-        self.lengths = [length for length in self.kept if length]
-        self.count = sum(self.lengths)
-
-    @property
-    def streams(self) -> int:
-        return len(self.lengths)
-
-    def with_batch_size(self, batch_size: int) -> ClipStreams:
-        import copy
-
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-        twin = copy.copy(self)
-        twin.batch_size = batch_size
-        return twin
-
-    def __iter__(self) -> Any:
-        for (encoded, segments, classes), length in zip(self.reader, self.kept, strict=False):
-            if length:
-                yield [encoded], (segments, classes, length)

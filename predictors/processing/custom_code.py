@@ -330,8 +330,8 @@ def sandbox(field: str, seconds: float) -> Iterator[None]:
     container), a watchdog that ends the process when the block takes more than `seconds` (a
     loop the code never leaves cannot be interrupted otherwise). The code runs in this
     process, so none of this is a boundary: the container is (and the agent stops a container
-    whose custom code holds the interpreter past its limit, `containers._Deadline`); these give
-    the clear messages."""
+    whose custom code holds the interpreter past its limit, `predictors.agent.relay.Deadline`);
+    these give the clear messages."""
     _install_hook()
     _start_watchdog()  # before the refusals apply: they refuse new threads
     previous = getattr(_state, "field", None)

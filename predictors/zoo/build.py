@@ -100,6 +100,23 @@ def _standard(name: str) -> Entry:
     return Entry("model", name, (f"{name}.pt", f"{name}.onnx", "labels.txt"))
 
 
+def _built(
+    builder: str, dataset: str, model: str, suffixes: tuple[str, ...] = (".onnx", ".pt")
+) -> tuple[Entry, Entry]:
+    """A dataset and the model trained on it, both made by the module `builder`; the model's
+    files are itself in each format (`suffixes`, in that order) and its labels."""
+    return (
+        Entry("dataset", dataset, ("train.parquet", "validation.parquet"), builder=builder),
+        Entry(
+            "model",
+            model,
+            (*(f"{model}{suffix}" for suffix in suffixes), "labels.txt"),
+            requires=f"datasets/{dataset}",
+            builder=builder,
+        ),
+    )
+
+
 def _pretrained(name: str) -> Entry:
     from predictors.zoo.pretrained import PRETRAINED
 
@@ -114,49 +131,12 @@ ENTRIES: tuple[Entry, ...] = (
     *(_standard(name) for name in STANDARD_MODELS),
     _dataset("text-lines"),
     _pretrained("text-direction"),
-    Entry("dataset", "toggle-clicks", ("train.parquet", "validation.parquet"), builder="streams"),
-    Entry(
-        "model",
-        "toggle-gru",
-        ("toggle-gru.pt", "toggle-gru.onnx", "labels.txt"),
-        requires="datasets/toggle-clicks",
-        builder="streams",
-    ),
+    *_built("streams", "toggle-clicks", "toggle-gru", (".pt", ".onnx")),
     Entry("dataset", "speech-clips", ("validation.parquet",), builder="speech"),
-    Entry("dataset", "shapes-boxes", ("train.parquet", "validation.parquet"), builder="detection"),
-    Entry(
-        "model",
-        "shapes-detector",
-        ("shapes-detector.onnx", "shapes-detector.pt", "labels.txt"),
-        requires="datasets/shapes-boxes",
-        builder="detection",
-    ),
-    Entry(
-        "dataset", "shapes-masks", ("train.parquet", "validation.parquet"), builder="segmentation"
-    ),
-    Entry(
-        "model",
-        "shapes-segmenter",
-        ("shapes-segmenter.onnx", "shapes-segmenter.pt", "labels.txt"),
-        requires="datasets/shapes-masks",
-        builder="segmentation",
-    ),
-    Entry("dataset", "shapes-sets", ("train.parquet", "validation.parquet"), builder="multilabel"),
-    Entry(
-        "model",
-        "shapes-tagger",
-        ("shapes-tagger.onnx", "shapes-tagger.pt", "labels.txt"),
-        requires="datasets/shapes-sets",
-        builder="multilabel",
-    ),
-    Entry("dataset", "diabetes", ("train.parquet", "validation.parquet"), builder="regression"),
-    Entry(
-        "model",
-        "diabetes-mlp",
-        ("diabetes-mlp.onnx", "diabetes-mlp.pt", "labels.txt"),
-        requires="datasets/diabetes",
-        builder="regression",
-    ),
+    *_built("detection", "shapes-boxes", "shapes-detector"),
+    *_built("segmentation", "shapes-masks", "shapes-segmenter"),
+    *_built("multilabel", "shapes-sets", "shapes-tagger"),
+    *_built("regression", "diabetes", "diabetes-mlp"),
     _pretrained("silero-vad"),
 )
 

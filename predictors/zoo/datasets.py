@@ -13,7 +13,6 @@ channel, in float): the models are trained and evaluated on exactly that.
 from __future__ import annotations
 
 import io
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictors.zoo.store import VERSION, Staging
+from predictors.zoo.common import build_splits, dataset_metadata, parquet_bytes
+from predictors.zoo.store import VERSION
 
 ROW_GROUP_SIZE = 256
 
@@ -173,7 +173,7 @@ TEXT_COUNTS = {"train": 200, "validation": 600}
 TEXT_DIRECTIONS = ("0", "180")
 
 
-def _zen_lines() -> list[str]:
+def zen_lines() -> list[str]:
     """The lines of the Zen of Python, read from the standard library's `this` module without
     running it (it prints when imported)."""
     import ast
@@ -221,7 +221,7 @@ def make_text_lines() -> dict[str, Split]:
     down (label "180", the same line rotated by 180 degrees), balanced, as PNG."""
     from PIL import Image
 
-    lines = [line.split() for line in _zen_lines()]
+    lines = [line.split() for line in zen_lines()]
     rng = np.random.default_rng(TEXT_SEED)
     splits = {}
     for split in SPLITS:
@@ -270,23 +270,10 @@ DATASETS = {spec.name: spec for spec in (DIGITS, SHAPES, TEXT_LINES)}
 def to_parquet(split: Split, spec: DatasetSpec) -> bytes:
     """The split as Parquet bytes, in row groups of ROW_GROUP_SIZE rows."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [pa.field("image", pa.binary()), pa.field("label", pa.int64())],
-        metadata={
-            "mlmodelscope.dataset": spec.name,
-            "mlmodelscope.encoding": spec.encoding,
-            "mlmodelscope.labels": json.dumps(list(spec.labels)),
-        },
-    )
-    table = pa.Table.from_arrays(
-        [pa.array(split.images, type=pa.binary()), pa.array(split.labels, type=pa.int64())],
-        schema=schema,
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
-    return sink.getvalue()
+    columns = [("image", split.images, pa.binary()), ("label", split.labels, pa.int64())]
+    metadata = dataset_metadata(spec.name, spec.labels, spec.encoding)
+    return parquet_bytes(columns, metadata, ROW_GROUP_SIZE)
 
 
 def iter_batches(path: Path, batch_size: int = ROW_GROUP_SIZE) -> Iterator[Split]:
@@ -374,10 +361,5 @@ def pitfall_inputs(pixels: np.ndarray, spec: ImageSpec) -> dict[str, np.ndarray]
 def build_dataset(store: Path, spec: DatasetSpec) -> dict:
     """Generate the dataset and write its splits (atomically) into ``store``."""
     splits = spec.make()
-    with Staging(store, spec.directory) as staging:
-        for split in SPLITS:
-            staging.write(f"{split}.parquet", to_parquet(splits[split], spec))
-        files = staging.commit()
-    for record, split in zip(files, SPLITS, strict=True):
-        record["count"] = len(splits[split].labels)
-    return {"files": files, "encoding": spec.encoding, "labels": list(spec.labels)}
+    files = {name: (to_parquet(splits[name], spec), len(splits[name].labels)) for name in SPLITS}
+    return build_splits(store, spec.name, spec.labels, spec.encoding, files)

@@ -21,11 +21,23 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import numpy as np
+
+from predictors.zoo.common import (
+    build_splits,
+    canvas,
+    contrasting_color,
+    dataset_metadata,
+    draw_shape,
+    image_tensor,
+    labels_text,
+    model_record,
+    parquet_bytes,
+    png_bytes,
+    with_noise,
+)
 
 DATASET = "shapes-boxes"
 MODEL = "shapes-detector"
@@ -41,10 +53,9 @@ ROW_GROUP_SIZE = 256
 
 def _draw(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, list, list]:
     """One image (H, W, 3 uint8) and its boxes ([x, y, w, h]) and classes."""
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
-    background = rng.integers(0, 256, 3)
-    image = Image.new("RGB", (width, height), tuple(int(v) for v in background))
+    image, background = canvas(rng, width, height)
     draw = ImageDraw.Draw(image)
     boxes: list[list[float]] = []
     classes: list[int] = []
@@ -57,23 +68,10 @@ def _draw(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray
         else:
             continue
         kind = int(rng.integers(0, 3))
-        color = rng.integers(0, 256, 3)
-        while np.abs(color - background).sum() < 150:
-            color = rng.integers(0, 256, 3)
-        fill = tuple(int(v) for v in color)
-        corners = (x, y, x + size - 1, y + size - 1)
-        if kind == 0:
-            draw.ellipse(corners, fill=fill)
-        elif kind == 1:
-            draw.rectangle(corners, fill=fill)
-        else:
-            draw.polygon(
-                [(x + size / 2, y), (x, y + size - 1), (x + size - 1, y + size - 1)], fill=fill
-            )
+        draw_shape(draw, kind, x, y, size, contrasting_color(rng, background))
         boxes.append([float(x), float(y), float(size), float(size)])
         classes.append(kind)
-    pixels = np.asarray(image, dtype=np.int16) + rng.normal(0, 8, (height, width, 3))
-    return np.clip(pixels, 0, 255).astype(np.uint8), boxes, classes
+    return with_noise(image, rng), boxes, classes
 
 
 def _iou(a: list[float], b: list[float]) -> float:
@@ -85,8 +83,6 @@ def _iou(a: list[float], b: list[float]) -> float:
 
 
 def make_split(split: str) -> tuple[list[bytes], list[list[list[float]]], list[list[int]]]:
-    from PIL import Image
-
     rng = np.random.default_rng(SEED + (0 if split == "train" else 1))
     images, boxes, classes = [], [], []
     for _ in range(COUNTS[split]):
@@ -95,9 +91,7 @@ def make_split(split: str) -> tuple[list[bytes], list[list[list[float]]], list[l
         else:
             height, width = (int(v) for v in rng.integers(*VALIDATION_SIZES, size=2))
         pixels, image_boxes, image_classes = _draw(rng, height, width)
-        buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format="PNG")
-        images.append(buffer.getvalue())
+        images.append(png_bytes(pixels))
         boxes.append(image_boxes)
         classes.append(image_classes)
     return images, boxes, classes
@@ -105,40 +99,19 @@ def make_split(split: str) -> tuple[list[bytes], list[list[list[float]]], list[l
 
 def to_parquet(images: list[bytes], boxes: list, classes: list) -> bytes:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            pa.field("image", pa.binary()),
-            pa.field("boxes", pa.list_(pa.list_(pa.float64(), 4))),
-            pa.field("classes", pa.list_(pa.int64())),
-        ],
-        metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-    )
-    table = pa.Table.from_arrays(
-        [
-            pa.array(images, type=pa.binary()),
-            pa.array(boxes, type=schema.field("boxes").type),
-            pa.array(classes, type=pa.list_(pa.int64())),
-        ],
-        schema=schema,
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
-    return sink.getvalue()
+    columns = [
+        ("image", images, pa.binary()),
+        ("boxes", boxes, pa.list_(pa.list_(pa.float64(), 4))),
+        ("classes", classes, pa.list_(pa.int64())),
+    ]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import stage_splits
-
     splits = {name: make_split(name) for name in COUNTS}
-    files = stage_splits(
-        store,
-        DATASET,
-        {name: to_parquet(*split) for name, split in splits.items()},
-        {name: len(split[0]) for name, split in splits.items()},
-    )
-    return {"files": files, "encoding": "png", "labels": list(LABELS)}
+    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
+    return build_splits(store, DATASET, LABELS, "png", files)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -202,15 +175,6 @@ def _module():  # type: ignore[no-untyped-def]
 MEAN, STD = 0.5, 0.25
 
 
-def _tensor(images: list[bytes]) -> np.ndarray:
-    """Images as the manifest prepares them: RGB, /255, (x - 0.5) / 0.25, NCHW (one size)."""
-    from PIL import Image
-
-    arrays = [np.asarray(Image.open(io.BytesIO(data)).convert("RGB")) for data in images]
-    stacked = np.stack(arrays).astype(np.float32) / 255.0
-    return ((stacked - MEAN) / STD).transpose(0, 3, 1, 2).copy()
-
-
 def _targets(boxes: list, classes: list, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CenterNet targets at stride 4: Gaussian centre heatmaps, box targets, their mask."""
     cells = size // STRIDE
@@ -233,12 +197,12 @@ def _targets(boxes: list, classes: list, size: int) -> tuple[np.ndarray, np.ndar
 def train(epochs: int = 8, batch_size: int = 32, learning_rate: float = 0.003):  # type: ignore[no-untyped-def]
     import torch
 
-    from predictors.zoo.training import fit, make_deterministic
+    from predictors.zoo.training import TrainingPlan, fit, make_deterministic
 
     make_deterministic(SEED)
     model = _module()
     images, boxes, classes = make_split("train")
-    inputs = torch.from_numpy(_tensor(images))
+    inputs = torch.from_numpy(image_tensor(images, MEAN, STD))
     heat, box, mask = (torch.from_numpy(t) for t in _targets(boxes, classes, TRAIN_SIZE))
 
     def batch_loss(index: torch.Tensor) -> torch.Tensor:
@@ -248,19 +212,8 @@ def train(epochs: int = 8, batch_size: int = 32, learning_rate: float = 0.003): 
         )
         return loss
 
-    training = fit(
-        model,
-        len(inputs),
-        batch_loss,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=SEED,
-        label=MODEL,
-        one_cycle=True,
-        log_every=4,
-    )
-    return model, training
+    plan = TrainingPlan(epochs, batch_size, learning_rate, SEED)
+    return model, fit(model, len(inputs), batch_loss, plan, MODEL, one_cycle=True, log_every=4)
 
 
 def _focal(logits, target):  # type: ignore[no-untyped-def]
@@ -288,66 +241,19 @@ def _padded(images: list[bytes]) -> list[np.ndarray]:
     """Each image as the manifest prepares it, padded (bottom, right) to multiples of STRIDE."""
     arrays = []
     for image in images:
-        x = _tensor([image])
+        x = image_tensor([image], MEAN, STD)
         height, width = x.shape[2:]
         pad = ((0, 0), (0, 0), (0, -height % STRIDE), (0, -width % STRIDE))
         arrays.append(np.pad(x, pad))
     return arrays
 
 
-def _onnx_bytes(model, example) -> bytes:  # type: ignore[no-untyped-def]
-    import tempfile
-    import warnings
-
-    import onnx
-    import torch
-
-    from predictors.zoo.export import OPSET
-
-    with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter, on purpose
-        path = Path(directory) / "model.onnx"
-        torch.onnx.export(
-            model.eval(),
-            (example,),
-            path,
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=["image"],
-            output_names=list(OUTPUT_NAMES),
-            dynamic_axes={
-                "image": {0: "batch", 2: "height", 3: "width"},
-                **{name: {0: "batch"} for name in OUTPUT_NAMES},
-            },
-        )
-        data = path.read_bytes()
-    onnx.checker.check_model(onnx.load_from_string(data))
-    return data
-
-
-def _torchscript_bytes(model, example) -> bytes:  # type: ignore[no-untyped-def]
-    import warnings
-
-    import torch
-
-    from predictors.zoo.export import strip_debug_records
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit is deprecated upstream; traced on purpose
-        traced = torch.jit.trace(model.eval(), example, check_trace=False)
-        buffer = io.BytesIO()
-        torch.jit.save(traced, buffer)
-    return strip_debug_records(buffer.getvalue())
-
-
 def build_model(store: str) -> dict:
     """Train the detector, export it as ONNX and TorchScript, check that both give the same
     detections on every validation image (each at its own size), and store them."""
-    import warnings
-
-    import onnxruntime as ort
     import torch
 
+    from predictors.zoo import export
     from predictors.zoo.store import VERSION, Staging
 
     model, training = train()
@@ -355,17 +261,23 @@ def build_model(store: str) -> dict:
     inputs = _padded(images)
     with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
         example = torch.from_numpy(inputs[0])
-        paths = {
-            "onnxruntime": staging.write(f"{MODEL}.onnx", _onnx_bytes(model, example)),
-            "pytorch": staging.write(f"{MODEL}.pt", _torchscript_bytes(model, example)),
-        }
-        staging.write("labels.txt", "".join(f"{label}\n" for label in LABELS).encode())
-        session = ort.InferenceSession(
-            str(paths["onnxruntime"]), providers=["CPUExecutionProvider"]
+        onnx = export.onnx_bytes(
+            model,
+            example,
+            input_names=["image"],
+            output_names=OUTPUT_NAMES,
+            dynamic_axes={
+                "image": {0: "batch", 2: "height", 3: "width"},
+                **{name: {0: "batch"} for name in OUTPUT_NAMES},
+            },
         )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = torch.jit.load(str(paths["pytorch"]))
+        paths = {
+            "onnxruntime": staging.write(f"{MODEL}.onnx", onnx),
+            "pytorch": staging.write(f"{MODEL}.pt", export.torchscript_bytes(model, example)),
+        }
+        staging.write("labels.txt", labels_text(LABELS))
+        session = export.onnx_session(paths["onnxruntime"])
+        module = export.load_torchscript(paths["pytorch"])
         delta = 0.0
         sizes = set()
         with torch.no_grad():
@@ -383,13 +295,12 @@ def build_model(store: str) -> dict:
         if not delta < 1e-3:
             raise RuntimeError(f"{MODEL}: exports disagree (max |Δ| {delta:.3g})")
         files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "dataset": DATASET,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training": training,
-        "validation_count": len(images),
-        "input_sizes": len(sizes),
-        "max_abs_diff": delta,
-    }
+    return model_record(
+        files,
+        DATASET,
+        model,
+        training,
+        validation_count=len(images),
+        input_sizes=len(sizes),
+        max_abs_diff=delta,
+    )

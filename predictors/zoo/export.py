@@ -29,14 +29,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from predictors.zoo.common import labels_text
+
 OPSET = 17
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-def torchscript_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
-    """The traced module as a TorchScript archive, without its ``*.debug_pkl`` records.
+def torchscript_bytes(model: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...]) -> bytes:
+    """The traced module (`example`: its input, or a tuple of its inputs) as a TorchScript
+    archive, without its ``*.debug_pkl`` records.
 
     Those records hold the Python call stack at trace time (absolute paths and line numbers of
     the code that called ``trace``), so that the same weights would give different bytes from
@@ -44,7 +47,7 @@ def torchscript_bytes(model: nn.Module, example: torch.Tensor) -> bytes:
     own writer (which keeps tensor data aligned); ``torch.jit.load`` does not need them.
     """
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream
+        warnings.simplefilter("ignore")  # torch.jit is deprecated upstream; traced on purpose
         traced = torch.jit.trace(model.eval(), example, check_trace=False)  # checked by callers
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer)
@@ -66,26 +69,37 @@ def strip_debug_records(archive: bytes) -> bytes:
     return stripped.getvalue()
 
 
-def onnx_bytes(model: nn.Module, example: torch.Tensor, *, spatial: bool = False) -> bytes:
-    """The model as ONNX, its batch axis dynamic (and, with `spatial`, the height and width of
-    its input and output, for a fully convolutional model)."""
+def onnx_bytes(
+    model: nn.Module,
+    example: torch.Tensor | tuple[torch.Tensor, ...],
+    *,
+    spatial: bool = False,
+    input_names: Sequence[str] = (INPUT_NAME,),
+    output_names: Sequence[str] = (OUTPUT_NAME,),
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+) -> bytes:
+    """The model (`example`: its input, or a tuple of its inputs) as ONNX. Unless
+    `dynamic_axes` says otherwise, the batch axis of every input and output is dynamic (and,
+    with `spatial`, their height and width, for a fully convolutional model)."""
     import onnx
 
+    if dynamic_axes is None:
+        dynamic_axes = {
+            name: {0: "batch", 2: "height", 3: "width"} if spatial else {0: "batch"}
+            for name in (*input_names, *output_names)
+        }
     with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter, on purpose
+        warnings.simplefilter("ignore")  # the legacy exporter, on purpose
         path = Path(directory) / "model.onnx"
         torch.onnx.export(
             model.eval(),
-            (example,),
+            example if isinstance(example, tuple) else (example,),
             path,
             dynamo=False,
             opset_version=OPSET,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={
-                name: {0: "batch", 2: "height", 3: "width"} if spatial else {0: "batch"}
-                for name in (INPUT_NAME, OUTPUT_NAME)
-            },
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_axes=dynamic_axes,
         )
         data = path.read_bytes()
     onnx.checker.check_model(onnx.load_from_string(data))
@@ -201,8 +215,22 @@ def keras_bytes(keras_model) -> bytes:
 # --- running the exports, each in its own runtime -------------------------------------------
 
 
+def load_torchscript(path: Path) -> Any:
+    """A TorchScript file, loaded on the CPU."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit is deprecated upstream
+        return torch.jit.load(str(path), map_location="cpu")
+
+
+def onnx_session(path: Path) -> Any:
+    """An ONNX Runtime session of an ONNX file, on the CPU."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 def run_torchscript(path: Path, x_nchw: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    module = torch.jit.load(str(path), map_location="cpu").eval()
+    module = load_torchscript(path).eval()
     outputs = []
     with torch.inference_mode():
         for start in range(0, len(x_nchw), batch_size):
@@ -211,9 +239,7 @@ def run_torchscript(path: Path, x_nchw: np.ndarray, batch_size: int = 256) -> np
 
 
 def run_onnx(path: Path, x_nchw: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnx_session(path)
     return np.concatenate(
         [
             session.run([OUTPUT_NAME], {INPUT_NAME: x_nchw[start : start + batch_size]})[0]
@@ -250,7 +276,7 @@ def stage_exports(
     difference."""
     onnx_path = staging.write(f"{name}.onnx", onnx_bytes(model, example, spatial=spatial))
     script_path = staging.write(f"{name}.pt", torchscript_bytes(model, example))
-    staging.write("labels.txt", "".join(f"{label}\n" for label in labels).encode())
+    staging.write("labels.txt", labels_text(labels))
     onnx = run_onnx(onnx_path, x)
     delta = float(np.abs(onnx - run_torchscript(script_path, x)).max())
     if not delta < 1e-3:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from predictors.zoo import architectures, export
+from predictors.zoo.common import labels_text
 from predictors.zoo.datasets import DATASETS, decode, normalize, pitfall_inputs, read_split
 from predictors.zoo.store import VERSION, Staging
 from predictors.zoo.training import TrainingPlan, make_deterministic, train
@@ -42,32 +43,19 @@ class TrainedModel:
         return f"models/{self.name}/{VERSION}"
 
 
+PLAN = TrainingPlan(epochs=20, batch_size=32, learning_rate=2e-3)
 TRAINED = {
     model.name: model
     for model in (
+        TrainedModel("digits-cnn", "digits", architectures.digits_cnn, PLAN, target_top1=0.97),
         TrainedModel(
-            name="digits-cnn",
-            dataset="digits",
-            factory=architectures.digits_cnn,
-            plan=TrainingPlan(epochs=20, batch_size=32, learning_rate=2e-3),
-            target_top1=0.97,
-        ),
-        TrainedModel(
-            name="shapes-color",
-            dataset="shapes-color",
-            factory=architectures.shapes_cnn,
-            plan=TrainingPlan(epochs=20, batch_size=32, learning_rate=2e-3),
-            target_top1=0.95,
+            "shapes-color", "shapes-color", architectures.shapes_cnn, PLAN, target_top1=0.95
         ),
     )
 }
 
 STANDARD_INPUT = (3, 224, 224)
 STANDARD_LABELS = tuple(f"class-{i}" for i in range(1000))
-
-
-def _labels_text(labels: tuple[str, ...] | list[str]) -> bytes:
-    return "".join(f"{label}\n" for label in labels).encode()
 
 
 def _log(message: str) -> None:
@@ -104,7 +92,7 @@ def build_trained_model(store: str, name: str) -> dict:
                 export.keras_bytes(export.to_keras(model, tuple(x.shape[1:]))),
             ),
         }
-        staging.write("labels.txt", _labels_text(dataset.labels))
+        staging.write("labels.txt", labels_text(dataset.labels))
 
         _log(f"models/{name}: checking the exports on {len(labels)} validation images")
         logits = {
@@ -173,7 +161,7 @@ def build_standard_model(store: str, name: str) -> dict:
             "pytorch": staging.write(f"{name}.pt", export.torchscript_bytes(model, x[:1])),
             "onnxruntime": staging.write(f"{name}.onnx", export.onnx_bytes(model, x[:1])),
         }
-        staging.write("labels.txt", _labels_text(STANDARD_LABELS))
+        staging.write("labels.txt", labels_text(STANDARD_LABELS))
         # Batch 2 while the exports were traced with batch 1: the batch axis must be dynamic.
         outputs = {
             "pytorch": export.run_torchscript(paths["pytorch"], x.numpy()),

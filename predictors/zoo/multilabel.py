@@ -17,11 +17,22 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import numpy as np
+
+from predictors.zoo.common import (
+    build_splits,
+    canvas,
+    contrasting_color,
+    dataset_metadata,
+    draw_shape,
+    image_tensor,
+    model_record,
+    parquet_bytes,
+    png_bytes,
+    with_noise,
+)
 
 DATASET = "shapes-sets"
 MODEL = "shapes-tagger"
@@ -35,42 +46,22 @@ MEAN, STD = 0.5, 0.25
 
 def _draw(rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
     """One image (SIZE, SIZE, 3 uint8) and the sorted kinds it holds."""
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
-    background = rng.integers(0, 256, 3)
-    image = Image.new("RGB", (SIZE, SIZE), tuple(int(v) for v in background))
+    image, background = canvas(rng, SIZE, SIZE)
     draw = ImageDraw.Draw(image)
     kinds = set()
     for _ in range(int(rng.integers(0, 4))):
         size = int(rng.integers(12, 22))
         x, y = int(rng.integers(0, SIZE - size)), int(rng.integers(0, SIZE - size))
         kind = int(rng.integers(0, len(LABELS)))
-        color = rng.integers(0, 256, 3)
-        while np.abs(color - background).sum() < 150:
-            color = rng.integers(0, 256, 3)
-        fill = tuple(int(v) for v in color)
-        corners = (x, y, x + size - 1, y + size - 1)
-        if kind == 0:
-            draw.ellipse(corners, fill=fill)
-        elif kind == 1:
-            draw.rectangle(corners, fill=fill)
-        elif kind == 2:
-            draw.polygon(
-                [(x + size / 2, y), (x, y + size - 1), (x + size - 1, y + size - 1)], fill=fill
-            )
+        fill = contrasting_color(rng, background)
+        if kind == 3:  # a ring
+            draw.ellipse((x, y, x + size - 1, y + size - 1), outline=fill, width=3)
         else:
-            draw.ellipse(corners, outline=fill, width=3)
+            draw_shape(draw, kind, x, y, size, fill)
         kinds.add(kind)
-    pixels = np.asarray(image, np.int16) + rng.normal(0, 8, (SIZE, SIZE, 3))
-    return np.clip(pixels, 0, 255).astype(np.uint8), sorted(kinds)
-
-
-def _png(array: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return with_noise(image, rng), sorted(kinds)
 
 
 def make_split(split: str) -> tuple[list[bytes], list[list[int]]]:
@@ -78,38 +69,22 @@ def make_split(split: str) -> tuple[list[bytes], list[list[int]]]:
     images, labels = [], []
     for _ in range(COUNTS[split]):
         pixels, kinds = _draw(rng)
-        images.append(_png(pixels))
+        images.append(png_bytes(pixels))
         labels.append(kinds)
     return images, labels
 
 
 def to_parquet(images: list[bytes], labels: list[list[int]]) -> bytes:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [pa.field("image", pa.binary()), pa.field("label", pa.list_(pa.int64()))],
-        metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-    )
-    table = pa.Table.from_arrays(
-        [pa.array(images, pa.binary()), pa.array(labels, pa.list_(pa.int64()))], schema=schema
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
-    return sink.getvalue()
+    columns = [("image", images, pa.binary()), ("label", labels, pa.list_(pa.int64()))]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import stage_splits
-
     splits = {name: make_split(name) for name in COUNTS}
-    files = stage_splits(
-        store,
-        DATASET,
-        {name: to_parquet(*split) for name, split in splits.items()},
-        {name: len(split[0]) for name, split in splits.items()},
-    )
-    return {"files": files, "encoding": "png", "labels": list(LABELS)}
+    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
+    return build_splits(store, DATASET, LABELS, "png", files)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -134,10 +109,7 @@ def _module():  # type: ignore[no-untyped-def]
 
 
 def _arrays(images: list[bytes], labels: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    from PIL import Image
-
-    pixels = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images])
-    x = ((pixels.astype(np.float32) / 255.0 - MEAN) / STD).transpose(0, 3, 1, 2).copy()
+    x = image_tensor(images, MEAN, STD)
     y = np.zeros((len(labels), len(LABELS)), np.float32)
     for row, kinds in enumerate(labels):
         y[row, kinds] = 1.0
@@ -145,33 +117,16 @@ def _arrays(images: list[bytes], labels: list[list[int]]) -> tuple[np.ndarray, n
 
 
 def train(epochs: int = 10, batch_size: int = 32, learning_rate: float = 0.006):  # type: ignore[no-untyped-def]
-    import torch
     from torch import nn
 
-    from predictors.zoo.training import fit, make_deterministic
+    from predictors.zoo.training import TrainingPlan, fit, make_deterministic, supervised_loss
 
     make_deterministic(SEED)
     model = _module()
     x, y = _arrays(*make_split("train"))
-    inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
-    loss_fn = nn.BCEWithLogitsLoss()
-
-    def batch_loss(index: torch.Tensor) -> torch.Tensor:
-        loss: torch.Tensor = loss_fn(model(inputs[index]), targets[index])
-        return loss
-
-    training = fit(
-        model,
-        len(inputs),
-        batch_loss,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=SEED,
-        label=MODEL,
-        one_cycle=True,
-    )
-    return model, training
+    batch_loss = supervised_loss(model, x, y, nn.BCEWithLogitsLoss())
+    plan = TrainingPlan(epochs, batch_size, learning_rate, SEED)
+    return model, fit(model, len(x), batch_loss, plan, MODEL, one_cycle=True)
 
 
 def build_model(store: str) -> dict:
@@ -192,12 +147,6 @@ def build_model(store: str) -> dict:
         if mean_ap < 0.9:
             raise RuntimeError(f"{MODEL}: validation mAP {mean_ap:.4f} < 0.9")
         files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "dataset": DATASET,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training": training,
-        "validation_map": mean_ap,
-        "max_abs_logit_diff": delta,
-    }
+    return model_record(
+        files, DATASET, model, training, validation_map=mean_ap, max_abs_logit_diff=delta
+    )

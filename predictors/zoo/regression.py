@@ -21,11 +21,17 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import numpy as np
+
+from predictors.zoo.common import (
+    build_splits,
+    dataset_metadata,
+    model_record,
+    npy_bytes,
+    parquet_bytes,
+)
 
 DATASET = "diabetes"
 MODEL = "diabetes-mlp"
@@ -47,40 +53,19 @@ def make_splits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {"train": (x[train], y[train]), "validation": (x[validation], y[validation])}
 
 
-def _npy(row: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, row, allow_pickle=False)
-    return buffer.getvalue()
-
-
 def to_parquet(x: np.ndarray, y: np.ndarray) -> bytes:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [pa.field("input", pa.binary()), pa.field("target", pa.float64())],
-        metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-    )
-    table = pa.Table.from_arrays(
-        [pa.array([_npy(row) for row in x], pa.binary()), pa.array(y, pa.float64())],
-        schema=schema,
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="none")
-    return sink.getvalue()
+    columns = [
+        ("input", [npy_bytes(row) for row in x], pa.binary()),
+        ("target", y, pa.float64()),
+    ]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS))
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import stage_splits
-
-    splits = make_splits()
-    files = stage_splits(
-        store,
-        DATASET,
-        {name: to_parquet(*split) for name, split in splits.items()},
-        {name: len(split[1]) for name, split in splits.items()},
-    )
-    return {"files": files, "encoding": "npy", "labels": list(LABELS)}
+    files = {name: (to_parquet(*split), len(split[1])) for name, split in make_splits().items()}
+    return build_splits(store, DATASET, LABELS, "npy", files)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -116,7 +101,7 @@ def _module(x: np.ndarray, y: np.ndarray):  # type: ignore[no-untyped-def]
 def train(epochs: int = 15, batch_size: int = 32, learning_rate: float = 0.01):  # type: ignore[no-untyped-def]
     import torch
 
-    from predictors.zoo.training import fit, make_deterministic
+    from predictors.zoo.training import TrainingPlan, fit, make_deterministic
 
     make_deterministic(SEED)
     x, y = make_splits()["train"]
@@ -128,18 +113,8 @@ def train(epochs: int = 15, batch_size: int = 32, learning_rate: float = 0.01): 
         error = model.standardised(inputs[index]) - targets[index]
         return (error**2).mean()
 
-    training = fit(
-        model,
-        len(inputs),
-        batch_loss,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=SEED,
-        label=MODEL,
-        log_every=5,
-    )
-    return model, training
+    plan = TrainingPlan(epochs, batch_size, learning_rate, SEED)
+    return model, fit(model, len(inputs), batch_loss, plan, MODEL, log_every=5)
 
 
 def least_squares_mae() -> float:
@@ -174,13 +149,12 @@ def build_model(store: str) -> dict:
                 f"{baseline:.2f}"
             )
         files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "dataset": DATASET,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training": training,
-        "validation_mae": mae,
-        "least_squares_mae": baseline,
-        "max_abs_diff": delta,
-    }
+    return model_record(
+        files,
+        DATASET,
+        model,
+        training,
+        validation_mae=mae,
+        least_squares_mae=baseline,
+        max_abs_diff=delta,
+    )

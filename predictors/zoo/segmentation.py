@@ -20,10 +20,22 @@ Files, as ``predictors.zoo.build`` writes them:
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
+
+from predictors.zoo.common import (
+    build_splits,
+    canvas,
+    contrasting_color,
+    dataset_metadata,
+    draw_shape,
+    image_tensor,
+    model_record,
+    parquet_bytes,
+    png_bytes,
+    with_noise,
+)
 
 DATASET = "shapes-masks"
 MODEL = "shapes-segmenter"
@@ -40,8 +52,7 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """One image (SIZE, SIZE, 3 uint8) and its mask (SIZE, SIZE uint8)."""
     from PIL import Image, ImageDraw, ImageFilter
 
-    background = rng.integers(0, 256, 3)
-    image = Image.new("RGB", (SIZE, SIZE), tuple(int(v) for v in background))
+    image, background = canvas(rng, SIZE, SIZE)
     draw = ImageDraw.Draw(image)
     mask = Image.new("L", (SIZE, SIZE), 0)
     rims = Image.new("L", (SIZE, SIZE), 0)
@@ -49,23 +60,9 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         size = int(rng.integers(8, 22))
         x, y = int(rng.integers(0, SIZE - size)), int(rng.integers(0, SIZE - size))
         kind = int(rng.integers(0, 3))
-        color = rng.integers(0, 256, 3)
-        while np.abs(color - background).sum() < 150:
-            color = rng.integers(0, 256, 3)
-        fill = tuple(int(v) for v in color)
-        corners = (x, y, x + size - 1, y + size - 1)
         shape = Image.new("L", (SIZE, SIZE), 0)
-        outline = ImageDraw.Draw(shape)
-        if kind == 0:
-            draw.ellipse(corners, fill=fill)
-            outline.ellipse(corners, fill=255)
-        elif kind == 1:
-            draw.rectangle(corners, fill=fill)
-            outline.rectangle(corners, fill=255)
-        else:
-            triangle = [(x + size / 2, y), (x, y + size - 1), (x + size - 1, y + size - 1)]
-            draw.polygon(triangle, fill=fill)
-            outline.polygon(triangle, fill=255)
+        draw_shape(draw, kind, x, y, size, contrasting_color(rng, background))
+        draw_shape(ImageDraw.Draw(shape), kind, x, y, size, 255)
         mask.paste(kind + 1, mask=shape)
         inner = shape.filter(ImageFilter.MinFilter(3))
         outer = shape.filter(ImageFilter.MaxFilter(3))
@@ -73,16 +70,7 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         rims.paste(255, mask=Image.fromarray((rim > 0).astype(np.uint8) * 255))
     classes = np.asarray(mask, np.uint8).copy()
     classes[np.asarray(rims) > 0] = IGNORE
-    pixels = np.asarray(image, np.int16) + rng.normal(0, 8, (SIZE, SIZE, 3))
-    return np.clip(pixels, 0, 255).astype(np.uint8), classes
-
-
-def _png(array: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return with_noise(image, rng), classes
 
 
 def make_split(split: str) -> tuple[list[bytes], list[bytes]]:
@@ -90,38 +78,22 @@ def make_split(split: str) -> tuple[list[bytes], list[bytes]]:
     images, masks = [], []
     for _ in range(COUNTS[split]):
         pixels, classes = _draw(rng)
-        images.append(_png(pixels))
-        masks.append(_png(classes))
+        images.append(png_bytes(pixels))
+        masks.append(png_bytes(classes))
     return images, masks
 
 
 def to_parquet(images: list[bytes], masks: list[bytes]) -> bytes:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [pa.field("image", pa.binary()), pa.field("mask", pa.binary())],
-        metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-    )
-    table = pa.Table.from_arrays(
-        [pa.array(images, type=pa.binary()), pa.array(masks, type=pa.binary())], schema=schema
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
-    return sink.getvalue()
+    columns = [("image", images, pa.binary()), ("mask", masks, pa.binary())]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import stage_splits
-
     splits = {name: make_split(name) for name in COUNTS}
-    files = stage_splits(
-        store,
-        DATASET,
-        {name: to_parquet(*split) for name, split in splits.items()},
-        {name: len(split[0]) for name, split in splits.items()},
-    )
-    return {"files": files, "encoding": "png", "labels": list(LABELS), "ignore_label": IGNORE}
+    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
+    return build_splits(store, DATASET, LABELS, "png", files, ignore_label=IGNORE)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -150,40 +122,22 @@ def _module():  # type: ignore[no-untyped-def]
 def _arrays(images: list[bytes], masks: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     from PIL import Image
 
-    pixels = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in images])
-    x = ((pixels.astype(np.float32) / 255.0 - MEAN) / STD).transpose(0, 3, 1, 2).copy()
+    x = image_tensor(images, MEAN, STD)
     y = np.stack([np.asarray(Image.open(io.BytesIO(b))) for b in masks]).astype(np.int64)
     return x, y
 
 
 def train(epochs: int = 6, batch_size: int = 32, learning_rate: float = 0.004):  # type: ignore[no-untyped-def]
-    import torch
     from torch import nn
 
-    from predictors.zoo.training import fit, make_deterministic
+    from predictors.zoo.training import TrainingPlan, fit, make_deterministic, supervised_loss
 
     make_deterministic(SEED)
     model = _module()
     x, y = _arrays(*make_split("train"))
-    inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=IGNORE)
-
-    def batch_loss(index: torch.Tensor) -> torch.Tensor:
-        loss: torch.Tensor = loss_fn(model(inputs[index]), targets[index])
-        return loss
-
-    training = fit(
-        model,
-        len(inputs),
-        batch_loss,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=SEED,
-        label=MODEL,
-        one_cycle=True,
-    )
-    return model, training
+    batch_loss = supervised_loss(model, x, y, nn.CrossEntropyLoss(ignore_index=IGNORE))
+    plan = TrainingPlan(epochs, batch_size, learning_rate, SEED)
+    return model, fit(model, len(x), batch_loss, plan, MODEL, one_cycle=True)
 
 
 def build_model(store: str) -> dict:
@@ -205,12 +159,11 @@ def build_model(store: str) -> dict:
         if pixel_accuracy < 0.9:
             raise RuntimeError(f"{MODEL}: validation pixel accuracy {pixel_accuracy:.4f} < 0.9")
         files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "dataset": DATASET,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training": training,
-        "validation_pixel_accuracy": pixel_accuracy,
-        "max_abs_logit_diff": delta,
-    }
+    return model_record(
+        files,
+        DATASET,
+        model,
+        training,
+        validation_pixel_accuracy=pixel_accuracy,
+        max_abs_logit_diff=delta,
+    )

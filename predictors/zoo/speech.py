@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictors.zoo.common import build_splits, dataset_metadata, parquet_bytes
 from predictors.zoo.store import Unavailable
 
 DATASET = "speech-clips"
@@ -108,10 +109,10 @@ def make_clips() -> list[tuple[bytes, list[list[float]]]]:
     in seconds."""
     import soundfile
 
-    from predictors.zoo.datasets import _zen_lines
+    from predictors.zoo.datasets import zen_lines
 
     program = _espeak()
-    phrases = _zen_lines()
+    phrases = zen_lines()
     rng = np.random.default_rng(SEED)
     clips = []
     for _ in range(CLIPS):
@@ -125,37 +126,18 @@ def make_clips() -> list[tuple[bytes, list[list[float]]]]:
 
 
 def to_parquet(clips: list[tuple[bytes, list[list[float]]]]) -> bytes:
-    import json
-
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    table = pa.Table.from_arrays(
-        [
-            pa.array([audio for audio, _ in clips], type=pa.binary()),
-            pa.array([segments for _, segments in clips], type=pa.list_(pa.list_(pa.float64(), 2))),
-            pa.array([[1] * len(segments) for _, segments in clips], type=pa.list_(pa.int64())),
-        ],
-        schema=pa.schema(
-            [
-                pa.field("audio", pa.binary()),
-                pa.field("segments", pa.list_(pa.list_(pa.float64(), 2))),
-                pa.field("segment_classes", pa.list_(pa.int64())),
-            ],
-            metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-        ),
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=16, compression="none")
-    return sink.getvalue()
+    columns = [
+        ("audio", [audio for audio, _ in clips], pa.binary()),
+        ("segments", [segments for _, segments in clips], pa.list_(pa.list_(pa.float64(), 2))),
+        ("segment_classes", [[1] * len(segments) for _, segments in clips], pa.list_(pa.int64())),
+    ]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), row_group_size=16)
 
 
 def build_dataset(store: str) -> dict:
-    from predictors.zoo.store import VERSION, Staging
-
     clips = make_clips()
-    with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
-        staging.write("validation.parquet", to_parquet(clips))
-        files = staging.commit()
-    files[0]["count"] = len(clips)
-    return {"files": files, "encoding": "flac", "labels": list(LABELS)}
+    return build_splits(
+        store, DATASET, LABELS, "flac", {"validation": (to_parquet(clips), len(clips))}
+    )

@@ -81,16 +81,3 @@ class Staging:
             records.append(record)
         self._staged.clear()
         return records
-
-
-def stage_splits(store: str, name: str, splits: dict[str, bytes], counts: dict[str, int]) -> list:
-    """Write a dataset's split files (``<split>.parquet``, in the order given) into its store
-    entry ``datasets/<name>/VERSION``, all of them or none; their records, each with its row
-    count."""
-    with Staging(Path(store), f"datasets/{name}/{VERSION}") as staging:
-        for split, data in splits.items():
-            staging.write(f"{split}.parquet", data)
-        files = staging.commit()
-    for record, split in zip(files, splits, strict=True):
-        record["count"] = counts[split]
-    return files

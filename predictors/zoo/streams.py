@@ -22,11 +22,18 @@ The files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-import io
-import json
 from dataclasses import dataclass
 
 import numpy as np
+
+from predictors.zoo.common import (
+    build_splits,
+    dataset_metadata,
+    labels_text,
+    model_record,
+    npy_bytes,
+    parquet_bytes,
+)
 
 DATASET = "toggle-clicks"
 MODEL = "toggle-gru"
@@ -87,52 +94,22 @@ def make_streams(split: str) -> Streams:
     )
 
 
-def npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
 def to_parquet(split: Streams) -> bytes:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            pa.field("stream", pa.int64()),
-            pa.field("position", pa.int64()),
-            pa.field("input", pa.binary()),
-            pa.field("label", pa.int64()),
-        ],
-        metadata={"mlmodelscope.dataset": DATASET, "mlmodelscope.labels": json.dumps(LABELS)},
-    )
-    table = pa.Table.from_arrays(
-        [
-            pa.array(split.stream, type=pa.int64()),
-            pa.array(split.position, type=pa.int64()),
-            pa.array([npy_bytes(chunk) for chunk in split.chunks], type=pa.binary()),
-            pa.array(split.labels, type=pa.int64()),
-        ],
-        schema=schema,
-    )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=ROW_GROUP_SIZE, compression="none")
-    return sink.getvalue()
+    columns = [
+        ("stream", split.stream, pa.int64()),
+        ("position", split.position, pa.int64()),
+        ("input", [npy_bytes(chunk) for chunk in split.chunks], pa.binary()),
+        ("label", split.labels, pa.int64()),
+    ]
+    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    from pathlib import Path
-
-    from predictors.zoo.store import VERSION, Staging
-
     splits = {name: make_streams(name) for name in STREAMS}
-    with Staging(Path(store), f"datasets/{DATASET}/{VERSION}") as staging:
-        for name, split in splits.items():
-            staging.write(f"{name}.parquet", to_parquet(split))
-        files = staging.commit()
-    for record, split in zip(files, splits.values(), strict=True):
-        record["count"] = len(split.labels)
-    return {"files": files, "encoding": "npy", "labels": list(LABELS)}
+    files = {name: (to_parquet(split), len(split.labels)) for name, split in splits.items()}
+    return build_splits(store, DATASET, LABELS, "npy", files)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -185,7 +162,7 @@ def train(epochs: int = 20, batch_size: int = 32, learning_rate: float = 0.01): 
     import torch
     from torch import nn
 
-    from predictors.zoo.training import fit, make_deterministic
+    from predictors.zoo.training import TrainingPlan, fit, make_deterministic
 
     make_deterministic(SEED)
     model = _module()
@@ -198,80 +175,18 @@ def train(epochs: int = 20, batch_size: int = 32, learning_rate: float = 0.01): 
         loss: torch.Tensor = loss_fn(scores.reshape(-1, len(LABELS)), targets[index].reshape(-1))
         return loss
 
-    training = fit(
-        model,
-        len(inputs),
-        batch_loss,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=SEED,
-        label=MODEL,
-        log_every=10,
-    )
-    return model, training
-
-
-def _torchscript_bytes(model, example: tuple) -> bytes:  # type: ignore[no-untyped-def]
-    """As `export.torchscript_bytes`, for a model of several inputs."""
-    import warnings
-
-    import torch
-
-    from predictors.zoo.export import strip_debug_records
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit is deprecated upstream; traced on purpose
-        traced = torch.jit.trace(model.eval(), example, check_trace=False)
-        buffer = io.BytesIO()
-        torch.jit.save(traced, buffer)
-    return strip_debug_records(buffer.getvalue())
-
-
-def _onnx_bytes(model, example: tuple) -> bytes:  # type: ignore[no-untyped-def]
-    import tempfile
-    import warnings
-    from pathlib import Path
-
-    import onnx
-    import torch
-
-    from predictors.zoo.export import OPSET
-
-    with tempfile.TemporaryDirectory() as directory, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter, on purpose
-        path = Path(directory) / "model.onnx"
-        torch.onnx.export(
-            model.eval(),
-            example,
-            path,
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=list(INPUT_NAMES),
-            output_names=list(OUTPUT_NAMES),
-            dynamic_axes={
-                "chunk": {0: "batch"},
-                "state": {1: "batch"},
-                "logits": {0: "batch"},
-                "next_state": {1: "batch"},
-            },
-        )
-        data = path.read_bytes()
-    onnx.checker.check_model(onnx.load_from_string(data))
-    return data
+    plan = TrainingPlan(epochs, batch_size, learning_rate, SEED)
+    return model, fit(model, len(inputs), batch_loss, plan, MODEL, log_every=10)
 
 
 def _run_both(paths: dict, split: Streams, *, carry: bool) -> dict[str, np.ndarray]:
     """The logits of both files, stream by stream in lockstep batches of 16 streams."""
-    import warnings
-
-    import onnxruntime as ort
     import torch
 
-    session = ort.InferenceSession(str(paths["onnxruntime"]), providers=["CPUExecutionProvider"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        module = torch.jit.load(str(paths["pytorch"]))
+    from predictors.zoo import export
+
+    session = export.onnx_session(paths["onnxruntime"])
+    module = export.load_torchscript(paths["pytorch"])
     results: dict[str, list[np.ndarray]] = {"onnxruntime": [], "pytorch": []}
     gain = np.asarray(1.0, dtype=np.float32)
     state = {name: np.zeros((1, 1, HIDDEN), np.float32) for name in results}
@@ -299,6 +214,7 @@ def build_model(store: str) -> dict:
 
     import torch
 
+    from predictors.zoo import export
     from predictors.zoo.store import VERSION, Staging
 
     model, training = train()
@@ -309,11 +225,25 @@ def build_model(store: str) -> dict:
         torch.zeros(1, 2, HIDDEN),
     )
     with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
+        # Traced before the ONNX export, which traces the model too.
+        script = export.torchscript_bytes(model, example)
+        onnx = export.onnx_bytes(
+            model,
+            example,
+            input_names=INPUT_NAMES,
+            output_names=OUTPUT_NAMES,
+            dynamic_axes={
+                "chunk": {0: "batch"},
+                "state": {1: "batch"},
+                "logits": {0: "batch"},
+                "next_state": {1: "batch"},
+            },
+        )
         paths = {
-            "pytorch": staging.write(f"{MODEL}.pt", _torchscript_bytes(model, example)),
-            "onnxruntime": staging.write(f"{MODEL}.onnx", _onnx_bytes(model, example)),
+            "pytorch": staging.write(f"{MODEL}.pt", script),
+            "onnxruntime": staging.write(f"{MODEL}.onnx", onnx),
         }
-        staging.write("labels.txt", "".join(f"{label}\n" for label in LABELS).encode())
+        staging.write("labels.txt", labels_text(LABELS))
         carried = _run_both(paths, validation, carry=True)
         delta = float(np.abs(carried["pytorch"] - carried["onnxruntime"]).max())
         if not delta < 1e-3:
@@ -330,13 +260,12 @@ def build_model(store: str) -> dict:
         if accuracy["carried"] < 0.97:
             raise RuntimeError(f"{MODEL}: validation accuracy {accuracy['carried']:.4f} < 0.97")
         files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "dataset": DATASET,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "training": training,
-        "validation_count": len(validation.labels),
-        "validation_accuracy": accuracy,
-        "max_abs_logit_diff": delta,
-    }
+    return model_record(
+        files,
+        DATASET,
+        model,
+        training,
+        validation_count=len(validation.labels),
+        validation_accuracy=accuracy,
+        max_abs_logit_diff=delta,
+    )

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mlmodelscope.testing.livehub import ROOT
+from tests.livehub import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.redis]
 

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from mlmodelscope.testing.livehub import ROOT, LiveHub
-from predictors.agent.containers import Runner, docker_client
+from predictors.agent.containers import Runner
+from predictors.agent.images import docker_client
 from predictors.evaluation import EvaluationError
 from predictors.protocol import Job, JobOptions, ManifestRef
 from tests.frontend.conftest import _tab, sign_in_to_hub
+from tests.livehub import ROOT, LiveHub
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres, pytest.mark.redis]
 

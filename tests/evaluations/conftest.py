@@ -1,5 +1,5 @@
-"""Fixtures of the evaluations tests: users and their clients, a small catalog, hosts, the
-hub's broker, from which a test reads what the hub sent, and live hubs with two agents in real
+"""Fixtures of the evaluations tests (the users, their clients and the pool's agent are
+suite-wide, in tests/conftest.py): a small catalog, hosts, and live hubs with two agents in real
 processes (`agents_hub` for the end-to-end tests; `outage_hub`, on a Redis server of the test's
 own, for the fault tests)."""
 
@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
-from mlmodelscope.testing.livehub import LiveHub, RedisServer
 from tests.evaluations.factories import catalog_manifests, register_hosts
+from tests.livehub import LiveHub, RedisServer
 
 # The agents of a live hub's shared pool (`hub.pool_agents`).
 AGENTS = ("e2e-a", "e2e-b")
@@ -33,23 +32,6 @@ def _evaluation_settings(settings, tmp_path: Path) -> None:  # type: ignore[no-u
 @pytest.fixture
 def staff(django_user_model):  # type: ignore[no-untyped-def]
     return django_user_model.objects.create_user("root", is_staff=True)
-
-
-@pytest.fixture
-def alice_client(make_client, alice) -> APIClient:  # type: ignore[no-untyped-def]
-    return make_client(alice, scopes=["read", "evaluate"])  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def bob_client(make_client, bob) -> APIClient:  # type: ignore[no-untyped-def]
-    return make_client(bob, scopes=["read", "write", "evaluate"])  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def agent(make_client, django_user_model) -> APIClient:  # type: ignore[no-untyped-def]
-    """The agent token of the operator who runs the hosts of the shared pool."""
-    operator = django_user_model.objects.create_user("operator", is_staff=True)
-    return make_client(operator, scopes=["agent"])  # type: ignore[no-any-return]
 
 
 @pytest.fixture

@@ -110,14 +110,6 @@ def error_paths(response: Any) -> list[str]:
     return [error["path"] for error in response.json()["errors"]]
 
 
-def error_of(response: Any) -> dict[str, Any]:
-    """The one error of an API error response, checked to be in the API's shape."""
-    body = response.json()
-    assert set(body) == {"detail", "code", "errors"}, body
-    assert body["errors"][0]["message"] == body["detail"]
-    return body["errors"][0]  # type: ignore[no-any-return]
-
-
 class Broker:
     """Reads (and so removes) the messages the hub sent to a queue."""
 

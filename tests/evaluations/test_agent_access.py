@@ -37,7 +37,7 @@ def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job
 
 
 def test_the_agent_config_names_the_broker_and_queues_of_its_host(
-    agent, alice_client, hosts, settings
+    agent, alice_evaluator_client, hosts, settings
 ) -> None:  # type: ignore[no-untyped-def]
     settings.HOST_LIVE_SECONDS = 30
     host = hosts["cpu-1"]
@@ -57,7 +57,7 @@ def test_the_agent_config_names_the_broker_and_queues_of_its_host(
     assert body["scope"] == "pool"
     assert body["task_name"] == "mlmodelscope.evaluate"
     assert body["heartbeat_seconds"] == 6 and body["report_seconds"] == 2
-    assert alice_client.get(f"/api/v1/agent/config/?host={host.pk}").status_code == 403
+    assert alice_evaluator_client.get(f"/api/v1/agent/config/?host={host.pk}").status_code == 403
 
 
 def test_the_agent_config_needs_a_host_of_the_token(agent, make_client, bob, hosts) -> None:  # type: ignore[no-untyped-def]

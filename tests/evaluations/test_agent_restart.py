@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 
-from mlmodelscope.testing.livehub import LiveHub
+from tests.livehub import LiveHub
 
 pytestmark = pytest.mark.frameworks
 

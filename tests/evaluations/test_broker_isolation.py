@@ -28,9 +28,9 @@ from evaluations import broker_access
 from evaluations.tasks import send_evaluation
 from hub.models import Host
 from mlmodelscope.env import redis_database
-from mlmodelscope.testing.livehub import ROOT, LiveHub, LiveHubError, RedisServer, free_port
-from predictors.agent.daemon import _broker
+from predictors.agent.main import choose_broker
 from tests.hub.factories import register_host
+from tests.livehub import ROOT, LiveHub, LiveHubError, RedisServer, free_port
 
 ONNX = [("onnxruntime", "1.17.0", ["cpu"])]
 
@@ -416,12 +416,14 @@ def test_an_agents_own_broker_address_carries_its_scopes_credentials() -> None:
         "broker_url": "redis://mlms-ns-user-3:secret@10.0.0.5:6379/0",
         "broker_transport_options": {"global_keyprefix": "ns:user-3:", "other": 1},
     }
-    assert _broker(None, config) == (config["broker_url"], config["broker_transport_options"])
-    assert _broker("redis://broker.lan:6380/0", config) == (
+    assert choose_broker(None, config) == (config["broker_url"], config["broker_transport_options"])
+    assert choose_broker("redis://broker.lan:6380/0", config) == (
         "redis://mlms-ns-user-3:secret@broker.lan:6380/0",
         {"global_keyprefix": "ns:user-3:"},
     )
-    assert _broker("redis://me:mine@broker.lan/0", config)[0] == "redis://me:mine@broker.lan/0"
+    assert (
+        choose_broker("redis://me:mine@broker.lan/0", config)[0] == "redis://me:mine@broker.lan/0"
+    )
 
 
 # --- a hub refuses to start on a Redis anyone may read ----------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlmodelscope.testing.livehub import LiveHub, RedisServer
+from tests.livehub import LiveHub, RedisServer
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.redis]
 

@@ -76,12 +76,12 @@ def boxed(bob_client: APIClient, catalog: dict[str, Any]) -> str:
 
 
 def test_a_docker_host_runs_only_the_manifests_whose_image_it_has(
-    agent: APIClient, alice_client: APIClient, boxed: str
+    agent: APIClient, alice_evaluator_client: APIClient, boxed: str
 ) -> None:
     assert _docker_host(agent).status_code == 201
 
-    assert launch(alice_client, model=boxed).status_code == 201
-    refused = launch(alice_client, model="m")  # names no image
+    assert launch(alice_evaluator_client, model=boxed).status_code == 201
+    refused = launch(alice_evaluator_client, model="m")  # names no image
     assert refused.status_code == 400, refused.content
     assert error_paths(refused) == ["container"]
     message = refused.json()["errors"][0]["message"]
@@ -89,18 +89,18 @@ def test_a_docker_host_runs_only_the_manifests_whose_image_it_has(
 
 
 def test_container_limits_run_only_in_containers_and_reach_the_job(
-    agent: APIClient, alice_client: APIClient, boxed: str
+    agent: APIClient, alice_evaluator_client: APIClient, boxed: str
 ) -> None:
     plain = register_host(agent, "plain", [("onnxruntime", "1.17.0")], hardware=AMD64, pool=True)
     assert plain.status_code == 201
-    refused = launch(alice_client, model="m", container_memory_mb=512)
+    refused = launch(alice_evaluator_client, model="m", container_memory_mb=512)
     assert refused.status_code == 400, refused.content
     assert error_paths(refused) == ["container_limits"]
     assert "plain" in refused.json()["errors"][0]["message"]
 
     assert _docker_host(agent).status_code == 201
     evaluation_id = launched_id(
-        launch(alice_client, model=boxed, container_memory_mb=512, container_cpus=1.5)
+        launch(alice_evaluator_client, model=boxed, container_memory_mb=512, container_cpus=1.5)
     )
     from hub.models import Host
 
@@ -108,7 +108,7 @@ def test_container_limits_run_only_in_containers_and_reach_the_job(
     assert job.status_code == 200, job.content
     assert job.json()["limits"] == {"cpus": 1.5, "memory_mb": 512}
     # Without limits the job carries none.
-    plain_id = launched_id(launch(alice_client, model="m", host="plain"))
+    plain_id = launched_id(launch(alice_evaluator_client, model="m", host="plain"))
     assert claim(agent, plain_id, Host.objects.get(name="plain")).json()["limits"] is None
 
 
@@ -117,16 +117,16 @@ def test_container_limits_run_only_in_containers_and_reach_the_job(
     [("container_memory_mb", 5), ("container_memory_mb", "lots"), ("container_cpus", 0)],
 )
 def test_bad_container_limits_are_refused_naming_them(
-    alice_client: APIClient, catalog: dict[str, Any], field: str, value: Any
+    alice_evaluator_client: APIClient, catalog: dict[str, Any], field: str, value: Any
 ) -> None:
-    refused = launch(alice_client, **{field: value})
+    refused = launch(alice_evaluator_client, **{field: value})
     assert refused.status_code == 400
     assert error_paths(refused) == [field]
 
 
 def test_an_image_is_kept_once_per_digest_and_read_by_the_hosts_users(
     agent: APIClient,
-    alice_client: APIClient,
+    alice_evaluator_client: APIClient,
     bob_client: APIClient,
     make_client: Any,
     bob: Any,
@@ -136,10 +136,12 @@ def test_an_image_is_kept_once_per_digest_and_read_by_the_hosts_users(
     assert _docker_host(agent, "dock-2").status_code == 201  # the same digest again
     assert ContainerImage.objects.filter(digest=DIGEST).count() == 1
 
-    answer = alice_client.get(f"/api/v1/images/{DIGEST}/")
+    answer = alice_evaluator_client.get(f"/api/v1/images/{DIGEST}/")
     assert answer.status_code == 200
     assert answer.json()["environment"]["python_packages"]["onnxruntime"] == "1.17.0"
-    assert [i["digest"] for i in alice_client.get("/api/v1/images/").json()["results"]] == [DIGEST]
+    assert [
+        i["digest"] for i in alice_evaluator_client.get("/api/v1/images/").json()["results"]
+    ] == [DIGEST]
 
     # Bob's own host (not in the pool) and its image: Bob reads it, Alice does not.
     bob_agent = make_client(bob, scopes=["agent"])
@@ -148,8 +150,8 @@ def test_an_image_is_kept_once_per_digest_and_read_by_the_hosts_users(
     )
     assert mine.status_code == 201, mine.content
     assert bob_client.get(f"/api/v1/images/{OTHER}/").status_code == 200
-    assert alice_client.get(f"/api/v1/images/{OTHER}/").status_code == 404
-    assert alice_client.get(f"/api/v1/images/{DIGEST}/diff/{OTHER}/").status_code == 404
+    assert alice_evaluator_client.get(f"/api/v1/images/{OTHER}/").status_code == 404
+    assert alice_evaluator_client.get(f"/api/v1/images/{DIGEST}/diff/{OTHER}/").status_code == 404
 
     diff = bob_client.get(f"/api/v1/images/{DIGEST}/diff/{OTHER}/")
     assert diff.status_code == 200, diff.content
@@ -157,7 +159,7 @@ def test_an_image_is_kept_once_per_digest_and_read_by_the_hosts_users(
 
 
 def test_the_diff_of_two_images_lists_what_was_added_removed_and_changed(
-    agent: APIClient, alice_client: APIClient, catalog: dict[str, Any]
+    agent: APIClient, alice_evaluator_client: APIClient, catalog: dict[str, Any]
 ) -> None:
     newer = _image(
         OTHER,
@@ -166,7 +168,7 @@ def test_the_diff_of_two_images_lists_what_was_added_removed_and_changed(
         python_packages={"onnxruntime": "1.18.0", "protobuf": "7.36.2"},
     )
     assert _docker_host(agent, "dock", _image(), newer).status_code == 201
-    diff = alice_client.get(f"/api/v1/images/{DIGEST}/diff/{OTHER}/").json()
+    diff = alice_evaluator_client.get(f"/api/v1/images/{DIGEST}/diff/{OTHER}/").json()
     assert diff["python_packages"] == {
         "added": {"protobuf": "7.36.2"},
         "removed": {"numpy": "2.4.6"},
@@ -197,14 +199,14 @@ def test_a_bad_image_registration_is_refused_naming_it(
 
 
 def test_a_result_links_the_image_only_when_its_host_registered_it(
-    agent: APIClient, alice_client: APIClient, boxed: str
+    agent: APIClient, alice_evaluator_client: APIClient, boxed: str
 ) -> None:
     from hub.models import Host
 
     assert _docker_host(agent).status_code == 201
     host = Host.objects.get(name="dock")
     for digest, linked in ((DIGEST, True), (OTHER, False)):
-        evaluation_id = launched_id(launch(alice_client, model=boxed))
+        evaluation_id = launched_id(launch(alice_evaluator_client, model=boxed))
         claim_id = claim(agent, evaluation_id, host).json()["claim"]
         body = result_body(claim_id)
         body["stack"]["container"] = {"image": IMAGE, "digest": digest}
@@ -216,7 +218,7 @@ def test_a_result_links_the_image_only_when_its_host_registered_it(
 
 def test_a_users_word_on_an_image_reaches_no_other_users_view_of_it(
     agent: APIClient,
-    alice_client: APIClient,
+    alice_evaluator_client: APIClient,
     make_client: Any,
     bob: Any,
     bob_client: APIClient,
@@ -229,10 +231,10 @@ def test_a_users_word_on_an_image_reaches_no_other_users_view_of_it(
     assert _docker_host(agent).status_code == 201  # the operator's pool agent, same digest
     assert ContainerImage.objects.filter(digest=DIGEST).count() == 2
 
-    said = alice_client.get(f"/api/v1/images/{DIGEST}/").json()
+    said = alice_evaluator_client.get(f"/api/v1/images/{DIGEST}/").json()
     assert said["environment"]["python_packages"]["onnxruntime"] == "1.17.0"
     assert said["registered_by_operator"] is True
-    listed = alice_client.get("/api/v1/images/").json()["results"]
+    listed = alice_evaluator_client.get("/api/v1/images/").json()["results"]
     assert [image["digest"] for image in listed] == [DIGEST]  # Bob's record is not hers to see
 
     # Bob reads his own agent's word first.

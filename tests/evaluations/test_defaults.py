@@ -20,9 +20,10 @@ from django.test import Client
 from evaluations.models import Evaluation
 from frontend.forms import LaunchForm
 from hub.models import Manifest
-from predictors import cli
 from predictors.agent.hub_client import HubClient
-from predictors.analysis import study
+from predictors.cli import args as cli_args
+from predictors.cli import commands, study
+from predictors.cli import evaluate as cli
 from predictors.evaluation import EvaluationOptions
 from predictors.protocol import JOB_DEFAULTS, JobOptions
 from tests.evaluations.factories import error_paths, launch, launched_id
@@ -119,13 +120,6 @@ def _stored(evaluation: Evaluation) -> JobOptions:
 
 
 @pytest.fixture
-def signed_in(alice) -> Client:  # type: ignore[no-untyped-def]
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
 def reference_model(catalog) -> None:  # type: ignore[no-untyped-def]
     """Model m and dataset d as built-in manifests, m's reference results measured on d."""
     Manifest.objects.filter(kind=Manifest.DATASET, name="d").update(builtin=True)
@@ -138,12 +132,12 @@ def reference_model(catalog) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_one_request_is_stored_with_the_same_job_options_from_every_entry_point(
-    live_server, alice, alice_client, signed_in, hosts, reference_model
+    live_server, alice, alice_evaluator_client, signed_in, hosts, reference_model
 ) -> None:  # type: ignore[no-untyped-def]
     launched: dict[str, Evaluation] = {}
 
     # The API.
-    response = launch(alice_client, batch_sizes=SIZES)
+    response = launch(alice_evaluator_client, batch_sizes=SIZES)
     launched["api"] = Evaluation.objects.get(pk=launched_id(response))
 
     # The browser's form, as it is shown, with the dataset and batch sizes chosen.
@@ -154,9 +148,9 @@ def test_one_request_is_stored_with_the_same_job_options_from_every_entry_point(
     # mlms evaluate --hub: the request the CLI builds, sent by its hub client.
     argv = ["evaluate", "m", "--framework", "onnxruntime", "--dataset", "d"]
     argv += ["--batch-sizes", ",".join(str(size) for size in SIZES)]
-    args = cli._parser().parse_args([*argv, "--hub", live_server.url, "--token", "-"])
+    args = commands.parser().parse_args([*argv, "--hub", live_server.url, "--token", "-"])
     request = cli.remote_request(args)
-    answer = HubClient(live_server.url, alice_client.raw_token).launch(request)
+    answer = HubClient(live_server.url, alice_evaluator_client.raw_token).launch(request)
     launched["cli --hub"] = Evaluation.objects.get(pk=answer["evaluations"][0]["id"])
 
     # Reproduce: the form as Reproduce fills it, submitted as it is.
@@ -178,14 +172,16 @@ def test_one_request_is_stored_with_the_same_job_options_from_every_entry_point(
 
     # Here, with no hub: `mlms evaluate` and `mlms study` build the loop's options alike.
     loop = EvaluationOptions.from_job(expected, device="cpu")
-    assert cli.local_options(cli._parser().parse_args(argv)) == loop
+    assert cli.local_options(commands.parser().parse_args(argv)) == loop
     study_argv = ["study", "m", "--framework", "onnxruntime", "--dataset", "d"]
-    study_args = cli._parser().parse_args([*study_argv, "--batch-sizes", "1,8,32"])
+    study_args = commands.parser().parse_args([*study_argv, "--batch-sizes", "1,8,32"])
     assert study.study_options(study_args, "validation", "cpu") == loop
 
 
-def test_a_cold_start_runs_no_warmup_from_every_entry_point(alice_client, signed_in, hosts) -> None:  # type: ignore[no-untyped-def]
-    api = Evaluation.objects.get(pk=launched_id(launch(alice_client, cold_start=True)))
+def test_a_cold_start_runs_no_warmup_from_every_entry_point(
+    alice_evaluator_client, signed_in, hosts
+) -> None:  # type: ignore[no-untyped-def]
+    api = Evaluation.objects.get(pk=launched_id(launch(alice_evaluator_client, cold_start=True)))
 
     values = _shown_form(signed_in, f"{LAUNCH_URL}?model=m")
     assert values["warmup"] == str(JOB_DEFAULTS["warmup"])
@@ -193,10 +189,10 @@ def test_a_cold_start_runs_no_warmup_from_every_entry_point(alice_client, signed
     form = _submit(signed_in, values)
 
     argv = ["evaluate", "m", "--framework", "onnxruntime", "--dataset", "d", "--cold-start"]
-    args = cli._parser().parse_args(argv)
+    args = commands.parser().parse_args(argv)
     remote = JobOptions.from_dict(
         {name: value for name, value in cli.remote_request(
-            cli._parser().parse_args([*argv, "--hub", "http://hub", "--token", "t"])
+            commands.parser().parse_args([*argv, "--hub", "http://hub", "--token", "t"])
         ).items() if name in JobOptions.names()}
     )  # fmt: skip
     local = cli.local_options(args)
@@ -205,14 +201,14 @@ def test_a_cold_start_runs_no_warmup_from_every_entry_point(alice_client, signed
         assert (options.cold_start, options.warmup) == (True, 0)
 
     # A warm-up asked with a cold start is refused, naming the warm-up, everywhere.
-    assert error_paths(launch(alice_client, cold_start=True, warmup=3)) == ["warmup"]
+    assert error_paths(launch(alice_evaluator_client, cold_start=True, warmup=3)) == ["warmup"]
     refused = _post(signed_in, {**values, "warmup": "3"})
     assert refused.status_code == 400
     assert b'id="field-warmup"' in refused.content and b"a cold start runs no warm-up" in (
         refused.content
     )
-    with pytest.raises(cli.UsageError, match="--warmup: a cold start runs no warm-up"):
-        cli.local_options(cli._parser().parse_args([*argv, "--warmup", "3"]))
+    with pytest.raises(cli_args.UsageError, match="--warmup: a cold start runs no warm-up"):
+        cli.local_options(commands.parser().parse_args([*argv, "--warmup", "3"]))
 
 
 @pytest.mark.parametrize(
@@ -232,7 +228,7 @@ def test_a_cold_start_runs_no_warmup_from_every_entry_point(alice_client, signed
     ids=["server", "multi_stream", "offline", "server peak search"],
 )
 def test_reproduce_copies_every_option_a_loadgen_run_ran_with(
-    alice_client, signed_in, hosts, loadgen
+    alice_evaluator_client, signed_in, hosts, loadgen
 ) -> None:  # type: ignore[no-untyped-def]
     asked = {
         "batch_sizes": [1, 4],
@@ -247,7 +243,7 @@ def test_reproduce_copies_every_option_a_loadgen_run_ran_with(
         "target_ci_seconds": 30.0,
         **loadgen,
     }
-    original = Evaluation.objects.get(pk=launched_id(launch(alice_client, **asked)))
+    original = Evaluation.objects.get(pk=launched_id(launch(alice_evaluator_client, **asked)))
 
     url = f"{LAUNCH_URL}?reproduce={original.pk}"
     again = _submit(signed_in, _shown_form(signed_in, url), url)
@@ -265,7 +261,7 @@ def test_reproduce_copies_every_option_a_loadgen_run_ran_with(
 
 def test_every_job_option_has_a_cli_flag_a_form_field_and_the_loops_default() -> None:
     argv = ["evaluate", "m", "--framework", "onnxruntime", "--dataset", "d"]
-    flags = set(vars(cli._parser().parse_args(argv)))
+    flags = set(vars(commands.parser().parse_args(argv)))
     # The split is --dataset NAME:SPLIT's.
     assert set(JobOptions.names()) - {"split"} <= flags
     assert set(JobOptions.names()) <= set(LaunchForm.base_fields)
@@ -288,9 +284,9 @@ def test_every_job_option_has_a_cli_flag_a_form_field_and_the_loops_default() ->
     ],
 )
 def test_the_api_refuses_a_target_that_is_no_share_naming_it(
-    alice_client, hosts, fields, path
+    alice_evaluator_client, hosts, fields, path
 ) -> None:  # type: ignore[no-untyped-def]
-    response = launch(alice_client, **fields)
+    response = launch(alice_evaluator_client, **fields)
     assert response.status_code == 400, response.content
     assert error_paths(response) == [path]
     assert Evaluation.objects.count() == 0

@@ -1,7 +1,7 @@
 """End to end, in real processes: a hub served by daphne (with its own database and broker) and
-two agents (`python -m predictors.agent.daemon`) consuming the same capability queue, evaluating the
+two agents (`python -m predictors.agent`) consuming the same capability queue, evaluating the
 zoo's digits-cnn on onnxruntime on the CPU (`agents_hub` of conftest.py, on
-mlmodelscope.testing.livehub).
+tests.livehub).
 
 On the embedded default the hub and the agents share a filesystem broker (the agents learn its
 folder from the hub); with CELERY_BROKER_URL=redis://… they share Redis, and with
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import requests
 
-from mlmodelscope.testing.livehub import ROOT, LiveHub
 from predictors.agent.hub_client import HubError, evaluate_remote
+from tests.livehub import ROOT, LiveHub
 
 pytestmark = pytest.mark.frameworks
 

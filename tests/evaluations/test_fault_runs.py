@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import requests
 
-from mlmodelscope.testing.livehub import LiveHub, RedisServer
+from tests.livehub import LiveHub, RedisServer
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.postgres, pytest.mark.redis]
 

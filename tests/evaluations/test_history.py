@@ -34,12 +34,14 @@ def _finish(agent: Any, evaluation_id: str, host: Any, p50: float, sizes: tuple[
 
 
 @pytest.fixture
-def finished(alice_client, agent, hosts) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def finished(alice_evaluator_client, agent, hosts) -> dict[str, str]:  # type: ignore[no-untyped-def]
     ids = {
-        "slow": launched_id(launch(alice_client, batch_sizes=[1, 8], trace_level="framework")),
-        "fast": launched_id(launch(alice_client, batch_sizes=[1, 8], seed=7, threads=2)),
-        "only-32": launched_id(launch(alice_client, batch_sizes=[32])),
-        "queued": launched_id(launch(alice_client)),
+        "slow": launched_id(
+            launch(alice_evaluator_client, batch_sizes=[1, 8], trace_level="framework")
+        ),
+        "fast": launched_id(launch(alice_evaluator_client, batch_sizes=[1, 8], seed=7, threads=2)),
+        "only-32": launched_id(launch(alice_evaluator_client, batch_sizes=[32])),
+        "queued": launched_id(launch(alice_evaluator_client)),
     }
     _finish(agent, ids["slow"], hosts["cpu-1"], 3.0, (1, 8))
     _finish(agent, ids["fast"], hosts["cpu-1"], 1.0, (1, 8))
@@ -54,7 +56,7 @@ def _list(client: Any, **params: Any) -> list[str]:
 
 
 def test_a_result_is_stored_as_a_row_per_batch_size_with_its_keys_as_columns(
-    alice_client, finished
+    alice_evaluator_client, finished
 ) -> None:
     rows = BatchResult.objects.filter(evaluation_id=finished["slow"]).order_by("batch_size")
     assert [(r.batch_size, r.p50_ms, r.throughput_ips) for r in rows] == [
@@ -65,43 +67,48 @@ def test_a_result_is_stored_as_a_row_per_batch_size_with_its_keys_as_columns(
     assert (fast.trace_level, fast.threads, fast.seed) == ("model", 2, 7)
     assert (fast.result.cpu_model, fast.result.gpu_model) == ("Xeon Gold", "NVIDIA A100")
     # The API shows them as before: by batch size.
-    shown = alice_client.get(f"{EVALUATIONS_URL}{finished['slow']}/").json()["result"]
+    shown = alice_evaluator_client.get(f"{EVALUATIONS_URL}{finished['slow']}/").json()["result"]
     assert shown["latency"]["8"]["p50_ms"] == 24.0 and shown["throughput"]["1"] == 600.0
     assert shown["cpu_model"] == "Xeon Gold"
 
 
 def test_the_history_filters_on_the_result_rows_and_the_request_keys(
-    alice_client, finished
+    alice_evaluator_client, finished
 ) -> None:
-    assert set(_list(alice_client, batch_size=8)) == {finished["slow"], finished["fast"]}
-    assert _list(alice_client, batch_size=32) == [finished["only-32"]]
-    assert _list(alice_client, trace_level="framework") == [finished["slow"]]
-    assert set(_list(alice_client, gpu_model="a100")) == {
+    assert set(_list(alice_evaluator_client, batch_size=8)) == {finished["slow"], finished["fast"]}
+    assert _list(alice_evaluator_client, batch_size=32) == [finished["only-32"]]
+    assert _list(alice_evaluator_client, trace_level="framework") == [finished["slow"]]
+    assert set(_list(alice_evaluator_client, gpu_model="a100")) == {
         finished["slow"],
         finished["fast"],
         finished["only-32"],
     }
-    assert _list(alice_client, cpu_model="epyc") == []
-    assert len(_list(alice_client, device="cpu", status="succeeded")) == 3
-    assert _list(alice_client, created_after="2030-01-01") == []
+    assert _list(alice_evaluator_client, cpu_model="epyc") == []
+    assert len(_list(alice_evaluator_client, device="cpu", status="succeeded")) == 3
+    assert _list(alice_evaluator_client, created_after="2030-01-01") == []
     assert (
-        len(_list(alice_client, created_after=(timezone.now() - timedelta(hours=1)).isoformat()))
+        len(
+            _list(
+                alice_evaluator_client,
+                created_after=(timezone.now() - timedelta(hours=1)).isoformat(),
+            )
+        )
         == 4
     )
-    assert len(_list(alice_client, created_before="2000-01-01T00:00:00Z")) == 0
+    assert len(_list(alice_evaluator_client, created_before="2000-01-01T00:00:00Z")) == 0
 
 
-def test_the_history_sorts_by_a_metric_at_one_batch_size(alice_client, finished) -> None:
-    assert _list(alice_client, batch_size=1, ordering="p50_ms") == [
+def test_the_history_sorts_by_a_metric_at_one_batch_size(alice_evaluator_client, finished) -> None:
+    assert _list(alice_evaluator_client, batch_size=1, ordering="p50_ms") == [
         finished["fast"],
         finished["slow"],
     ]
-    assert _list(alice_client, batch_size=8, ordering="-p50_ms") == [
+    assert _list(alice_evaluator_client, batch_size=8, ordering="-p50_ms") == [
         finished["slow"],
         finished["fast"],
     ]
     # Evaluations without a result come last.
-    assert _list(alice_client, ordering="-top1")[-1] == finished["queued"]
+    assert _list(alice_evaluator_client, ordering="-top1")[-1] == finished["queued"]
 
 
 @pytest.mark.parametrize(
@@ -117,8 +124,10 @@ def test_the_history_sorts_by_a_metric_at_one_batch_size(alice_client, finished)
         ({"group": "not-a-uuid"}, "group"),
     ],
 )
-def test_a_bad_history_parameter_is_400_naming_it(alice_client, finished, params, path) -> None:
-    response = alice_client.get(EVALUATIONS_URL, params)
+def test_a_bad_history_parameter_is_400_naming_it(
+    alice_evaluator_client, finished, params, path
+) -> None:
+    response = alice_evaluator_client.get(EVALUATIONS_URL, params)
 
     assert response.status_code == 400, response.content
     assert error_paths(response) == [path]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import _production
-from mlmodelscope.testing.livehub import Closed
+from tests.livehub import Closed
 
 IDLE_SECONDS = 30
 

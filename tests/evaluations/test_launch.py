@@ -56,32 +56,34 @@ pytestmark = pytest.mark.django_db
         ("min_duration_ms", 5000),  # likewise
     ],
 )
-def test_an_invalid_field_is_refused_with_400_naming_it(alice_client, hosts, field, value) -> None:
-    response = launch(alice_client, **{field: value})
+def test_an_invalid_field_is_refused_with_400_naming_it(
+    alice_evaluator_client, hosts, field, value
+) -> None:
+    response = launch(alice_evaluator_client, **{field: value})
 
     assert response.status_code == 400, response.content
     assert error_paths(response)[0].split(".")[0] == field
     assert Evaluation.objects.count() == 0
 
 
-def test_a_missing_required_field_is_named(alice_client, hosts) -> None:
-    response = alice_client.post(EVALUATIONS_URL, {"model": "m"}, format="json")
+def test_a_missing_required_field_is_named(alice_evaluator_client, hosts) -> None:
+    response = alice_evaluator_client.post(EVALUATIONS_URL, {"model": "m"}, format="json")
 
     assert response.status_code == 400
     assert set(error_paths(response)) == {"framework", "dataset"}
 
 
-def test_gpu_model_needs_device_gpu(alice_client, hosts) -> None:
-    response = launch(alice_client, gpu_model="A100")
+def test_gpu_model_needs_device_gpu(alice_evaluator_client, hosts) -> None:
+    response = launch(alice_evaluator_client, gpu_model="A100")
 
     assert response.status_code == 400
     assert error_paths(response) == ["gpu_model"]
 
 
-def test_a_cold_start_runs_no_warmup(alice_client, hosts) -> None:
-    assert error_paths(launch(alice_client, cold_start=True, warmup=3)) == ["warmup"]
+def test_a_cold_start_runs_no_warmup(alice_evaluator_client, hosts) -> None:
+    assert error_paths(launch(alice_evaluator_client, cold_start=True, warmup=3)) == ["warmup"]
 
-    response = launch(alice_client, cold_start=True)
+    response = launch(alice_evaluator_client, cold_start=True)
 
     assert response.status_code == 201
     assert response.json()["evaluations"][0]["request"]["warmup"] == 0
@@ -103,44 +105,49 @@ def test_a_cold_start_runs_no_warmup(alice_client, hosts) -> None:
     ],
 )
 def test_an_impossible_request_is_refused_with_400_naming_the_unmet_constraint(
-    alice_client, hosts, fields, path
+    alice_evaluator_client, hosts, fields, path
 ) -> None:
-    response = launch(alice_client, **fields)
+    response = launch(alice_evaluator_client, **fields)
 
     assert response.status_code == 400, response.content
     assert error_paths(response) == [path]
     assert Evaluation.objects.count() == 0
 
 
-def test_without_a_live_host_the_request_is_refused_naming_hosts(alice_client, hosts) -> None:
+def test_without_a_live_host_the_request_is_refused_naming_hosts(
+    alice_evaluator_client, hosts
+) -> None:
     Host.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
 
-    response = launch(alice_client)
+    response = launch(alice_evaluator_client)
 
     assert response.status_code == 400
     assert error_paths(response) == ["hosts"]
     assert "mlms agent" in response.json()["detail"]
 
 
-def test_a_model_of_another_task_than_the_dataset_is_refused(bob_client, alice_client, hosts):  # type: ignore[no-untyped-def]
+def test_a_model_of_another_task_than_the_dataset_is_refused(
+    bob_client, alice_evaluator_client, hosts
+):  # type: ignore[no-untyped-def]
     from tests.hub.factories import dataset_manifest, to_yaml, upload
 
     other = dataset_manifest("boxes", visibility="public")
     other["task"] = "object_detection"
     assert upload(bob_client, to_yaml(other)).status_code == 201
 
-    response = launch(alice_client, dataset="boxes")
+    response = launch(alice_evaluator_client, dataset="boxes")
 
     assert response.status_code == 400
     assert error_paths(response) == ["dataset"]
 
 
 def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # type: ignore[no-untyped-def]
-    bob_client, alice_client, agent, hosts
+    bob_client, alice_evaluator_client, agent, hosts
 ):
     """Accuracy compares class indices: other labels, or the same ones in another order, are
     refused with a 400 naming both sets, unless the request allows it."""
-    from tests.evaluations.factories import claim, error_of, launched_id
+    from tests.evaluations.factories import claim, launched_id
+    from tests.helpers import error_of
     from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
 
     birds = dataset_manifest("birds", visibility="public")
@@ -159,7 +166,7 @@ def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # ty
         ("swapped", "2 labels [dog, cat]", "the same labels in another order"),
         ("from-file", "1 label [ox]", "2 only the model's (e.g. cat, dog)"),
     ):
-        refused = launch(alice_client, dataset=dataset)
+        refused = launch(alice_evaluator_client, dataset=dataset)
         assert refused.status_code == 400, refused.content
         assert refused.json()["code"] == "label_mismatch"
         error = error_of(refused)
@@ -172,36 +179,38 @@ def test_a_model_whose_labels_are_not_the_datasets_is_refused_naming_both(  # ty
 
     # An override that gives the model the dataset's labels makes the launch valid ...
     fixed = launch(
-        alice_client, dataset="swapped", overrides=['outputs.0.parameters.labels=["dog", "cat"]']
+        alice_evaluator_client,
+        dataset="swapped",
+        overrides=['outputs.0.parameters.labels=["dog", "cat"]'],
     )
     assert fixed.status_code == 201, fixed.content
     # ... and so does allowing the mismatch, which the job carries to the agent.
-    allowed = launch(alice_client, dataset="birds", allow_label_mismatch=True)
+    allowed = launch(alice_evaluator_client, dataset="birds", allow_label_mismatch=True)
     job = claim(agent, launched_id(allowed), hosts["cpu-1"]).json()
     assert job["options"]["allow_label_mismatch"] is True
     # A model marked untrained has no accuracy to protect.
     untrained = model_manifest("random", visibility="public")
     untrained["attributes"] = {"trained": False}
     assert upload(bob_client, to_yaml(untrained)).status_code == 201
-    seeded = launch(alice_client, model="random", dataset="birds")
+    seeded = launch(alice_evaluator_client, model="random", dataset="birds")
     assert seeded.status_code == 201, seeded.content
     # ... and every answer that shows its evaluation marks it.
     (shown,) = seeded.json()["evaluations"]
     assert shown["untrained"] is True
     assert allowed.json()["evaluations"][0]["untrained"] is False
-    marked = alice_client.get(EVALUATIONS_URL, {"untrained": "true"}).json()["results"]
+    marked = alice_evaluator_client.get(EVALUATIONS_URL, {"untrained": "true"}).json()["results"]
     assert [e["id"] for e in marked] == [shown["id"]]
-    others = alice_client.get(EVALUATIONS_URL, {"untrained": "false"}).json()["count"]
+    others = alice_evaluator_client.get(EVALUATIONS_URL, {"untrained": "false"}).json()["count"]
     assert others == Evaluation.objects.count() - 1
-    assert alice_client.get(EVALUATIONS_URL, {"untrained": "maybe"}).status_code == 400
-    assert launch(alice_client, allow_label_mismatch="maybe").status_code == 400
+    assert alice_evaluator_client.get(EVALUATIONS_URL, {"untrained": "maybe"}).status_code == 400
+    assert launch(alice_evaluator_client, allow_label_mismatch="maybe").status_code == 400
 
 
 def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: ignore[no-untyped-def]
-    bob_client, alice_client, hosts
+    bob_client, alice_evaluator_client, hosts
 ):
     """Not dispatched to fail on a host: another task, or outputs the loop would not read."""
-    from tests.evaluations.factories import error_of
+    from tests.helpers import error_of
     from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
 
     boxes = dataset_manifest("boxes", visibility="public")
@@ -254,7 +263,7 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "two-heads declares 2 scored outputs (probabilities, embedding); the evaluation loop reads one",
         ),
     ):
-        response = launch(alice_client, model=model, dataset=dataset)
+        response = launch(alice_evaluator_client, model=model, dataset=dataset)
         assert response.status_code == 400, response.content
         assert response.json()["code"] == "unsupported"
         error = error_of(response)
@@ -283,8 +292,10 @@ def test_a_token_without_the_evaluate_scope_gets_403(make_client, alice, hosts) 
         ({"model": "nothing"}, "model"),
     ],
 )
-def test_another_users_private_model_or_dataset_is_404(alice_client, hosts, fields, path) -> None:  # type: ignore[no-untyped-def]
-    response = launch(alice_client, **fields)
+def test_another_users_private_model_or_dataset_is_404(
+    alice_evaluator_client, hosts, fields, path
+) -> None:  # type: ignore[no-untyped-def]
+    response = launch(alice_evaluator_client, **fields)
 
     assert response.status_code == 404
     assert error_paths(response) == [path]
@@ -295,11 +306,11 @@ def test_the_owner_of_a_private_model_can_evaluate_it(bob_client, hosts) -> None
 
 
 def test_hosts_one_is_queued_dispatched_and_sent_to_the_capability_queue(
-    alice_client, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
     broker.drain("pool.onnxruntime.cpu")
     with django_capture_on_commit_callbacks(execute=True):
-        response = launch(alice_client, batch_sizes=[1, 32], repeat=2)
+        response = launch(alice_evaluator_client, batch_sizes=[1, 32], repeat=2)
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -323,11 +334,11 @@ def test_hosts_one_is_queued_dispatched_and_sent_to_the_capability_queue(
 
 
 def test_a_request_only_some_consumers_of_the_queue_meet_is_pinned_to_one_host(
-    alice_client, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
     broker.drain("pool.host.gpu-1")
     with django_capture_on_commit_callbacks(execute=True):
-        response = launch(alice_client, framework_version="^1.18")
+        response = launch(alice_evaluator_client, framework_version="^1.18")
 
     assert response.status_code == 201
     evaluation = Evaluation.objects.get()
@@ -336,19 +347,19 @@ def test_a_request_only_some_consumers_of_the_queue_meet_is_pinned_to_one_host(
     assert broker.take("pool.host.gpu-1") == [(TASK_NAME, [str(evaluation.pk), 1])]
 
 
-def test_a_gpu_request_goes_to_the_cuda_queue(alice_client, hosts) -> None:
-    response = launch(alice_client, device="gpu", gpu_model="a100", min_memory_gb=40)
+def test_a_gpu_request_goes_to_the_cuda_queue(alice_evaluator_client, hosts) -> None:
+    response = launch(alice_evaluator_client, device="gpu", gpu_model="a100", min_memory_gb=40)
 
     assert response.status_code == 201, response.content
     assert Evaluation.objects.get().queue == "pool.onnxruntime.gpu"
 
 
 def test_hosts_all_fans_out_one_evaluation_per_matching_host(
-    alice_client, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
     broker.drain("pool.host.cpu-1", "pool.host.cpu-2", "pool.host.gpu-1")
     with django_capture_on_commit_callbacks(execute=True):
-        response = launch(alice_client, hosts="all")
+        response = launch(alice_evaluator_client, hosts="all")
 
     assert response.status_code == 201
     body = response.json()
@@ -362,7 +373,7 @@ def test_hosts_all_fans_out_one_evaluation_per_matching_host(
 
 
 def test_an_unreachable_broker_keeps_the_dispatch_to_send_again_saying_so(
-    alice_client, hosts, broker, django_capture_on_commit_callbacks, monkeypatch, settings
+    alice_evaluator_client, hosts, broker, django_capture_on_commit_callbacks, monkeypatch, settings
 ) -> None:
     from evaluations import actions, tasks
 
@@ -371,7 +382,7 @@ def test_an_unreachable_broker_keeps_the_dispatch_to_send_again_saying_so(
 
     monkeypatch.setattr(tasks.app, "send_task", refuse)
     with django_capture_on_commit_callbacks(execute=True):
-        response = launch(alice_client)
+        response = launch(alice_evaluator_client)
 
     assert response.status_code == 201
     evaluation = Evaluation.objects.get()
@@ -390,7 +401,7 @@ def test_an_unreachable_broker_keeps_the_dispatch_to_send_again_saying_so(
     assert broker.take("pool.onnxruntime.cpu") == [(TASK_NAME, [str(evaluation.pk), 2])]
 
 
-def test_a_launch_solves_its_request_once(alice_client, hosts, monkeypatch) -> None:
+def test_a_launch_solves_its_request_once(alice_evaluator_client, hosts, monkeypatch) -> None:
     from hub import solver
 
     calls = []
@@ -401,7 +412,7 @@ def test_a_launch_solves_its_request_once(alice_client, hosts, monkeypatch) -> N
         return solve(*args, **kwargs)
 
     monkeypatch.setattr(solver, "solve", counted)
-    response = launch(alice_client, min_memory_gb=8, arch="amd64", hosts="all")
+    response = launch(alice_evaluator_client, min_memory_gb=8, arch="amd64", hosts="all")
 
     assert response.status_code == 201, response.content
     assert response.json()["count"] == 2  # cpu-1 and cpu-2
@@ -429,14 +440,14 @@ def test_a_job_option_is_written_once_in_the_protocol() -> None:
 
 
 def test_a_launch_overrides_manifest_parameters_validated_like_the_manifest(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
     """`overrides` as `mlms evaluate --set` takes them: applied to the manifest and checked,
     recorded with the evaluation, shown, carried by the job, and found in the history."""
     from tests.evaluations.factories import claim, error_paths, launched_id
 
     overrides = ["inputs.0.parameters.color_mode=BGR", "outputs.0.parameters.top_k=2"]
-    response = launch(alice_client, overrides=overrides)
+    response = launch(alice_evaluator_client, overrides=overrides)
 
     assert response.status_code == 201, response.content
     (shown,) = response.json()["evaluations"]
@@ -445,9 +456,9 @@ def test_a_launch_overrides_manifest_parameters_validated_like_the_manifest(
     assert evaluation.overrides == "\n".join(overrides)
     job = claim(agent, evaluation.pk, hosts["cpu-1"]).json()
     assert job["options"]["overrides"] == overrides
-    listed = alice_client.get(EVALUATIONS_URL, {"override": "color_mode=BGR"}).json()
+    listed = alice_evaluator_client.get(EVALUATIONS_URL, {"override": "color_mode=BGR"}).json()
     assert [e["id"] for e in listed["results"]] == [str(evaluation.pk)]
-    assert alice_client.get(EVALUATIONS_URL, {"override": "RGB"}).json()["count"] == 0
+    assert alice_evaluator_client.get(EVALUATIONS_URL, {"override": "RGB"}).json()["count"] == 0
 
     for bad, words in (
         (["inputs.0.parameters.color_mode=CMYK"], "color_mode"),
@@ -456,7 +467,7 @@ def test_a_launch_overrides_manifest_parameters_validated_like_the_manifest(
         (["a=1", "a=1"], "twice"),
         ([f"inputs.0.name={'x' * 200}"], "120"),
     ):
-        refused = launch(alice_client, overrides=bad)
+        refused = launch(alice_evaluator_client, overrides=bad)
         assert refused.status_code == 400, (bad, refused.content)
         assert error_paths(refused)[0].split(".")[0] == "overrides"
         assert words in refused.json()["detail"], refused.json()

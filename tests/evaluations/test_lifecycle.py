@@ -35,10 +35,10 @@ def _statuses(evaluation_id: Any) -> list[str]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_driven_through_the_agent_api_streams_every_change_after_commit(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client, batch_sizes=[1, 2]))
-    token = alice_client.raw_token
+    evaluation_id = launched_id(launch(alice_evaluator_client, batch_sizes=[1, 2]))
+    token = alice_evaluator_client.raw_token
     host = hosts["cpu-1"]
 
     async def scenario() -> None:
@@ -95,21 +95,23 @@ def test_a_job_driven_through_the_agent_api_streams_every_change_after_commit(
     assert evaluation.started_at and evaluation.finished_at
     result = Result.objects.get(evaluation=evaluation)
     assert result.latency["2"]["p99_ms"] == 2.5 and result.throughput["2"] == 1200.0
-    detail = alice_client.get(url(evaluation_id)).json()
+    detail = alice_evaluator_client.get(url(evaluation_id)).json()
     assert detail["result"]["accuracy"]["top1"] == 0.5
     assert "predictions" not in detail["result"]
-    full = alice_client.get(url(evaluation_id) + "?predictions=1").json()
+    full = alice_evaluator_client.get(url(evaluation_id) + "?predictions=1").json()
     assert full["result"]["predictions"]["classes"] == [[0, 1], [0, 1]]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_events_of_a_rolled_back_change_are_never_sent(alice_client, agent, hosts) -> None:
+def test_events_of_a_rolled_back_change_are_never_sent(
+    alice_evaluator_client, agent, hosts
+) -> None:
     from django.db import transaction
 
     from evaluations import actions
 
-    evaluation_id = launched_id(launch(alice_client))
-    token = alice_client.raw_token
+    evaluation_id = launched_id(launch(alice_evaluator_client))
+    token = alice_evaluator_client.raw_token
 
     async def scenario() -> None:
         one = WebsocketCommunicator(application, f"/ws/evaluations/{evaluation_id}/?token={token}")
@@ -130,9 +132,9 @@ def test_events_of_a_rolled_back_change_are_never_sent(alice_client, agent, host
 
 
 def test_the_claim_answers_the_job_with_the_manifests_and_options(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client, batch_sizes=[4], limit=10, seed=7))
+    evaluation_id = launched_id(launch(alice_evaluator_client, batch_sizes=[4], limit=10, seed=7))
 
     job = claim(agent, evaluation_id, hosts["cpu-2"]).json()
 
@@ -148,9 +150,9 @@ def test_the_claim_answers_the_job_with_the_manifests_and_options(
 
 
 def test_a_second_claim_is_refused_while_the_first_claimant_reports(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     first = claim(agent, evaluation_id, hosts["cpu-1"])
     assert first.status_code == 200
 
@@ -163,8 +165,8 @@ def test_a_second_claim_is_refused_while_the_first_claimant_reports(
     assert _statuses(evaluation_id) == ["queued", "dispatched", "running"]
 
 
-def test_a_superseded_dispatch_cannot_be_claimed(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_superseded_dispatch_cannot_be_claimed(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
 
     response = claim(agent, evaluation_id, hosts["cpu-1"], dispatch=2)
 
@@ -172,8 +174,10 @@ def test_a_superseded_dispatch_cannot_be_claimed(alice_client, agent, hosts) -> 
     assert "dispatch" in response.json()["detail"]
 
 
-def test_a_job_pinned_to_one_host_cannot_be_claimed_by_another(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client, framework_version="^1.18"))
+def test_a_job_pinned_to_one_host_cannot_be_claimed_by_another(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client, framework_version="^1.18"))
 
     response = claim(agent, evaluation_id, hosts["cpu-1"])
 
@@ -182,19 +186,21 @@ def test_a_job_pinned_to_one_host_cannot_be_claimed_by_another(alice_client, age
 
 
 def test_only_the_token_that_registered_a_host_claims_for_it(
-    alice_client, make_client, alice, hosts
+    alice_evaluator_client, make_client, alice, hosts
 ) -> None:  # type: ignore[no-untyped-def]
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     intruder = make_client(alice, scopes=["agent"])
 
     response = claim(intruder, evaluation_id, hosts["cpu-1"])
 
     assert response.status_code == 403
-    assert claim(alice_client, evaluation_id, hosts["cpu-1"]).status_code == 403  # no agent scope
+    assert (
+        claim(alice_evaluator_client, evaluation_id, hosts["cpu-1"]).status_code == 403
+    )  # no agent scope
 
 
-def test_reports_under_a_stale_claim_are_refused(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_reports_under_a_stale_claim_are_refused(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claim(agent, evaluation_id, hosts["cpu-1"])
 
     assert progress(agent, evaluation_id, "0" * 32, 1, 2).status_code == 409
@@ -202,8 +208,8 @@ def test_reports_under_a_stale_claim_are_refused(alice_client, agent, hosts) -> 
     assert not Result.objects.exists()
 
 
-def test_a_failure_is_stored_with_the_agents_message(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_failure_is_stored_with_the_agents_message(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     message = "cannot fetch repo://models/m/1.1.0/m.onnx: not found (HTTP 404)"
 
@@ -221,13 +227,13 @@ def test_a_failure_is_stored_with_the_agents_message(alice_client, agent, hosts)
     evaluation = Evaluation.objects.get(pk=evaluation_id)
     assert evaluation.status == "failed" and evaluation.finished_at
     assert evaluation.history.last().reason == f"failed on host cpu-1: {message}"
-    assert alice_client.get(url(evaluation_id)).json()["reason"].endswith(message)
+    assert alice_evaluator_client.get(url(evaluation_id)).json()["reason"].endswith(message)
 
 
 def test_a_job_given_back_as_lost_is_dispatched_again_or_cancelled_if_asked(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     body = {"claim": job["claim"], "status": "lost"}
 
@@ -245,15 +251,15 @@ def test_a_job_given_back_as_lost_is_dispatched_again_or_cancelled_if_asked(
     assert stale.status_code == 409
     again = claim(agent, evaluation_id, hosts["cpu-2"], dispatch=evaluation.dispatches).json()
 
-    alice_client.post(url(evaluation_id, "cancel"))
+    alice_evaluator_client.post(url(evaluation_id, "cancel"))
     lost = {"claim": again["claim"], "status": "lost", "reason": why}
     assert agent.post(url(evaluation_id, "status"), lost, format="json").status_code == 200
     evaluation.refresh_from_db()
     assert evaluation.status == "cancelled"  # a cancel was pending: not dispatched again
 
 
-def test_a_result_posted_twice_is_stored_once(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_result_posted_twice_is_stored_once(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
 
     first = post_result(agent, evaluation_id, result_body(job["claim"]))
@@ -264,8 +270,10 @@ def test_a_result_posted_twice_is_stored_once(alice_client, agent, hosts) -> Non
     assert _statuses(evaluation_id).count("succeeded") == 1
 
 
-def test_a_result_must_cover_the_requested_batch_sizes(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client, batch_sizes=[1, 8]))
+def test_a_result_must_cover_the_requested_batch_sizes(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client, batch_sizes=[1, 8]))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
 
     response = post_result(agent, evaluation_id, result_body(job["claim"], batch_sizes=(1,)))
@@ -275,8 +283,10 @@ def test_a_result_must_cover_the_requested_batch_sizes(alice_client, agent, host
     assert Evaluation.objects.get(pk=evaluation_id).status == "running"
 
 
-def test_a_malformed_result_is_refused_naming_the_field(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_malformed_result_is_refused_naming_the_field(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     body = result_body(job["claim"])
     del body["latency"]["1"]["p90_ms"]
@@ -287,23 +297,27 @@ def test_a_malformed_result_is_refused_naming_the_field(alice_client, agent, hos
     assert error_paths(response) == ["latency.1.p90_ms"]
 
 
-def test_cancelling_a_dispatched_evaluation_cancels_it_at_once(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_cancelling_a_dispatched_evaluation_cancels_it_at_once(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
 
-    response = alice_client.post(url(evaluation_id, "cancel"))
+    response = alice_evaluator_client.post(url(evaluation_id, "cancel"))
 
     assert response.status_code == 200
     assert response.json()["status"] == "cancelled"
     assert claim(agent, evaluation_id, hosts["cpu-1"]).status_code == 409
-    assert alice_client.post(url(evaluation_id, "cancel")).status_code == 409
+    assert alice_evaluator_client.post(url(evaluation_id, "cancel")).status_code == 409
 
 
-def test_cancelling_a_running_evaluation_reaches_its_agent(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_cancelling_a_running_evaluation_reaches_its_agent(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     progress(agent, evaluation_id, job["claim"], 2, 10)
 
-    response = alice_client.post(url(evaluation_id, "cancel"))
+    response = alice_evaluator_client.post(url(evaluation_id, "cancel"))
 
     assert response.status_code == 200
     assert response.json()["status"] == "running" and response.json()["cancel_requested"]
@@ -322,11 +336,11 @@ def test_cancelling_a_running_evaluation_reaches_its_agent(alice_client, agent, 
 
 
 def test_a_cancel_that_loses_the_race_with_the_result_is_said_in_the_history(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
-    assert alice_client.post(url(evaluation_id, "cancel")).status_code == 200
+    assert alice_evaluator_client.post(url(evaluation_id, "cancel")).status_code == 200
 
     assert post_result(agent, evaluation_id, result_body(job["claim"])).status_code == 201
 
@@ -338,9 +352,9 @@ def test_a_cancel_that_loses_the_race_with_the_result_is_said_in_the_history(
 
 
 def test_only_the_owner_or_staff_cancel(
-    alice_client, bob_client, make_client, staff, hosts
+    alice_evaluator_client, bob_client, make_client, staff, hosts
 ) -> None:  # type: ignore[no-untyped-def]
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
 
     assert bob_client.post(url(evaluation_id, "cancel")).status_code == 404
     assert make_client(staff).post(url(evaluation_id, "cancel")).status_code == 200

@@ -18,10 +18,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def launched(alice_client, bob_client, agent, hosts) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def launched(alice_evaluator_client, bob_client, agent, hosts) -> dict[str, str]:  # type: ignore[no-untyped-def]
     ids = {
-        "alice-running": launched_id(launch(alice_client)),
-        "alice-gpu": launched_id(launch(alice_client, device="gpu")),
+        "alice-running": launched_id(launch(alice_evaluator_client)),
+        "alice-gpu": launched_id(launch(alice_evaluator_client, device="gpu")),
         "bob": launched_id(launch(bob_client, model="secret", dataset="hidden")),
     }
     claim(agent, ids["alice-running"], hosts["cpu-1"])
@@ -33,8 +33,8 @@ def _ids(response) -> set[str]:  # type: ignore[no-untyped-def]
     return {e["id"] for e in response.json()["results"]}
 
 
-def test_a_user_lists_only_their_own_evaluations(alice_client, launched) -> None:
-    assert _ids(alice_client.get(EVALUATIONS_URL)) == {
+def test_a_user_lists_only_their_own_evaluations(alice_evaluator_client, launched) -> None:
+    assert _ids(alice_evaluator_client.get(EVALUATIONS_URL)) == {
         launched["alice-running"],
         launched["alice-gpu"],
     }
@@ -59,27 +59,29 @@ def test_staff_list_everyones_and_filter_by_user(make_client, staff, launched) -
         ({"user": "bob"}, set()),  # not staff: only their own
     ],
 )
-def test_the_list_filters(alice_client, launched, params, expected) -> None:
-    assert _ids(alice_client.get(EVALUATIONS_URL, params)) == {launched[key] for key in expected}
+def test_the_list_filters(alice_evaluator_client, launched, params, expected) -> None:
+    assert _ids(alice_evaluator_client.get(EVALUATIONS_URL, params)) == {
+        launched[key] for key in expected
+    }
 
 
-def test_an_unknown_status_filter_is_400(alice_client, launched) -> None:
-    response = alice_client.get(EVALUATIONS_URL, {"status": "done"})
+def test_an_unknown_status_filter_is_400(alice_evaluator_client, launched) -> None:
+    response = alice_evaluator_client.get(EVALUATIONS_URL, {"status": "done"})
 
     assert response.status_code == 400
     assert error_paths(response) == ["status"]
 
 
-def test_the_group_filter_lists_one_launch(alice_client, hosts) -> None:
-    group = launch(alice_client, hosts="all").json()["group"]
-    launch(alice_client)
+def test_the_group_filter_lists_one_launch(alice_evaluator_client, hosts) -> None:
+    group = launch(alice_evaluator_client, hosts="all").json()["group"]
+    launch(alice_evaluator_client)
 
-    assert len(_ids(alice_client.get(EVALUATIONS_URL, {"group": group}))) == 3
-    assert error_paths(alice_client.get(EVALUATIONS_URL, {"group": "nope"})) == ["group"]
+    assert len(_ids(alice_evaluator_client.get(EVALUATIONS_URL, {"group": group}))) == 3
+    assert error_paths(alice_evaluator_client.get(EVALUATIONS_URL, {"group": "nope"})) == ["group"]
 
 
-def test_the_detail_shows_request_history_and_progress(alice_client, launched) -> None:
-    body = alice_client.get(url(launched["alice-running"])).json()
+def test_the_detail_shows_request_history_and_progress(alice_evaluator_client, launched) -> None:
+    body = alice_evaluator_client.get(url(launched["alice-running"])).json()
 
     assert body["status"] == "running" and body["host"] == "cpu-1"
     assert body["request"]["batch_sizes"] == [1] and body["request"]["hosts"] == "one"
@@ -88,8 +90,8 @@ def test_the_detail_shows_request_history_and_progress(alice_client, launched) -
     assert body["result"] is None and body["attempts"] == 1
 
 
-def test_another_users_evaluation_is_404(alice_client, launched) -> None:
-    assert alice_client.get(url(launched["bob"])).status_code == 404
+def test_another_users_evaluation_is_404(alice_evaluator_client, launched) -> None:
+    assert alice_evaluator_client.get(url(launched["bob"])).status_code == 404
 
 
 def test_anonymous_callers_see_no_unpublished_evaluation(client, launched) -> None:  # type: ignore[no-untyped-def]
@@ -115,9 +117,9 @@ def test_an_agent_token_cannot_read_evaluations(agent, launched) -> None:
     ],
 )
 def test_a_list_request_with_an_unknown_filter_is_refused_naming_it(
-    alice_client, launched, url, name
+    alice_evaluator_client, launched, url, name
 ) -> None:
-    response = alice_client.get(url)
+    response = alice_evaluator_client.get(url)
 
     assert response.status_code == 400, response.content
     assert error_paths(response) == [name]

@@ -13,7 +13,8 @@ from channels.testing import WebsocketCommunicator
 
 from evaluations.models import Evaluation
 from mlmodelscope.asgi import application
-from tests.evaluations.factories import EVALUATIONS_URL, error_of, url
+from tests.evaluations.factories import EVALUATIONS_URL, url
+from tests.helpers import error_of
 
 JSON = "application/json"
 DEEP = 100_000

@@ -24,33 +24,39 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def finished(alice_client, agent, hosts) -> str:  # type: ignore[no-untyped-def]
-    evaluation_id = launched_id(launch(alice_client))
+def finished(alice_evaluator_client, agent, hosts) -> str:  # type: ignore[no-untyped-def]
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claimed = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     assert post_result(agent, evaluation_id, result_body(claimed["claim"])).status_code == 201
     return evaluation_id
 
 
-def test_the_predictions_are_a_file_in_the_store_served_in_pages(alice_client, finished) -> None:
+def test_the_predictions_are_a_file_in_the_store_served_in_pages(
+    alice_evaluator_client, finished
+) -> None:
     result = Result.objects.get(evaluation_id=finished)
     assert result.predictions_path == f"results/{finished}/predictions.parquet"
     assert storage.resolve(result.predictions_path).is_file()
     assert not hasattr(result, "predictions")  # no JSON column any more
 
-    first = alice_client.get(url(finished, "predictions"), {"page_size": 1})
+    first = alice_evaluator_client.get(url(finished, "predictions"), {"page_size": 1})
     assert first.status_code == 200, first.content
     body = first.json()
     assert body["count"] == 2 and body["next"]
     assert body["results"] == [
         {"index": 0, "label": 0, "classes": [0, 1], "probabilities": [0.9, 0.1]}
     ]
-    second = alice_client.get(url(finished, "predictions"), {"page_size": 1, "page": 2}).json()
+    second = alice_evaluator_client.get(
+        url(finished, "predictions"), {"page_size": 1, "page": 2}
+    ).json()
     assert second["results"][0]["index"] == 1 and second["results"][0]["probabilities"] == [
         0.6,
         0.4,
     ]
     # The whole set, as before, on the evaluation itself.
-    full = alice_client.get(url(finished) + "?predictions=1").json()["result"]["predictions"]
+    full = alice_evaluator_client.get(url(finished) + "?predictions=1").json()["result"][
+        "predictions"
+    ]
     assert full == {
         "top_k": 2,
         "labels": [0, 1],
@@ -78,13 +84,13 @@ def test_the_predictions_of_a_large_split_are_read_a_page_at_a_time(tmp_path: An
 
 
 def test_another_users_predictions_and_a_missing_result_are_404(
-    bob_client, alice_client, finished
+    bob_client, alice_evaluator_client, finished
 ) -> None:  # type: ignore[no-untyped-def]
     assert bob_client.get(url(finished, "predictions")).status_code == 404
-    pending = launched_id(launch(alice_client))
-    missing = alice_client.get(url(pending, "predictions"))
+    pending = launched_id(launch(alice_evaluator_client))
+    missing = alice_evaluator_client.get(url(pending, "predictions"))
     assert missing.status_code == 404 and "no result" in missing.json()["detail"]
-    refused = alice_client.get(url(finished, "predictions"), {"offset": 5})
+    refused = alice_evaluator_client.get(url(finished, "predictions"), {"offset": 5})
     assert refused.status_code == 400 and error_paths(refused) == ["offset"]
 
 

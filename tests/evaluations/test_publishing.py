@@ -21,13 +21,13 @@ from evaluations.models import Evaluation
 from hub.models import Manifest
 from tests.evaluations.factories import (
     claim,
-    error_of,
     launch,
     launched_id,
     post_result,
     result_body,
     url,
 )
+from tests.helpers import error_of
 
 pytestmark = pytest.mark.django_db
 
@@ -41,9 +41,9 @@ def finish(client: APIClient, agent: APIClient, host: Any, **fields: Any) -> str
 
 
 @pytest.fixture
-def public_run(alice_client, agent, hosts) -> str:  # type: ignore[no-untyped-def]
+def public_run(alice_evaluator_client, agent, hosts) -> str:  # type: ignore[no-untyped-def]
     """Alice's succeeded evaluation of the public model m on the public dataset d."""
-    return finish(alice_client, agent, hosts["cpu-1"])
+    return finish(alice_evaluator_client, agent, hosts["cpu-1"])
 
 
 @pytest.fixture
@@ -56,11 +56,11 @@ def private_run(bob_client, agent, hosts) -> str:  # type: ignore[no-untyped-def
 
 
 def test_the_owner_publishes_and_anyone_then_reads_it_and_sees_it_on_the_board(
-    alice_client, public_run
+    alice_evaluator_client, public_run
 ) -> None:
     anonymous = APIClient()
     assert anonymous.get(url(public_run)).status_code == 404
-    published = alice_client.post(url(public_run, "publish"))
+    published = alice_evaluator_client.post(url(public_run, "publish"))
     assert published.status_code == 200, published.content
     assert published.json()["published"] is True and published.json()["published_at"]
     evaluation = Evaluation.objects.get(pk=public_run)
@@ -87,16 +87,16 @@ def test_the_owner_publishes_and_anyone_then_reads_it_and_sees_it_on_the_board(
     lines = b"".join(csv.streaming_content).decode().splitlines()
     assert lines[0].startswith("model,model_version,framework") and public_run in lines[1]
 
-    assert alice_client.delete(url(public_run, "publish")).json()["published"] is False
+    assert alice_evaluator_client.delete(url(public_run, "publish")).json()["published"] is False
     assert anonymous.get(url(public_run)).status_code == 404
     assert anonymous.get("/api/v1/leaderboards/").json() == []
 
 
 def test_two_published_runs_of_one_configuration_that_agree_say_so(
-    alice_client, bob_client, agent, hosts, public_run
+    alice_evaluator_client, bob_client, agent, hosts, public_run
 ) -> None:
     second = finish(bob_client, agent, hosts["cpu-1"])
-    for client, evaluation_id in ((alice_client, public_run), (bob_client, second)):
+    for client, evaluation_id in ((alice_evaluator_client, public_run), (bob_client, second)):
         assert client.post(url(evaluation_id, "publish")).status_code == 200
     rows = APIClient().get("/api/v1/leaderboards/image_classification/d/").json()["results"]
     assert [row["agreeing_runs"] for row in rows] == [2, 2]
@@ -112,18 +112,20 @@ def test_an_evaluation_of_a_private_model_can_never_be_published(bob_client, pri
 
 
 def test_only_a_succeeded_evaluation_of_ones_own_can_be_published(
-    alice_client, bob_client, public_run
+    alice_evaluator_client, bob_client, public_run
 ) -> None:
-    queued = launched_id(launch(alice_client))
-    refused = alice_client.post(url(queued, "publish"))
+    queued = launched_id(launch(alice_evaluator_client))
+    refused = alice_evaluator_client.post(url(queued, "publish"))
     assert refused.status_code == 400 and "this one is dispatched" in error_of(refused)["message"]
     # Bob may not publish (nor even see) Alice's evaluation.
     assert bob_client.post(url(public_run, "publish")).status_code == 404
     assert not Evaluation.objects.get(pk=public_run).published
 
 
-def test_a_board_filters_sorts_and_refuses_what_it_cannot_use(alice_client, public_run) -> None:
-    alice_client.post(url(public_run, "publish"))
+def test_a_board_filters_sorts_and_refuses_what_it_cannot_use(
+    alice_evaluator_client, public_run
+) -> None:
+    alice_evaluator_client.post(url(public_run, "publish"))
     board = "/api/v1/leaderboards/image_classification/d/"
     anonymous = APIClient()
     assert anonymous.get(board, {"framework": "pytorch"}).json()["count"] == 0
@@ -245,14 +247,14 @@ def _fill(route: str, values: dict[str, str]) -> str | None:
 
 
 def test_a_private_evaluation_reaches_nobody_else_through_any_get(
-    make_client, django_user_model, bob_client, alice_client, private_run, public_run
+    make_client, django_user_model, bob_client, alice_evaluator_client, private_run, public_run
 ) -> None:
     """Every GET route of the API and the pages, with the private evaluation's ids filled in,
     asked by an anonymous caller, another user (token and session), another user's agent token
     and a member of a group the evaluation is not shared with: none answers with its id, its
     trace id, or a 5xx."""
     evaluation = Evaluation.objects.get(pk=private_run)
-    alice_client.post(url(public_run, "publish"))
+    alice_evaluator_client.post(url(public_run, "publish"))
     carol = django_user_model.objects.create_user("carol")
     outsider = django_user_model.objects.create_user("outsider", is_staff=False)
     bob_client.post("/api/v1/groups/", {"name": "bobs"}, format="json")

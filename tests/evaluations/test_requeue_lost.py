@@ -36,9 +36,9 @@ def _silence(evaluation_id: str, *hosts: Host) -> None:
 
 
 def test_a_job_whose_agent_went_silent_is_dispatched_again(
-    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     old = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     _silence(evaluation_id, hosts["cpu-1"])
     broker.drain("pool.onnxruntime.cpu")
@@ -65,8 +65,8 @@ def test_a_job_whose_agent_went_silent_is_dispatched_again(
     assert statuses == ["queued", "dispatched", "running", "dispatched", "running", "succeeded"]
 
 
-def test_a_job_lost_on_every_attempt_fails_saying_why(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))  # EVALUATION_MAX_ATTEMPTS is 2 here
+def test_a_job_lost_on_every_attempt_fails_saying_why(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))  # EVALUATION_MAX_ATTEMPTS is 2 here
     for attempt, host in ((1, hosts["cpu-1"]), (2, hosts["cpu-2"])):
         claim(agent, evaluation_id, host, dispatch=attempt)
         _silence(evaluation_id, host)
@@ -79,8 +79,10 @@ def test_a_job_lost_on_every_attempt_fails_saying_why(alice_client, agent, hosts
     )
 
 
-def test_a_restarted_agent_that_forgot_its_job_loses_it(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_restarted_agent_that_forgot_its_job_loses_it(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claim(agent, evaluation_id, hosts["cpu-1"])
     _silence(evaluation_id)  # the host heartbeats, but nobody reports on the job
 
@@ -90,8 +92,8 @@ def test_a_restarted_agent_that_forgot_its_job_loses_it(alice_client, agent, hos
     assert reason.startswith("the agent on host cpu-1 stopped reporting on it")
 
 
-def test_a_reporting_agent_keeps_its_job(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_reporting_agent_keeps_its_job(alice_evaluator_client, agent, hosts) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     progress(agent, evaluation_id, job["claim"], 1, 2)
 
@@ -100,9 +102,9 @@ def test_a_reporting_agent_keeps_its_job(alice_client, agent, hosts) -> None:
 
 
 def test_a_redelivered_message_takes_over_from_a_silent_claimant(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claim(agent, evaluation_id, hosts["cpu-1"])
     _silence(evaluation_id, hosts["cpu-1"])
 
@@ -113,10 +115,12 @@ def test_a_redelivered_message_takes_over_from_a_silent_claimant(
     assert reason == "host cpu-1 stopped heartbeating; claimed by host cpu-2 (attempt 2)"
 
 
-def test_a_lost_job_that_was_being_cancelled_is_cancelled(alice_client, agent, hosts) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_lost_job_that_was_being_cancelled_is_cancelled(
+    alice_evaluator_client, agent, hosts
+) -> None:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claim(agent, evaluation_id, hosts["cpu-1"])
-    alice_client.post(f"/api/v1/evaluations/{evaluation_id}/cancel/")
+    alice_evaluator_client.post(f"/api/v1/evaluations/{evaluation_id}/cancel/")
     _silence(evaluation_id, hosts["cpu-1"])
 
     actions.requeue_lost()
@@ -125,9 +129,9 @@ def test_a_lost_job_that_was_being_cancelled_is_cancelled(alice_client, agent, h
 
 
 def test_a_job_waiting_for_a_dead_host_of_hosts_all_waits_then_fails_naming_it(
-    alice_client, hosts, settings
+    alice_evaluator_client, hosts, settings
 ) -> None:
-    launch(alice_client, hosts="all")
+    launch(alice_evaluator_client, hosts="all")
     gpu_job = Evaluation.objects.get(target_host=hosts["gpu-1"])
     _silence(str(gpu_job.pk), hosts["gpu-1"])
 
@@ -153,9 +157,9 @@ def test_a_job_waiting_for_a_dead_host_of_hosts_all_waits_then_fails_naming_it(
 
 
 def test_a_job_whose_queue_lost_all_its_hosts_waits_then_fails(
-    alice_client, hosts, settings
+    alice_evaluator_client, hosts, settings
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     _silence(evaluation_id, *hosts.values())
 
     actions.requeue_lost()
@@ -170,9 +174,9 @@ def test_a_job_whose_queue_lost_all_its_hosts_waits_then_fails(
 
 
 def test_a_running_job_whose_hosts_all_died_goes_back_to_its_queue_to_wait(
-    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     claim(agent, evaluation_id, hosts["cpu-1"])
     broker.drain("pool.onnxruntime.cpu")
     _silence(evaluation_id, *hosts.values())
@@ -193,9 +197,9 @@ def test_a_running_job_whose_hosts_all_died_goes_back_to_its_queue_to_wait(
 
 
 def test_a_dispatch_the_broker_does_not_take_is_tried_again_then_failed(
-    alice_client, hosts, settings
+    alice_evaluator_client, hosts, settings
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))  # never sent (no on-commit here)
+    evaluation_id = launched_id(launch(alice_evaluator_client))  # never sent (no on-commit here)
     later = timezone.now() + timedelta(seconds=settings.EVALUATION_WAIT_SECONDS)
 
     actions.requeue_lost(later)
@@ -208,11 +212,11 @@ def test_a_dispatch_the_broker_does_not_take_is_tried_again_then_failed(
 
 
 def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
-    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
     # Launched while gpu-1 was away: only cpu-1 and cpu-2 consumed onnxruntime.cpu then.
     Host.objects.filter(pk=hosts["gpu-1"].pk).update(last_heartbeat=timezone.now() - LONG_AGO)
-    evaluation_id = launched_id(launch(alice_client, framework_version="~1.17"))
+    evaluation_id = launched_id(launch(alice_evaluator_client, framework_version="~1.17"))
     assert Evaluation.objects.get(pk=evaluation_id).queue == "pool.onnxruntime.cpu"
     broker.drain("pool.host.cpu-1", "pool.host.cpu-2")
 
@@ -231,11 +235,11 @@ def test_a_consumer_that_cannot_run_the_job_sends_it_to_one_that_can(
 
 
 def test_a_dispatch_the_hub_never_sent_is_sent_by_the_sweep(
-    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
 ) -> None:
     broker.drain("pool.onnxruntime.cpu")
     # The hub stopped between its commit and the send: the on-commit send never ran.
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     assert Evaluation.objects.get(pk=evaluation_id).sent_at is None
     assert actions.requeue_lost() == []  # not yet: a send may still be under way
 
@@ -253,11 +257,11 @@ def test_a_dispatch_the_hub_never_sent_is_sent_by_the_sweep(
 
 
 def test_a_message_the_broker_lost_is_sent_again_when_a_consumer_sits_idle(
-    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
 ) -> None:
     broker.drain("pool.onnxruntime.cpu")
     with django_capture_on_commit_callbacks(execute=True):
-        evaluation_id = launched_id(launch(alice_client))
+        evaluation_id = launched_id(launch(alice_evaluator_client))
     assert Evaluation.objects.get(pk=evaluation_id).sent_at is not None
     broker.drain("pool.onnxruntime.cpu")  # the broker lost it
 
@@ -274,11 +278,11 @@ def test_a_message_the_broker_lost_is_sent_again_when_a_consumer_sits_idle(
 
 
 def test_a_job_waiting_behind_busy_hosts_is_left_alone(
-    alice_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, settings, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        busy = [launched_id(launch(alice_client)) for _ in hosts]
-        waiting = launched_id(launch(alice_client))
+        busy = [launched_id(launch(alice_evaluator_client)) for _ in hosts]
+        waiting = launched_id(launch(alice_evaluator_client))
     for evaluation_id, host in zip(busy, hosts.values(), strict=True):
         assert claim(agent, evaluation_id, host).status_code == 200
     broker.drain("pool.onnxruntime.cpu")
@@ -305,11 +309,11 @@ def _reregister(agent, host: Host, instance: str):  # type: ignore[no-untyped-de
 
 
 def test_an_agent_that_starts_again_has_the_jobs_of_its_last_process_dispatched_at_once(
-    alice_client, agent, hosts, broker, django_capture_on_commit_callbacks
+    alice_evaluator_client, agent, hosts, broker, django_capture_on_commit_callbacks
 ) -> None:
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
     assert _reregister(agent, hosts["cpu-1"], first).status_code == 200
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     broker.drain("pool.onnxruntime.cpu")
     # The same process registering again (the hub forgot the host) changes nothing.

@@ -30,17 +30,17 @@ def _with_samples(body: dict[str, Any], samples: list[float]) -> dict[str, Any]:
     return body
 
 
-def _finished(alice_client: Any, agent: Any, hosts: Any, samples: list[float]) -> str:
-    evaluation_id = launched_id(launch(alice_client))
+def _finished(alice_evaluator_client: Any, agent: Any, hosts: Any, samples: list[float]) -> str:
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     response = post_result(agent, evaluation_id, _with_samples(result_body(job["claim"]), samples))
     assert response.status_code == 201, response.content
     return evaluation_id
 
 
-def test_the_hub_summarises_the_samples_itself(alice_client, agent, hosts) -> None:
+def test_the_hub_summarises_the_samples_itself(alice_evaluator_client, agent, hosts) -> None:
     samples = [float(value) for value in range(1, 101)]
-    evaluation_id = _finished(alice_client, agent, hosts, samples)
+    evaluation_id = _finished(alice_evaluator_client, agent, hosts, samples)
 
     row = BatchResult.objects.get(evaluation_id=evaluation_id)
     expected = statistics.latency(np.asarray(samples) * 1e6)
@@ -51,43 +51,49 @@ def test_the_hub_summarises_the_samples_itself(alice_client, agent, hosts) -> No
     result = Result.objects.get(evaluation_id=evaluation_id)
     assert (result.p50_ms_at_1, result.p50_low_ms_at_1) == (row.p50_ms, row.p50_low_ms)
 
-    latency = alice_client.get(f"/api/v1/evaluations/{evaluation_id}/").json()["result"]["latency"]
+    latency = alice_evaluator_client.get(f"/api/v1/evaluations/{evaluation_id}/").json()["result"][
+        "latency"
+    ]
     assert latency["1"]["p50_ms"] == row.p50_ms
     assert latency["1"]["text"] == statistics.latency_text(latency["1"])
     assert "samples_ms" not in latency["1"]
 
 
-def test_compare_tests_the_difference_on_the_samples(alice_client, agent, hosts) -> None:
+def test_compare_tests_the_difference_on_the_samples(alice_evaluator_client, agent, hosts) -> None:
     rng = np.random.default_rng(5)
-    base = _finished(alice_client, agent, hosts, rng.lognormal(0, 0.1, 200).tolist())
-    slower = _finished(alice_client, agent, hosts, (rng.lognormal(0, 0.1, 200) * 2).tolist())
+    base = _finished(alice_evaluator_client, agent, hosts, rng.lognormal(0, 0.1, 200).tolist())
+    slower = _finished(
+        alice_evaluator_client, agent, hosts, (rng.lognormal(0, 0.1, 200) * 2).tolist()
+    )
 
-    report = alice_client.get(f"/api/v1/compare/?evaluations={base},{slower}").json()
+    report = alice_evaluator_client.get(f"/api/v1/compare/?evaluations={base},{slower}").json()
     cells = report["latency"]["batch_sizes"][0]["cells"]
     assert cells[0]["difference"] is None
     assert cells[1]["difference"]["verdict"] == "slower"
     assert cells[1]["difference"]["low"] <= 2.0 <= cells[1]["difference"]["high"]
     assert cells[1]["verdict"].startswith("slower (×")
     # A finer noise threshold is taken, and a bad one refused naming it.
-    finer = alice_client.get(f"/api/v1/compare/?evaluations={base},{slower}&noise=1%")
+    finer = alice_evaluator_client.get(f"/api/v1/compare/?evaluations={base},{slower}&noise=1%")
     assert finer.json()["latency"]["noise"] == 0.01
     for bad in ("-1", "51", "fast"):
-        refused = alice_client.get(f"/api/v1/compare/?evaluations={base},{slower}&noise={bad}")
+        refused = alice_evaluator_client.get(
+            f"/api/v1/compare/?evaluations={base},{slower}&noise={bad}"
+        )
         assert refused.status_code == 400 and error_paths(refused) == ["noise"]
 
 
-def test_a_result_without_samples_gets_no_verdict(alice_client, agent, hosts) -> None:
+def test_a_result_without_samples_gets_no_verdict(alice_evaluator_client, agent, hosts) -> None:
     ids = []
     for _ in range(2):
-        evaluation_id = launched_id(launch(alice_client))
+        evaluation_id = launched_id(launch(alice_evaluator_client))
         job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
         assert post_result(agent, evaluation_id, result_body(job["claim"])).status_code == 201
         ids.append(evaluation_id)
     row = BatchResult.objects.get(evaluation_id=ids[0])
     assert row.p50_ms == 1.4 and row.p50_low_ms is None
-    cells = alice_client.get(f"/api/v1/compare/?evaluations={ids[0]},{ids[1]}").json()["latency"][
-        "batch_sizes"
-    ][0]["cells"]
+    cells = alice_evaluator_client.get(f"/api/v1/compare/?evaluations={ids[0]},{ids[1]}").json()[
+        "latency"
+    ]["batch_sizes"][0]["cells"]
     assert cells[1]["difference"] is None
     assert "no verdict" in cells[1]["verdict"]
 
@@ -104,9 +110,9 @@ def test_a_result_without_samples_gets_no_verdict(alice_client, agent, hosts) ->
     ],
 )
 def test_malformed_samples_are_refused_naming_the_field(
-    alice_client, agent, hosts, samples: Any, count: int, message: str
+    alice_evaluator_client, agent, hosts, samples: Any, count: int, message: str
 ) -> None:
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     body = result_body(job["claim"])
     body["latency"]["1"] |= {"samples_ms": samples, "count": count}
@@ -120,16 +126,16 @@ def test_malformed_samples_are_refused_naming_the_field(
     assert Evaluation.objects.get(pk=evaluation_id).status == "running"
 
 
-def test_a_long_run_posts_all_its_samples(alice_client, agent, hosts, settings) -> None:
+def test_a_long_run_posts_all_its_samples(alice_evaluator_client, agent, hosts, settings) -> None:
     """60,000 timed batches (a body of about 800 KB, past the limit on other JSON bodies) are
     taken; a body past RESULT_MAX_BYTES is a 413 naming the limit, storing nothing."""
     samples = [1.0 + (index % 7) / 10 for index in range(60_000)]
-    evaluation_id = _finished(alice_client, agent, hosts, samples)
+    evaluation_id = _finished(alice_evaluator_client, agent, hosts, samples)
     row = BatchResult.objects.get(evaluation_id=evaluation_id)
     assert row.count == 60_000 and len(row.samples.samples_ms) == 60_000
 
     settings.RESULT_MAX_BYTES = 1024 * 1024
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
     body = _with_samples(result_body(job["claim"]), [1.2345678901] * 100_000)
     response = post_result(agent, evaluation_id, body)

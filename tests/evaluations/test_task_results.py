@@ -16,13 +16,13 @@ from rest_framework.test import APIClient
 
 from tests.evaluations.factories import (
     claim,
-    error_of,
     launch,
     launched_id,
     post_result,
     result_body,
     url,
 )
+from tests.helpers import error_of
 from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
 
 pytestmark = pytest.mark.django_db

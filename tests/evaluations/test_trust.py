@@ -166,9 +166,9 @@ def test_with_only_untrusted_hosts_live_the_launch_says_so(
     make_client, alice, bobs_agent, catalog
 ) -> None:
     assert register_host(bobs_agent, "bob-box", ONNX).status_code == 201
-    alice_client = make_client(alice, scopes=["read", "evaluate"])
+    alice_evaluator_client = make_client(alice, scopes=["read", "evaluate"])
 
-    response = launch(alice_client)
+    response = launch(alice_evaluator_client)
 
     assert response.status_code == 400
     assert error_paths(response) == ["hosts"]
@@ -179,16 +179,16 @@ def test_with_only_untrusted_hosts_live_the_launch_says_so(
 # --- Groups: membership by consent, hosts trusted by choice -----------------------------------
 
 
-def _answer(alice_client: APIClient, answer: str) -> None:
+def _answer(alice_evaluator_client: APIClient, answer: str) -> None:
     """Alice's answer to Bob's invitation to group `lab`."""
     if answer == "declined":
-        assert alice_client.delete("/api/v1/invitations/lab/").status_code == 204
+        assert alice_evaluator_client.delete("/api/v1/invitations/lab/").status_code == 204
     elif answer.startswith("accepted"):
-        joined = alice_client.post("/api/v1/invitations/lab/accept/")
+        joined = alice_evaluator_client.post("/api/v1/invitations/lab/accept/")
         assert joined.status_code == 200, joined.content
         assert joined.json()["trust_hosts"] is False  # off until she turns it on
         if answer == "accepted, hosts trusted":
-            trusted = alice_client.patch(
+            trusted = alice_evaluator_client.patch(
                 "/api/v1/groups/lab/membership/", {"trust_hosts": True}, format="json"
             )
             assert trusted.status_code == 200 and trusted.json() == {"trust_hosts": True}

@@ -52,16 +52,18 @@ def test_an_agent_token_is_closed_with_4403(agent) -> None:  # type: ignore[no-u
     assert _open(f"/ws/evaluations/?token={agent.raw_token}")["code"] == 4403
 
 
-def test_another_users_evaluation_is_closed_with_4404(alice_client, bob_client, hosts) -> None:  # type: ignore[no-untyped-def]
+def test_another_users_evaluation_is_closed_with_4404(
+    alice_evaluator_client, bob_client, hosts
+) -> None:  # type: ignore[no-untyped-def]
     evaluation_id = launched_id(launch(bob_client))
 
-    message = _open(f"/ws/evaluations/{evaluation_id}/?token={alice_client.raw_token}")
+    message = _open(f"/ws/evaluations/{evaluation_id}/?token={alice_evaluator_client.raw_token}")
 
     assert message["code"] == 4404
 
 
-def test_a_session_from_this_site_gets_the_snapshot(alice, alice_client, hosts) -> None:  # type: ignore[no-untyped-def]
-    evaluation_id = launched_id(launch(alice_client))
+def test_a_session_from_this_site_gets_the_snapshot(alice, alice_evaluator_client, hosts) -> None:  # type: ignore[no-untyped-def]
+    evaluation_id = launched_id(launch(alice_evaluator_client))
     cookie = (b"cookie", _session_cookie(alice))
 
     message = _open(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from benchmarks import _hub
-from mlmodelscope.testing.livehub import Closed, LiveHub
+from tests.livehub import Closed, LiveHub
 
 # What every case needs, made in the hub with its own ORM (`manage.py shell`): alice, whose
 # evaluations the cases follow; bob, their reader, with a token for his socket and another to

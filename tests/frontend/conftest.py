@@ -18,8 +18,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
 
-from mlmodelscope.testing.livehub import PASSWORD, LiveHub, running_hub
 from tests.evaluations.factories import catalog_manifests, register_hosts
+from tests.livehub import PASSWORD, LiveHub, running_hub
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
@@ -103,7 +103,7 @@ def page(browser: Any, live_server: Any) -> Iterator[Any]:
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[LiveHub]:
     """A hub served by daphne in its own process, WebSockets included, on the embedded default
-    in a fresh folder (mlmodelscope.testing.livehub), so that the test's browser, the test itself
+    in a fresh folder (tests.livehub), so that the test's browser, the test itself
     (over HTTP, as an agent or an API client would) and an agent process all talk to one hub.
     alice signs in with livehub.PASSWORD; `hub.token` is hers, `hub.agent_token` an operator's."""
     with running_hub(tmp_path, users=True) as running:
@@ -177,13 +177,6 @@ def shoot() -> Callable[[Any, str], Path]:
         return path
 
     return save
-
-
-@pytest.fixture
-def agent(make_client, django_user_model):  # type: ignore[no-untyped-def]
-    """An operator's agent-scoped client (the pool's agents)."""
-    operator = django_user_model.objects.create_user("operator", is_staff=True)
-    return make_client(operator, scopes=["agent"])
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from mlmodelscope.testing.livehub import LiveHub, running_hub
 from predictors import statistics
 from tests.frontend.conftest import sign_in_to_hub
+from tests.livehub import LiveHub, running_hub
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -1,5 +1,5 @@
 """Upload → launch → live result, in a real browser against a real hub (daphne, WebSockets) and a
-real agent (`python -m predictors.agent.daemon`) running ONNX Runtime: nothing is simulated."""
+real agent (`python -m predictors.agent`) running ONNX Runtime: nothing is simulated."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from mlmodelscope.testing.livehub import PASSWORD
+from tests.livehub import PASSWORD
 from tests.predictors.zoo_store import zoo_store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import expect
 
 from evaluations.models import Evaluation
-from mlmodelscope.testing.livehub import PASSWORD, LiveHub
 from tests.frontend.test_leaderboards import published_result
+from tests.livehub import PASSWORD, LiveHub
 
 pytestmark = pytest.mark.browser
 

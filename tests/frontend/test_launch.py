@@ -13,11 +13,6 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
 def catalog(make_client, django_user_model):  # type: ignore[no-untyped-def]
     """Public model `m` (1.0.0, 1.1.0, onnxruntime) and dataset `d`, uploaded by Bob."""
     bob = django_user_model.objects.create_user("bob")

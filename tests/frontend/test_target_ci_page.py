@@ -10,8 +10,8 @@ import importlib.util
 import pytest
 from playwright.sync_api import expect
 
-from predictors.agent.daemon import result_upload
-from predictors.cli import format_remote
+from predictors.agent.results import result_upload
+from predictors.cli.report import format_remote
 from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
 from predictors.manifests.catalog import Catalog

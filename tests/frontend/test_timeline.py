@@ -23,11 +23,6 @@ LAYERS = [("conv1", "Conv", 0, 5), ("relu1", "Relu", 5, 1), ("fc1", "Gemm", 6, 3
 
 
 @pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
 def launched(make_client, alice, django_user_model, broker) -> str:  # type: ignore[no-untyped-def]
     """Alice's evaluation of m on d, dispatched (so still live)."""
     operator = django_user_model.objects.create_user("operator", is_staff=True)

@@ -13,11 +13,6 @@ from tests.hub.factories import TOKENS_URL, bearer_client
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
 def test_a_new_token_is_shown_once_and_works(page, sign_in, alice, shoot) -> None:
     sign_in(page, alice)
     page.goto("/tokens/")

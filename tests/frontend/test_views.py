@@ -13,18 +13,6 @@ from tests.hub.factories import dataset_yaml, model_yaml, to_yaml
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def alice(django_user_model):  # type: ignore[no-untyped-def]
-    return django_user_model.objects.create_user("alice")
-
-
-@pytest.fixture
-def signed_in(alice) -> Client:  # type: ignore[no-untyped-def]
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 def test_a_private_model_and_dataset_are_absent_for_everyone_else(alice, django_user_model) -> None:
     actions.register_manifest(spec.load(model_yaml("secret-net")), owner=alice)
     actions.register_manifest(spec.load(dataset_yaml("secret-data")), owner=alice)

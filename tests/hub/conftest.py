@@ -1,4 +1,4 @@
-"""Fixtures of the hub's tests (`make_user` and `make_client` are suite-wide)."""
+"""Fixtures of the hub's tests (the users, `make_client` and the users' clients are suite-wide)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,6 @@ def artifact_root(tmp_path: Path, settings) -> Path:  # type: ignore[no-untyped-
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
-
-
-@pytest.fixture
-def alice_client(make_client, alice):  # type: ignore[no-untyped-def]
-    """Alice with a read, write and evaluate token."""
-    return make_client(alice)
-
-
-@pytest.fixture
-def bob_client(make_client, bob):  # type: ignore[no-untyped-def]
-    return make_client(bob)
 
 
 @pytest.fixture

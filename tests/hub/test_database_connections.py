@@ -14,7 +14,7 @@ from benchmarks import _production
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL_SIZE = 4
-# Each ingest process of the hub (traces.api.processes) holds one connection of its own.
+# Each ingest process of the hub (traces.ingest_processes) holds one connection of its own.
 INGEST_PROCESSES = 2
 CLIENTS = 4
 SECONDS = 15

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from rest_framework.test import APIClient
 
 from evaluations.models import Evaluation, Result, StatusChange
 from hub.models import ApiToken, Host, Manifest
@@ -30,6 +29,7 @@ from tests.evaluations.factories import (
     result_body,
     url,
 )
+from tests.helpers import error_of
 from tests.hub.factories import HOSTS_URL, TOKENS_URL
 from tests.traces.factories import BASE, json_export, new_id, post
 from traces.models import Trace
@@ -37,15 +37,6 @@ from traces.models import Trace
 pytestmark = pytest.mark.django_db
 
 JSON = "application/json"
-
-
-def error_of(response: Any) -> dict[str, Any]:
-    """The first error of an API error response, checked to be in the API's shape."""
-    assert response["Content-Type"] == JSON, response.content
-    body = response.json()
-    assert set(body) == {"detail", "code", "errors"}, body
-    assert body["errors"][0]["message"] == body["detail"]
-    return body["errors"][0]  # type: ignore[no-any-return]
 
 
 # --- URLs --------------------------------------------------------------------------------------
@@ -86,8 +77,8 @@ def test_a_nul_in_a_page_path_is_an_html_400(alice, signed_in, page) -> None:  #
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE", "OPTIONS"])
 @pytest.mark.parametrize("address", API_URLS)
-def test_a_nul_in_an_api_path_is_a_json_400(alice_client, anonymous, address, method) -> None:  # type: ignore[no-untyped-def]
-    for caller in (anonymous, alice_client):
+def test_a_nul_in_an_api_path_is_a_json_400(alice_full_client, anonymous, address, method) -> None:  # type: ignore[no-untyped-def]
+    for caller in (anonymous, alice_full_client):
         response = caller.generic(method, address)
 
         assert response.status_code == 400, (address, response.content)
@@ -95,8 +86,8 @@ def test_a_nul_in_an_api_path_is_a_json_400(alice_client, anonymous, address, me
         assert error["path"] == "" and "path holds a NUL character" in error["message"]
 
 
-def test_a_nul_in_a_query_parameter_name_is_a_json_400_naming_it(alice_client) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.get("/api/v1/manifests/?na%00me=x")
+def test_a_nul_in_a_query_parameter_name_is_a_json_400_naming_it(alice_full_client) -> None:  # type: ignore[no-untyped-def]
+    response = alice_full_client.get("/api/v1/manifests/?na%00me=x")
 
     assert response.status_code == 400
     error = error_of(response)
@@ -139,17 +130,11 @@ def _text(body: dict[str, Any], value: str | None = None, key: str | None = None
 
 
 @pytest.fixture
-def agent(make_client, django_user_model) -> APIClient:  # type: ignore[no-untyped-def]
-    operator = django_user_model.objects.create_user("operator", is_staff=True)
-    return make_client(operator, scopes=["agent"])  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def claimed(alice_client, agent) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def claimed(alice_full_client, agent) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """An evaluation of Alice's that the operator's agent has claimed: (its id, the claim)."""
-    catalog_manifests(alice_client)
+    catalog_manifests(alice_full_client)
     hosts = register_hosts(agent)
-    evaluation_id = launched_id(launch(alice_client))
+    evaluation_id = launched_id(launch(alice_full_client))
     target = Evaluation.objects.get(pk=evaluation_id).target_host or hosts["cpu-1"]
     response = claim(agent, evaluation_id, target)
     assert response.status_code == 200, response.content
@@ -198,19 +183,19 @@ USER_BODIES = {
 @pytest.mark.parametrize("kind", VALUES)
 @pytest.mark.parametrize("where", USER_BODIES)
 def test_a_value_no_column_holds_in_a_users_body_is_400_naming_it(
-    alice_client, where, kind
+    alice_full_client, where, kind
 ) -> None:  # type: ignore[no-untyped-def]
     address, body, path = USER_BODIES[where]
     value, says = VALUES[kind]
     before = _rows()
 
-    response = alice_client.generic("POST", address, _text(body, value), content_type=JSON)
+    response = alice_full_client.generic("POST", address, _text(body, value), content_type=JSON)
 
     _refused(response, path, says, before)
 
 
 @pytest.mark.parametrize("kind", KEYS)
-def test_a_key_no_column_holds_is_400_naming_it(alice_client, agent, kind) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_no_column_holds_is_400_naming_it(alice_full_client, agent, kind) -> None:  # type: ignore[no-untyped-def]
     raw, shown, says = KEYS[kind]
     before = _rows()
     body = {"name": "gpu-01", "frameworks": [], "software": {"pip": {KEY: "1"}}}
@@ -219,7 +204,7 @@ def test_a_key_no_column_holds_is_400_naming_it(alice_client, agent, kind) -> No
 
     _refused(response, f"software.pip.{shown}", says, before)
     # A key at the top of the body.
-    response = alice_client.generic(
+    response = alice_full_client.generic(
         "POST", TOKENS_URL, _text({"name": "t", "scopes": ["read"], KEY: 1}, key=raw), JSON
     )
     _refused(response, shown, says, before)
@@ -360,10 +345,10 @@ def test_a_probability_past_a_float32_is_refused(agent, claimed) -> None:  # typ
 
 
 @pytest.mark.usefixtures("claimed")  # the catalog, the hosts and a running evaluation
-def test_a_launch_limit_past_the_progress_columns_is_refused(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_launch_limit_past_the_progress_columns_is_refused(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     before = _rows()
 
-    response = launch(alice_client, limit=2**31)
+    response = launch(alice_full_client, limit=2**31)
 
     assert response.status_code == 400
     assert error_of(response)["path"] == "limit"
@@ -407,12 +392,14 @@ NUMBERS_FOR_STRINGS = {
 
 
 @pytest.mark.parametrize("case", NUMBERS_FOR_STRINGS)
-def test_a_number_for_a_string_field_is_refused(alice_client, agent, case) -> None:  # type: ignore[no-untyped-def]
+def test_a_number_for_a_string_field_is_refused(alice_full_client, agent, case) -> None:  # type: ignore[no-untyped-def]
     """DRF's string fields took a number for its text (a group named "301350")."""
     caller, address, body, path = NUMBERS_FOR_STRINGS[case]
     before = _rows()
 
-    response = {"user": alice_client, "agent": agent}[caller].post(address, body, format="json")
+    response = {"user": alice_full_client, "agent": agent}[caller].post(
+        address, body, format="json"
+    )
 
     assert response.status_code == 400, response.content
     error = error_of(response)
@@ -432,19 +419,19 @@ def test_a_number_for_a_string_field_is_refused(alice_client, agent, case) -> No
         ),
     ],
 )
-def test_a_name_is_checked_as_sent_not_trimmed(alice_client, address, body, path) -> None:  # type: ignore[no-untyped-def]
+def test_a_name_is_checked_as_sent_not_trimmed(alice_full_client, address, body, path) -> None:  # type: ignore[no-untyped-def]
     """`" lab"` was trimmed to `lab` before the name's rule, which refuses a space."""
     before = _rows()
 
-    response = alice_client.post(address, body, format="json")
+    response = alice_full_client.post(address, body, format="json")
 
     assert response.status_code == 400, response.content
     assert error_of(response)["path"] == path
     assert _rows() == before
 
 
-def test_a_token_name_is_kept_as_sent(alice_client) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.post(
+def test_a_token_name_is_kept_as_sent(alice_full_client) -> None:  # type: ignore[no-untyped-def]
+    response = alice_full_client.post(
         TOKENS_URL, {"name": " ci token ", "scopes": ["read"]}, format="json"
     )
 
@@ -455,7 +442,7 @@ def test_a_token_name_is_kept_as_sent(alice_client) -> None:  # type: ignore[no-
 # --- Forms and multipart bodies ------------------------------------------------------------------
 
 
-def test_a_nul_in_a_form_value_or_name_is_400_naming_it(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_nul_in_a_form_value_or_name_is_400_naming_it(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     before = _rows()
     for body, path in (
         ({"name": "a\x00b", "scopes": "read"}, "name"),
@@ -463,29 +450,29 @@ def test_a_nul_in_a_form_value_or_name_is_400_naming_it(alice_client) -> None:  
     ):
         for fmt in ("multipart", None):
             if fmt:
-                response = alice_client.post(TOKENS_URL, body, format=fmt)
+                response = alice_full_client.post(TOKENS_URL, body, format=fmt)
             else:
                 form = "&".join(
                     f"{k.replace(chr(0), '%00')}={v.replace(chr(0), '%00')}"
                     for k, v in body.items()
                 )
-                response = alice_client.generic(
+                response = alice_full_client.generic(
                     "POST", TOKENS_URL, form, content_type="application/x-www-form-urlencoded"
                 )
             _refused(response, path, "NUL character", before)
 
 
 @pytest.mark.parametrize("fmt", ["multipart", "form"])
-def test_a_form_of_too_many_fields_is_a_json_400(alice_client, fmt) -> None:  # type: ignore[no-untyped-def]
+def test_a_form_of_too_many_fields_is_a_json_400(alice_full_client, fmt) -> None:  # type: ignore[no-untyped-def]
     """Django refuses more than DATA_UPLOAD_MAX_NUMBER_FIELDS fields with a SuspiciousOperation,
     which was its bare 400 page."""
     before = _rows()
     fields = {f"f{index}": "x" for index in range(1001)}
     if fmt == "multipart":
-        response = alice_client.post(TOKENS_URL, fields, format="multipart")
+        response = alice_full_client.post(TOKENS_URL, fields, format="multipart")
     else:
         form = "&".join(f"{name}={value}" for name, value in fields.items())
-        response = alice_client.generic(
+        response = alice_full_client.generic(
             "POST", TOKENS_URL, form, content_type="application/x-www-form-urlencoded"
         )
 
@@ -506,10 +493,12 @@ def test_a_form_of_too_many_fields_is_a_json_400(alice_client, fmt) -> None:  # 
         ("multipart/form-data; boundary=" + "x" * 300, b"--x--\r\n"),  # an overlong boundary
     ],
 )
-def test_a_malformed_multipart_body_is_400_saying_so(alice_client, content_type, body) -> None:  # type: ignore[no-untyped-def]
+def test_a_malformed_multipart_body_is_400_saying_so(alice_full_client, content_type, body) -> None:  # type: ignore[no-untyped-def]
     before = _rows()
 
-    response = alice_client.generic("POST", "/api/v1/manifests/", body, content_type=content_type)
+    response = alice_full_client.generic(
+        "POST", "/api/v1/manifests/", body, content_type=content_type
+    )
 
     assert 400 <= response.status_code < 500, response.content
     error = error_of(response)
@@ -538,12 +527,12 @@ def _span_json(trace_id: str, value: str, where: str) -> bytes:
     "where", ["name", "start", "key", "stringValue", "intValue", "doubleValue"]
 )
 @pytest.mark.parametrize("kind", VALUES)
-def test_the_otlp_receivers_json_never_answers_500(alice_client, where, kind) -> None:  # type: ignore[no-untyped-def]
+def test_the_otlp_receivers_json_never_answers_500(alice_full_client, where, kind) -> None:  # type: ignore[no-untyped-def]
     """NUL characters are replaced and NaN and ±Infinity doubles stored as strings, as
     docs/api.md says; everything else that no column holds is 400, and nothing is stored."""
     trace_id = new_id()
 
-    response = post(alice_client, _span_json(trace_id, VALUES[kind][0], where), JSON)
+    response = post(alice_full_client, _span_json(trace_id, VALUES[kind][0], where), JSON)
 
     assert response.status_code in (200, 400), response.content
     assert response["Content-Type"] == JSON
@@ -551,13 +540,13 @@ def test_the_otlp_receivers_json_never_answers_500(alice_client, where, kind) ->
         error_of(response)
         assert not Trace.objects.filter(trace_id=trace_id).exists()
     else:
-        assert alice_client.get(f"/api/v1/traces/{trace_id}/timeline").status_code == 200
+        assert alice_full_client.get(f"/api/v1/traces/{trace_id}/timeline").status_code == 200
 
 
 # --- The timeline of a trace with hardware counters ----------------------------------------------
 
 
-def test_a_timeline_from_0_of_a_trace_with_counters_answers(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_timeline_from_0_of_a_trace_with_counters_answers(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     """A window from 0 puts its counter samples 1.7e18 ns in: past 2^53, which a double holds
     only rounded."""
     trace_id = new_id()
@@ -570,10 +559,10 @@ def test_a_timeline_from_0_of_a_trace_with_counters_answers(alice_client) -> Non
     body = json_export(
         trace_id, ("predict", 0, 10_000, {"mlms.level": "model"}), ("nvml", 0, 10, counter)
     )
-    assert post(alice_client, body, JSON).status_code == 200
+    assert post(alice_full_client, body, JSON).status_code == 200
 
     for query in ({"start": 0}, {"start": 0, "end": 2**63 - 1}, {"end": BASE + 5}):
-        response = alice_client.get(f"/api/v1/traces/{trace_id}/timeline", query)
+        response = alice_full_client.get(f"/api/v1/traces/{trace_id}/timeline", query)
 
         assert response.status_code == 200, (query, response.content)
         assert response.json()["counters"]["gpu.power_w"]["points"] == [[BASE, 5.0]]

@@ -64,7 +64,7 @@ def error_of(response: Any) -> tuple[str, str]:
     return error["path"], error["message"]
 
 
-def test_a_folder_of_class_folders_becomes_a_dataset(alice_client, artifact_root) -> None:  # type: ignore[no-untyped-def]
+def test_a_folder_of_class_folders_becomes_a_dataset(alice_full_client, artifact_root) -> None:  # type: ignore[no-untyped-def]
     from predictors.data import DatasetReader
 
     files = {
@@ -74,7 +74,7 @@ def test_a_folder_of_class_folders_becomes_a_dataset(alice_client, artifact_root
     }
     files[".DS_Store"] = b"ignored"
     files["cat/.hidden"] = b"ignored too"
-    response = post(alice_client, zipped(files), description="Two pets.", license="CC0-1.0")
+    response = post(alice_full_client, zipped(files), description="Two pets.", license="CC0-1.0")
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -96,14 +96,14 @@ def test_a_folder_of_class_folders_becomes_a_dataset(alice_client, artifact_root
     )
 
 
-def test_split_folders_become_splits_with_the_same_classes(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_split_folders_become_splits_with_the_same_classes(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     files = {
         f"mydata/{split}/{label}/{i}.jpg": jpeg(10 * i)
         for split in ("train", "validation")
         for label in ("a", "b")
         for i in range(2 if split == "train" else 1)
     }
-    response = post(alice_client, zipped(files), visibility="public")
+    response = post(alice_full_client, zipped(files), visibility="public")
     assert response.status_code == 201, response.content
     content = response.json()["manifest"]
     assert content["encoding"] == "jpeg" and content["labels"] == ["a", "b"]
@@ -114,7 +114,7 @@ def test_split_folders_become_splits_with_the_same_classes(alice_client) -> None
     assert response.json()["visibility"] == "public"
 
 
-def test_a_tar_archive_with_the_split_named_is_taken(alice_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tar_archive_with_the_split_named_is_taken(alice_full_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
     folder = tmp_path / "folder"
     for label in ("x", "y"):
         (folder / label).mkdir(parents=True)
@@ -122,7 +122,7 @@ def test_a_tar_archive_with_the_split_named_is_taken(alice_client, tmp_path) -> 
     packed = tmp_path / "data.tar.gz"
     with tarfile.open(packed, "w:gz") as archive:
         archive.add(folder, arcname=".")
-    response = post(alice_client, packed.read_bytes(), split="test")
+    response = post(alice_full_client, packed.read_bytes(), split="test")
     assert response.status_code == 201, response.content
     assert list(response.json()["manifest"]["splits"]) == ["test"]
 
@@ -158,9 +158,9 @@ def test_a_tar_archive_with_the_split_named_is_taken(alice_client, tmp_path) -> 
     ],
 )
 def test_a_folder_that_cannot_be_a_dataset_is_refused_naming_the_file(  # type: ignore[no-untyped-def]
-    alice_client, artifact_root, settings, files, words
+    alice_full_client, artifact_root, settings, files, words
 ) -> None:
-    response = post(alice_client, zipped(files))
+    response = post(alice_full_client, zipped(files))
     path, message = error_of(response)
     assert path == "archive"
     assert words in message, message
@@ -170,14 +170,14 @@ def test_a_folder_that_cannot_be_a_dataset_is_refused_naming_the_file(  # type: 
     assert not [p for p in os.listdir(settings.FILE_UPLOAD_TEMP_DIR) if p.startswith("folder-")]
 
 
-def test_links_floods_and_non_archives_are_refused(alice_client, tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_links_floods_and_non_archives_are_refused(alice_full_client, tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
     packed = tmp_path / "link.tar"
     with tarfile.open(packed, "w") as archive:
         info = tarfile.TarInfo("cat/a.png")
         info.type = tarfile.SYMTYPE
         info.linkname = "/etc/passwd"
         archive.addfile(info)
-    assert error_of(post(alice_client, packed.read_bytes()))[1] == (
+    assert error_of(post(alice_full_client, packed.read_bytes()))[1] == (
         "cat/a.png: is a link; archive the file itself"
     )
 
@@ -187,9 +187,9 @@ def test_links_floods_and_non_archives_are_refused(alice_client, tmp_path, setti
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("cat/a.png", b"\0" * 1_000_000)
     assert len(bomb.getvalue()) < 2048
-    assert "unpacks to more than its limit" in error_of(post(alice_client, bomb.getvalue()))[1]
+    assert "unpacks to more than its limit" in error_of(post(alice_full_client, bomb.getvalue()))[1]
 
-    assert error_of(post(alice_client, b"plain text"))[1] == (
+    assert error_of(post(alice_full_client, b"plain text"))[1] == (
         "archive: the archive is neither a zip nor a tar file"
     )
 
@@ -204,19 +204,23 @@ def test_links_floods_and_non_archives_are_refused(alice_client, tmp_path, setti
         ({"split": "../up"}, "splits"),
     ],
 )
-def test_bad_fields_are_refused_before_anything_is_unpacked(alice_client, fields, path) -> None:  # type: ignore[no-untyped-def]
-    response = post(alice_client, zipped({"cat/a.png": png(1)}), **fields)
+def test_bad_fields_are_refused_before_anything_is_unpacked(
+    alice_full_client, fields, path
+) -> None:  # type: ignore[no-untyped-def]
+    response = post(alice_full_client, zipped({"cat/a.png": png(1)}), **fields)
     assert response.status_code == 400, response.content
     assert response.json()["errors"][0]["path"].startswith(path), response.json()
     assert not Manifest.objects.exists()
 
 
-def test_no_archive_no_name_and_no_write_scope(alice_client, make_client, alice, anonymous) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.post(URL, {"name": "x", "version": "1.0.0"}, format="multipart")
+def test_no_archive_no_name_and_no_write_scope(
+    alice_full_client, make_client, alice, anonymous
+) -> None:  # type: ignore[no-untyped-def]
+    response = alice_full_client.post(URL, {"name": "x", "version": "1.0.0"}, format="multipart")
     assert error_of(response) == ("archive", "the archive is missing")
     archive = io.BytesIO(zipped({"cat/a.png": png(1)}))
     archive.name = "a.zip"
-    response = alice_client.post(URL, {"archive": archive}, format="multipart")
+    response = alice_full_client.post(URL, {"archive": archive}, format="multipart")
     assert {e["path"] for e in response.json()["errors"]} == {"name", "version"}
     reader = make_client(alice, scopes=["read"])
     assert post(reader, zipped({"cat/a.png": png(1)})).status_code == 403
@@ -224,7 +228,7 @@ def test_no_archive_no_name_and_no_write_scope(alice_client, make_client, alice,
 
 
 def test_digits_filed_in_class_folders_score_as_the_zoos_own_split(  # type: ignore[no-untyped-def]
-    alice_client, artifact_root, tmp_path
+    alice_full_client, artifact_root, tmp_path
 ) -> None:
     """The dataset the hub makes is the one the loop reads: digits-cnn scores exactly as on
     the zoo's digits validation split."""
@@ -240,7 +244,7 @@ def test_digits_filed_in_class_folders_score_as_the_zoos_own_split(  # type: ign
         f"digits/{label}/{index:04d}.png": image
         for index, (image, label) in enumerate(zip(split.images, split.labels, strict=True))
     }
-    response = post(alice_client, zipped(files), name="my-digits")
+    response = post(alice_full_client, zipped(files), name="my-digits")
     assert response.status_code == 201, response.content
     uploaded = manifests.load(Manifest.objects.get(name="my-digits").source)
     assert uploaded.data["labels"] == [str(d) for d in range(10)]
@@ -307,8 +311,8 @@ def test_the_command_makes_a_local_dataset_that_mlms_evaluate_reads(  # type: ig
 
 @pytest.mark.django_db(transaction=True)
 def test_the_command_uploads_a_folder_to_a_hub(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from mlmodelscope.testing.livehub import running_hub
     from predictors.cli import main
+    from tests.livehub import running_hub
 
     folder = _digits_folder(tmp_path / "digits", count=40)
     with running_hub(tmp_path / "hub", users=True) as hub:
@@ -325,7 +329,7 @@ def test_the_command_uploads_a_folder_to_a_hub(tmp_path, capsys) -> None:  # typ
         assert "(401)" in capsys.readouterr().err
 
 
-def test_archives_that_do_not_unpack_are_refused_not_a_server_error(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_archives_that_do_not_unpack_are_refused_not_a_server_error(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     good = zipped({"cat/a.png": png(1), "cat/b.png": png(2)})
     corrupt = bytearray(good)
     corrupt[good.index(png(1)) + 20] ^= 0xFF  # a flipped byte inside a member: a bad CRC
@@ -338,35 +342,35 @@ def test_archives_that_do_not_unpack_are_refused_not_a_server_error(alice_client
         archive.addfile(info, io.BytesIO(data))
     truncated = buffer.getvalue()[:-40]
     for archive_bytes in (bytes(corrupt), clash, truncated):
-        path, message = error_of(post(alice_client, archive_bytes))
+        path, message = error_of(post(alice_full_client, archive_bytes))
         assert path == "archive"
         assert "the archive cannot be unpacked" in message, message
     assert not Manifest.objects.exists()
 
 
 def test_finder_resource_forks_are_skipped_and_split_folders_name_their_splits(  # type: ignore[no-untyped-def]
-    alice_client,
+    alice_full_client,
 ) -> None:
     files = {
         "pets/cat/a.png": png(1),
         "pets/dog/b.png": png(2),
         "__MACOSX/pets/cat/._a.png": b"\x00\x05\x16\x07 resource fork",
     }
-    response = post(alice_client, zipped(files))
+    response = post(alice_full_client, zipped(files))
     assert response.status_code == 201, response.content
     assert response.json()["manifest"]["labels"] == ["cat", "dog"]
 
     split_folders = zipped({"train/cat/a.png": png(1), "validation/cat/b.png": png(2)})
-    path, message = error_of(post(alice_client, split_folders, name="other", split="test"))
+    path, message = error_of(post(alice_full_client, split_folders, name="other", split="test"))
     assert "split 'test' is given, but the folder holds split folders (train, validation)" in (
         message
     )
 
 
-def test_an_archive_over_the_upload_limit_is_413(alice_client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_an_archive_over_the_upload_limit_is_413(alice_full_client, settings) -> None:  # type: ignore[no-untyped-def]
     settings.UPLOAD_MAX_BYTES = 4096
     big = zipped({f"cat/{i}.png": png(i, size=(40, 40)) for i in range(40)})
     assert len(big) > 4096
-    response = post(alice_client, big)
+    response = post(alice_full_client, big)
     assert response.status_code == 413, response.content
     assert response.json()["errors"][0]["path"] == "archive"

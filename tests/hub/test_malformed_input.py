@@ -1,7 +1,7 @@
 """Malformed input to the registry's API and to the server in front of it: a 4xx in the API's
 JSON error format naming the problem, nothing stored on refusal; a chunked upload read whole.
 
-The server tests run the hub under daphne in a process of its own (mlmodelscope.testing.livehub),
+The server tests run the hub under daphne in a process of its own (tests.livehub),
 since what they cover happens in daphne (Twisted) and Django's ASGI handler, before any view.
 """
 
@@ -21,18 +21,11 @@ from channels.testing import HttpCommunicator
 
 from hub.models import ApiToken, Artifact, Host, Manifest
 from mlmodelscope.asgi import application
-from mlmodelscope.testing.livehub import LiveHub, running_hub
+from tests.helpers import error_of
 from tests.hub.factories import HOSTS_URL, TOKENS_URL, model_yaml, onnx_graph, upload
+from tests.livehub import LiveHub, running_hub
 
 JSON = "application/json"
-
-
-def error_of(response: Any) -> dict[str, Any]:
-    """The first error of an API error response, checked to be in the API's shape."""
-    body = response.json() if hasattr(response, "json") else response
-    assert set(body) == {"detail", "code", "errors"}, body
-    assert body["errors"][0]["message"] == body["detail"]
-    return body["errors"][0]  # type: ignore[no-any-return]
 
 
 def store_files(root: Path) -> list[Path]:
@@ -47,11 +40,11 @@ def store_files(root: Path) -> list[Path]:
     ("body", "named"), [("[]", "an array"), ("true", "a boolean"), ("1.5", "a number")]
 )
 def test_a_token_request_whose_body_is_not_a_json_object_is_refused(
-    alice_client, body, named
+    alice_full_client, body, named
 ) -> None:  # type: ignore[no-untyped-def]
     before = ApiToken.objects.count()
 
-    response = alice_client.generic("POST", TOKENS_URL, body, content_type=JSON)
+    response = alice_full_client.generic("POST", TOKENS_URL, body, content_type=JSON)
 
     assert response.status_code == 400
     assert error_of(response)["message"] == f"The request body must be a JSON object, not {named}."
@@ -68,11 +61,11 @@ def test_a_host_registration_whose_body_is_not_a_json_object_is_refused(alice_ag
 
 
 @pytest.mark.django_db
-def test_a_token_request_nested_too_deep_is_refused(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_request_nested_too_deep_is_refused(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     before = ApiToken.objects.count()
     body = '{"name": "t", "scopes": ' + "[" * 100_000 + "]" * 100_000 + "}"
 
-    response = alice_client.generic("POST", TOKENS_URL, body, content_type=JSON)
+    response = alice_full_client.generic("POST", TOKENS_URL, body, content_type=JSON)
 
     assert response.status_code == 400
     assert "more than 64 levels deep" in error_of(response)["message"]
@@ -85,14 +78,14 @@ def test_a_token_request_nested_too_deep_is_refused(alice_client) -> None:  # ty
 @pytest.mark.django_db
 @pytest.mark.parametrize("with_upload", [False, True], ids=["in-store", "uploaded"])
 def test_a_repo_path_naming_a_folder_of_the_store_is_refused(
-    alice_client, artifact_root, with_upload
+    alice_full_client, artifact_root, with_upload
 ) -> None:  # type: ignore[no-untyped-def]
     folder = artifact_root / "models" / "dirm" / "1.0.0" / "graph.onnx"
     (folder / "inside").mkdir(parents=True)
     (folder / "inside" / "file").write_bytes(b"x")
     files = {"graph.onnx": b"graph"} if with_upload else None
 
-    response = upload(alice_client, model_yaml("dirm", graph_file="graph.onnx"), files)
+    response = upload(alice_full_client, model_yaml("dirm", graph_file="graph.onnx"), files)
 
     assert response.status_code == 400, response.content
     error = error_of(response)
@@ -105,13 +98,13 @@ def test_a_repo_path_naming_a_folder_of_the_store_is_refused(
 
 
 @pytest.mark.django_db
-def test_a_repo_path_below_a_file_of_the_store_is_refused(alice_client, artifact_root) -> None:  # type: ignore[no-untyped-def]
+def test_a_repo_path_below_a_file_of_the_store_is_refused(alice_full_client, artifact_root) -> None:  # type: ignore[no-untyped-def]
     file = artifact_root / "models" / "below" / "1.0.0"
     file.parent.mkdir(parents=True)
     file.write_bytes(b"not a folder")
 
     response = upload(
-        alice_client, model_yaml("below", graph_file="graph.onnx"), {"graph.onnx": b"graph"}
+        alice_full_client, model_yaml("below", graph_file="graph.onnx"), {"graph.onnx": b"graph"}
     )
 
     assert response.status_code == 400, response.content
@@ -126,12 +119,12 @@ def test_a_repo_path_below_a_file_of_the_store_is_refused(alice_client, artifact
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_json_body_without_content_length_is_read_by_the_asgi_handler(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_json_body_without_content_length_is_read_by_the_asgi_handler(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     """What a chunked request looks like once the server has undone the chunking: headers
     without a Content-Length, the body in several `http.request` messages."""
     body = json.dumps({"name": "chunked", "scopes": ["read"]}).encode()
     headers = [
-        (b"authorization", f"Bearer {alice_client.raw_token}".encode()),
+        (b"authorization", f"Bearer {alice_full_client.raw_token}".encode()),
         (b"content-type", b"application/json"),
         (b"transfer-encoding", b"chunked"),
         (b"host", b"testserver"),

@@ -57,8 +57,10 @@ def test_page_sizes_in_range_are_served_and_a_page_past_the_last_is_404(anonymou
         ("/api/v1/evaluations/1/?predictions=maybe", None),
     ],
 )
-def test_a_value_outside_a_parameters_choices_is_400_naming_it(alice_client, url, name) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.get(url)
+def test_a_value_outside_a_parameters_choices_is_400_naming_it(
+    alice_full_client, url, name
+) -> None:  # type: ignore[no-untyped-def]
+    response = alice_full_client.get(url)
 
     if name is None:  # no such evaluation: the path is checked first
         assert response.status_code == 404
@@ -67,9 +69,9 @@ def test_a_value_outside_a_parameters_choices_is_400_naming_it(alice_client, url
     assert error_paths(response) == [name]
 
 
-def test_flags_take_true_false_1_and_0(alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_flags_take_true_false_1_and_0(alice_full_client) -> None:  # type: ignore[no-untyped-def]
     for value in ("true", "false", "1", "0"):
-        assert alice_client.get(f"{HOSTS_URL}?live={value}").status_code == 200
+        assert alice_full_client.get(f"{HOSTS_URL}?live={value}").status_code == 200
 
 
 @pytest.mark.parametrize("path", ["/api/v1/manifests/abc/", "/api/v1/nothing/", "/v1/nothing"])

@@ -51,9 +51,9 @@ def carol(django_user_model):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def clients(alice_client, bob_client, anonymous, make_client, carol):  # type: ignore[no-untyped-def]
+def clients(alice_full_client, bob_client, anonymous, make_client, carol):  # type: ignore[no-untyped-def]
     return {
-        "owner": alice_client,
+        "owner": alice_full_client,
         "group": make_client(carol),
         "other": bob_client,
         "anonymous": anonymous,
@@ -66,25 +66,27 @@ def _share(manifest: Manifest) -> Manifest:
 
 
 @pytest.fixture
-def private_model(alice_client, carol) -> Manifest:  # type: ignore[no-untyped-def]
+def private_model(alice_full_client, carol) -> Manifest:  # type: ignore[no-untyped-def]
     text = model_yaml("secret-model", graph_file="secret.onnx", description="classified weights")
-    response = upload(alice_client, text, files={"secret.onnx": GRAPH})
+    response = upload(alice_full_client, text, files={"secret.onnx": GRAPH})
     assert response.status_code == 201, response.content
     return _share(Manifest.objects.get(pk=response.json()["id"]))
 
 
 @pytest.fixture
-def private_dataset(alice_client, carol) -> Manifest:  # type: ignore[no-untyped-def]
+def private_dataset(alice_full_client, carol) -> Manifest:  # type: ignore[no-untyped-def]
     text = dataset_yaml("secret-data", split_file="validation.parquet")
-    response = upload(alice_client, text, files={"validation.parquet": SPLIT}, url=DATASETS_URL)
+    response = upload(
+        alice_full_client, text, files={"validation.parquet": SPLIT}, url=DATASETS_URL
+    )
     assert response.status_code == 201, response.content
     return _share(Manifest.objects.get(pk=response.json()["id"]))
 
 
 @pytest.fixture
-def public_model(alice_client) -> Manifest:  # type: ignore[no-untyped-def]
+def public_model(alice_full_client) -> Manifest:  # type: ignore[no-untyped-def]
     text = model_yaml("open-model", graph_file="open.onnx", visibility="public")
-    response = upload(alice_client, text, files={"open.onnx": onnx_graph("open graph")})
+    response = upload(alice_full_client, text, files={"open.onnx": onnx_graph("open graph")})
     assert response.status_code == 201, response.content
     return Manifest.objects.get(pk=response.json()["id"])
 
@@ -105,18 +107,18 @@ def _names(response) -> list[str]:  # type: ignore[no-untyped-def]
 # -- uploads ---------------------------------------------------------------------------------
 
 
-def test_an_upload_is_private_unless_it_says_otherwise(alice_client) -> None:
-    assert upload(alice_client, model_yaml("a")).status_code == 201
-    assert upload(alice_client, model_yaml("b", visibility="public")).status_code == 201
-    assert upload(alice_client, model_yaml("c"), visibility="public").status_code == 201
+def test_an_upload_is_private_unless_it_says_otherwise(alice_full_client) -> None:
+    assert upload(alice_full_client, model_yaml("a")).status_code == 201
+    assert upload(alice_full_client, model_yaml("b", visibility="public")).status_code == 201
+    assert upload(alice_full_client, model_yaml("c"), visibility="public").status_code == 201
 
     visibility = dict(Manifest.objects.values_list("name", "visibility"))
     assert visibility == {"a": "private", "b": "public", "c": "public"}
     assert set(Manifest.objects.values_list("owner__username", flat=True)) == {"alice"}
 
 
-def test_a_multipart_visibility_part_sets_the_visibility(alice_client) -> None:
-    response = alice_client.post(
+def test_a_multipart_visibility_part_sets_the_visibility(alice_full_client) -> None:
+    response = alice_full_client.post(
         MANIFESTS_URL,
         {"manifest": model_yaml("a"), "visibility": "public"},
         format="multipart",
@@ -126,8 +128,8 @@ def test_a_multipart_visibility_part_sets_the_visibility(alice_client) -> None:
     assert Manifest.objects.get(name="a").visibility == "public"
 
 
-def test_an_unknown_visibility_is_refused(alice_client) -> None:
-    response = upload(alice_client, model_yaml("a"), visibility="secret")
+def test_an_unknown_visibility_is_refused(alice_full_client) -> None:
+    response = upload(alice_full_client, model_yaml("a"), visibility="secret")
 
     assert response.status_code == 400
     assert error_paths(response) == ["visibility"]
@@ -273,9 +275,9 @@ def test_a_private_dataset_detail_and_file_are_404_for_others(
         assert client.get(f"{MANIFESTS_URL}{private_dataset.pk}/").status_code == 404
 
 
-def test_the_dataset_endpoints_do_not_serve_models(alice_client, private_model) -> None:
-    assert alice_client.get(f"{DATASETS_URL}{private_model.pk}/").status_code == 404
-    assert _names(alice_client.get(DATASETS_URL)) == []
+def test_the_dataset_endpoints_do_not_serve_models(alice_full_client, private_model) -> None:
+    assert alice_full_client.get(f"{DATASETS_URL}{private_model.pk}/").status_code == 404
+    assert _names(alice_full_client.get(DATASETS_URL)) == []
 
 
 # -- deleting --------------------------------------------------------------------------------
@@ -294,10 +296,10 @@ def test_only_the_owner_can_delete_a_private_model(
 
 
 def test_the_owner_deletes_a_private_model_and_its_file(
-    alice_client, private_model, artifact_root, django_capture_on_commit_callbacks
+    alice_full_client, private_model, artifact_root, django_capture_on_commit_callbacks
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        response = alice_client.delete(f"{MANIFESTS_URL}{private_model.pk}/")
+        response = alice_full_client.delete(f"{MANIFESTS_URL}{private_model.pk}/")
 
     assert response.status_code == 204
     assert not Manifest.objects.filter(pk=private_model.pk).exists()

@@ -38,10 +38,10 @@ HOSTS = [
 
 
 @pytest.fixture
-def catalog(alice_client, operator_agent) -> None:  # type: ignore[no-untyped-def]
+def catalog(alice_full_client, operator_agent) -> None:  # type: ignore[no-untyped-def]
     for name, version, framework, framework_range in CATALOG:
         text = model_yaml(name, version, framework, framework_range, visibility="public")
-        assert upload(alice_client, text).status_code == 201
+        assert upload(alice_full_client, text).status_code == 201
     for host, frameworks in HOSTS:
         response = register_host(operator_agent, host, frameworks, pool=True)
         assert response.status_code == 201
@@ -179,10 +179,10 @@ def test_resolve_says_when_no_host_is_live(anonymous, catalog, settings) -> None
     assert error_paths(response) == ["hosts"]
 
 
-def test_a_dataset_is_not_a_model_to_resolve(alice_client, catalog) -> None:
-    assert upload(alice_client, dataset_yaml("imagenet"), url=DATASETS_URL).status_code == 201
+def test_a_dataset_is_not_a_model_to_resolve(alice_full_client, catalog) -> None:
+    assert upload(alice_full_client, dataset_yaml("imagenet"), url=DATASETS_URL).status_code == 201
 
-    response = _resolve(alice_client, model="imagenet")
+    response = _resolve(alice_full_client, model="imagenet")
 
     assert response.status_code == 404
     assert error_paths(response) == ["model"]
@@ -221,14 +221,18 @@ def test_a_malformed_range_is_reported_even_for_an_unknown_model(anonymous, db) 
 
 
 @pytest.fixture
-def alices_private_versions(alice_client, catalog) -> None:  # type: ignore[no-untyped-def]
+def alices_private_versions(alice_full_client, catalog) -> None:  # type: ignore[no-untyped-def]
     """Alice, who owns the name `resnet`, adds a private 3.0.0 and a private model `hidden`."""
     assert (
-        upload(alice_client, model_yaml("resnet", "3.0.0", framework_range="^1.15.0")).status_code
+        upload(
+            alice_full_client, model_yaml("resnet", "3.0.0", framework_range="^1.15.0")
+        ).status_code
         == 201
     )
     assert (
-        upload(alice_client, model_yaml("hidden", "1.0.0", framework_range="^1.15.0")).status_code
+        upload(
+            alice_full_client, model_yaml("hidden", "1.0.0", framework_range="^1.15.0")
+        ).status_code
         == 201
     )
 
@@ -252,11 +256,13 @@ def test_another_users_private_manifests_never_resolve(
     assert error_paths(hidden) == ["model"]
 
 
-def test_the_owner_resolves_their_private_versions(alice_client, alices_private_versions) -> None:
-    response = _resolve(alice_client, model="resnet")
+def test_the_owner_resolves_their_private_versions(
+    alice_full_client, alices_private_versions
+) -> None:
+    response = _resolve(alice_full_client, model="resnet")
 
     assert response.json()["version"] == "3.0.0"
-    assert _pairs(_resolve(alice_client, model="hidden"))
+    assert _pairs(_resolve(alice_full_client, model="hidden"))
 
 
 def test_nobody_else_can_publish_a_version_under_a_taken_name(bob_client, catalog) -> None:

@@ -6,7 +6,7 @@ import json
 import urllib.request
 from pathlib import Path
 
-from mlmodelscope.testing.livehub import ROOT, running_hub
+from tests.livehub import ROOT, running_hub
 
 
 def _get(url: str) -> tuple[int, bytes]:

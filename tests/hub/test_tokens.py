@@ -25,8 +25,10 @@ def _create(client: APIClient, **body):  # type: ignore[no-untyped-def]
 # -- the API ---------------------------------------------------------------------------------
 
 
-def test_a_created_token_is_returned_once_and_works(alice_client) -> None:
-    response = _create(alice_client, name="laptop", scopes=["read", "write"], expires_in_days=30)
+def test_a_created_token_is_returned_once_and_works(alice_full_client) -> None:
+    response = _create(
+        alice_full_client, name="laptop", scopes=["read", "write"], expires_in_days=30
+    )
 
     assert response.status_code == 201, response.content
     body = response.json()
@@ -40,12 +42,12 @@ def test_a_created_token_is_returned_once_and_works(alice_client) -> None:
     assert bearer_client(raw).get(TOKENS_URL).status_code == 200
 
 
-def test_the_token_list_and_detail_never_show_a_token(alice_client) -> None:
-    created = _create(alice_client, name="laptop", scopes=["read"]).json()
+def test_the_token_list_and_detail_never_show_a_token(alice_full_client) -> None:
+    created = _create(alice_full_client, name="laptop", scopes=["read"]).json()
     raw = created["token"]
 
-    listing = alice_client.get(TOKENS_URL)
-    detail = alice_client.get(f"{TOKENS_URL}{created['id']}/")
+    listing = alice_full_client.get(TOKENS_URL)
+    detail = alice_full_client.get(f"{TOKENS_URL}{created['id']}/")
 
     assert listing.status_code == detail.status_code == 200
     assert {t["name"] for t in listing.json()["results"]} == {"test", "laptop"}
@@ -55,8 +57,8 @@ def test_the_token_list_and_detail_never_show_a_token(alice_client) -> None:
     assert detail.json()["prefix"] == raw[: len(detail.json()["prefix"])]
 
 
-def test_the_database_holds_only_the_tokens_sha256(alice_client) -> None:
-    raw = _create(alice_client, name="laptop", scopes=["read"]).json()["token"]
+def test_the_database_holds_only_the_tokens_sha256(alice_full_client) -> None:
+    raw = _create(alice_full_client, name="laptop", scopes=["read"]).json()["token"]
 
     row = ApiToken.objects.get(name="laptop")
 
@@ -66,47 +68,47 @@ def test_the_database_holds_only_the_tokens_sha256(alice_client) -> None:
     assert len(row.prefix) < len(raw) // 2
 
 
-def test_a_users_token_list_holds_only_their_own_tokens(alice_client, bob_client) -> None:
+def test_a_users_token_list_holds_only_their_own_tokens(alice_full_client, bob_client) -> None:
     _create(bob_client, name="bobs", scopes=["read"])
 
-    names = [t["name"] for t in alice_client.get(TOKENS_URL).json()["results"]]
+    names = [t["name"] for t in alice_full_client.get(TOKENS_URL).json()["results"]]
 
     assert names == ["test"]
 
 
-def test_a_revoked_token_gets_401(alice_client) -> None:
-    created = _create(alice_client, name="laptop", scopes=["read"]).json()
+def test_a_revoked_token_gets_401(alice_full_client) -> None:
+    created = _create(alice_full_client, name="laptop", scopes=["read"]).json()
     token = bearer_client(created["token"])
     assert token.get(TOKENS_URL).status_code == 200
 
-    response = alice_client.delete(f"{TOKENS_URL}{created['id']}/")
+    response = alice_full_client.delete(f"{TOKENS_URL}{created['id']}/")
 
     assert response.status_code == 204
     row = ApiToken.objects.get(pk=created["id"])
     assert row.revoked_at is not None
     assert token.get(TOKENS_URL).status_code == 401
-    listed = {t["name"]: t for t in alice_client.get(TOKENS_URL).json()["results"]}
+    listed = {t["name"]: t for t in alice_full_client.get(TOKENS_URL).json()["results"]}
     assert listed["laptop"]["active"] is False
 
 
-def test_a_token_can_revoke_itself(alice_client) -> None:
+def test_a_token_can_revoke_itself(alice_full_client) -> None:
     own = ApiToken.objects.get(user__username="alice")
 
-    assert alice_client.delete(f"{TOKENS_URL}{own.pk}/").status_code == 204
-    assert alice_client.get(TOKENS_URL).status_code == 401
+    assert alice_full_client.delete(f"{TOKENS_URL}{own.pk}/").status_code == 204
+    assert alice_full_client.get(TOKENS_URL).status_code == 401
 
 
-def test_another_users_token_cannot_be_read_or_revoked(alice_client, bob_client) -> None:
+def test_another_users_token_cannot_be_read_or_revoked(alice_full_client, bob_client) -> None:
     created = _create(bob_client, name="bobs", scopes=["read"]).json()
 
-    assert alice_client.get(f"{TOKENS_URL}{created['id']}/").status_code == 404
-    assert alice_client.delete(f"{TOKENS_URL}{created['id']}/").status_code == 404
+    assert alice_full_client.get(f"{TOKENS_URL}{created['id']}/").status_code == 404
+    assert alice_full_client.delete(f"{TOKENS_URL}{created['id']}/").status_code == 404
     assert ApiToken.objects.get(pk=created["id"]).revoked_at is None
     assert bearer_client(created["token"]).get(TOKENS_URL).status_code == 200
 
 
-def test_an_expired_token_gets_401(alice_client) -> None:
-    created = _create(alice_client, name="old", scopes=["read"]).json()
+def test_an_expired_token_gets_401(alice_full_client) -> None:
+    created = _create(alice_full_client, name="old", scopes=["read"]).json()
     ApiToken.objects.filter(pk=created["id"]).update(
         expires_at=timezone.now() - timedelta(minutes=1)
     )
@@ -159,16 +161,16 @@ def test_a_token_can_create_a_narrower_token(make_client, alice) -> None:
         ({"name": "x", "scopes": ["read"], "expires_in_days": 1.5}, "expires_in_days"),
     ],
 )
-def test_an_invalid_token_request_gets_400_naming_the_field(alice_client, body, field) -> None:
-    response = alice_client.post(TOKENS_URL, body, format="json")
+def test_an_invalid_token_request_gets_400_naming_the_field(alice_full_client, body, field) -> None:
+    response = alice_full_client.post(TOKENS_URL, body, format="json")
 
     assert response.status_code == 400
     assert error_paths(response)[0].split(".")[0] == field
     assert ApiToken.objects.count() == 1
 
 
-def test_a_token_request_that_is_not_an_object_gets_400(alice_client) -> None:
-    response = alice_client.post(TOKENS_URL, ["read"], format="json")
+def test_a_token_request_that_is_not_an_object_gets_400(alice_full_client) -> None:
+    response = alice_full_client.post(TOKENS_URL, ["read"], format="json")
 
     assert response.status_code == 400
     assert ApiToken.objects.count() == 1

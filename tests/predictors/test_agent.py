@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from predictors import manifests
-from predictors.agent.daemon import Agent, _Reporter, main, result_upload
+from predictors.agent.daemon import Agent
 from predictors.agent.hub_client import HubClient
+from predictors.agent.main import main
+from predictors.agent.results import Reporter, result_upload
 from predictors.data import DataManager
 from predictors.evaluation import EvaluationOptions, evaluate
 from predictors.host import introspection
@@ -114,7 +116,7 @@ def test_the_agent_consumes_the_queues_the_hub_named(hub: Any) -> None:
 
 
 def test_the_reporter_learns_of_a_cancel_from_the_hubs_answer(hub: Any) -> None:
-    reporter = _Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
+    reporter = Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
     reporter.progress(3, 10)
     reporter.report()
     assert not reporter.cancelled.is_set()
@@ -138,7 +140,7 @@ def test_a_reporter_whose_claim_was_superseded_stops_the_job(hub: Any) -> None:
             "errors": [{"path": "", "message": "x"}],
         },
     )
-    reporter = _Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
+    reporter = Reporter(_client(hub), "e1", "c" * 32, interval=0.05)
 
     reporter.start()
     reporter.stop()
@@ -203,12 +205,12 @@ def test_an_agent_in_a_predictor_image_registers_the_image_its_digest_names(
     """No image holds its own digest: whoever starts the container passes it in
     MLMS_CONTAINER_DIGEST. With it the agent registers its image, packages included; a value that
     is no digest stops the agent at its start, naming the variable."""
-    import predictors.agent.daemon as agent_module
+    import predictors.agent.registration as registration_module
 
     environment = {"python": "3.11.2", "python_packages": {"onnxruntime": "1.31.1"}}
     own = tmp_path / "environment.json"
     own.write_text(json.dumps(environment))
-    monkeypatch.setattr(agent_module, "OWN_ENVIRONMENT", own)
+    monkeypatch.setattr(registration_module, "OWN_ENVIRONMENT", own)
     digest = "sha256:" + "ab" * 32
     monkeypatch.setenv("MLMS_CONTAINER_IMAGE", "mlmodelscope/onnxruntime:1.31-cpu")
     monkeypatch.setenv("MLMS_CONTAINER_DIGEST", digest)
@@ -239,7 +241,7 @@ def test_an_unreachable_hub_is_one_line_and_status_1(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("mlms_x\n")
     done = subprocess.run(
-        [sys.executable, "-m", "predictors.agent.daemon", "--hub", "http://127.0.0.1:9"]
+        [sys.executable, "-m", "predictors.agent", "--hub", "http://127.0.0.1:9"]
         + ["--token-file", str(token), "--wait", "0", "--frameworks", "onnxruntime"],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -395,7 +397,7 @@ def test_an_unreachable_docker_daemon_stops_the_agent_at_start() -> None:
         [
             sys.executable,
             "-m",
-            "predictors.agent.daemon",
+            "predictors.agent",
             "--hub",
             "http://127.0.0.1:9",
             "--token",
@@ -431,7 +433,7 @@ def test_container_limits_are_checked_before_anything_starts(
         [
             sys.executable,
             "-m",
-            "predictors.agent.daemon",
+            "predictors.agent",
             "--hub",
             "http://127.0.0.1:9",
             "--token",

@@ -16,7 +16,7 @@ import soundfile
 from predictors.data import split_problems
 from predictors.processing import ProcessingError, preprocessor_for
 from predictors.processing.audio import AudioPreprocessor
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 
 pytestmark = pytest.mark.database_free
 
@@ -137,7 +137,7 @@ def test_overlapping_segments_of_one_class_count_once() -> None:
 
 
 def test_a_clip_shorter_than_a_chunk_makes_no_stream(tmp_path: Path) -> None:
-    from predictors.processing.audio import ClipStreams
+    from predictors.data import ClipStreams
 
     path = tmp_path / "c.parquet"
     clips = [_clip(np.zeros(n, np.float32), 16000, "FLAC") for n in (1000, 100, 2500)]

@@ -1,4 +1,4 @@
-"""The agent's end of a container's socket (`predictors.agent.containers._Relay`), without Docker:
+"""The agent's end of a container's socket (`predictors.agent.relay.Relay`), without Docker:
 what a container may ask of the agent. The containers themselves run in tests/docker/."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from predictors.agent.containers import FILES_MOUNT, Limits, Runner, parse_memory
-from predictors.agent import containers
+from predictors.agent.containers import Limits, Runner, parse_memory
+from predictors.agent.relay import FILES_MOUNT, JobCalls, Relay, RunFolders
 from predictors.evaluation import EvaluationError
 from predictors.protocol import Job, JobOptions, ManifestRef
 from tests.predictors.zoo_store import REPO_ROOT
@@ -47,8 +47,8 @@ def relay(tmp_path: Path) -> Any:
 
     runner = Runner(None, "box", cache)
     job = _job()
-    work = containers._RunFolders(runner.cache_dir, job)
-    relay = containers._Relay(runner, job, fetch, lambda d, t: None, lambda: False, None, work)
+    work = RunFolders(runner.cache_dir, job)
+    relay = Relay(job, JobCalls(fetch, lambda d, t: None, lambda: False, None), work)
     relay.fetched = fetched
     yield relay
     relay._server.close()
@@ -60,7 +60,7 @@ def test_a_container_gets_only_the_files_its_jobs_manifests_name(relay: Any) -> 
     assert answer["path"].startswith(f"{FILES_MOUNT}/") and answer["path"].endswith(".parquet")
     linked = relay.work.files / Path(answer["path"]).name
     assert linked.read_bytes() == b"rows"
-    assert os.stat(linked).st_ino == os.stat(relay.fetch(SPLIT, None)).st_ino  # a hard link
+    assert os.stat(linked).st_ino == os.stat(relay.calls.fetch(SPLIT, None)).st_ino  # a hard link
 
     for url in (
         "https://metadata.example.internal/latest",

@@ -1,6 +1,6 @@
 """Object detection: the zoo's shapes-detector on shapes-boxes, scored with COCO's mAP by
-pycocotools (`predictors.evaluation.detection`), at each image's own (dynamic) input size; and
-the checks of detector manifests and datasets."""
+pycocotools (`predictors.evaluation.scenarios.detection`), at each image's own (dynamic) input size;
+and the checks of detector manifests and datasets."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from PIL import Image
 
 from predictors import manifests
 from predictors.data import DatasetError, DetectionReader, split_problems
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import compare
 from predictors.manifests.catalog import Catalog
 from predictors.processing import ImagePreprocessor, ProcessingError
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 from predictors.zoo import detection
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
@@ -262,7 +262,7 @@ def test_the_zoo_detector_decodes_in_its_graph_at_any_size(store: Path) -> None:
 
 
 def test_a_split_without_objects_scores_zero_not_minus_one() -> None:
-    from predictors.evaluation.detection import coco_metrics
+    from predictors.evaluation.scenarios.detection import coco_metrics
 
     found = [np.array([[1.0, 1.0, 4.0, 4.0, 0.9, 0.0]])]
     metrics = coco_metrics(

@@ -265,7 +265,7 @@ def test_batch_spans_reach_the_sink_while_the_batch_size_still_runs(
 ) -> None:
     """Streaming: the batch spans timed so far go to the sink at least every `_STREAM_NS`,
     between timed calls; their stage span (the parent) comes after them, when it ends."""
-    from predictors.evaluation import fixed_batches
+    from predictors.evaluation.scenarios import fixed_batches
 
     monkeypatch.setattr(fixed_batches, "_REPORT_NS", 5_000_000)
     monkeypatch.setattr(fixed_batches, "_STREAM_NS", 40_000_000)
@@ -305,7 +305,7 @@ def test_a_cancelled_run_writes_what_it_measured(
 ) -> None:
     """A cancel found between two timed calls: every call timed so far is a span, in a stage
     span that ends there, marked cancelled."""
-    from predictors.evaluation import fixed_batches
+    from predictors.evaluation.scenarios import fixed_batches
 
     monkeypatch.setattr(fixed_batches, "_REPORT_NS", 1_000_000)
     fake.on_predict = staticmethod(lambda: time.sleep(0.002))

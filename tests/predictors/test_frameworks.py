@@ -25,6 +25,7 @@ from predictors.frameworks.predictor import (
     predictor_class,
 )
 from predictors.manifests.catalog import Catalog
+from tests.helpers import has_cuda
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
@@ -149,17 +150,11 @@ def test_devices_a_framework_cannot_use_are_refused(framework: str) -> None:
     with pytest.raises(PredictorError, match="use cpu or cuda"):
         cls.check_device("tpu")
     with pytest.raises(PredictorError, match="cuda:7|cuda"):
-        cls.check_device("cuda:7") if _has_cuda() else cls.check_device("cuda")
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
+        cls.check_device("cuda:7") if has_cuda() else cls.check_device("cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device (torch.cuda.is_available())")
+@pytest.mark.skipif(not has_cuda(), reason="needs a CUDA device (torch.cuda.is_available())")
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_digits_cnn_on_cuda(run_evaluation: RunEvaluation, framework: str) -> None:
     try:

@@ -19,7 +19,7 @@ from predictors.analysis.hygiene import (
     batch_size_warnings,
     usable_cores,
 )
-from predictors.cli import format_table
+from predictors.cli.report import format_table
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -1,4 +1,4 @@
-"""Latency only: models timed without scoring (`predictors.evaluation.latency`): a feature
+"""Latency only: models timed without scoring (`predictors.evaluation.scenarios.latency`): a feature
 extractor whose outputs have no labels, in ONNX Runtime and TorchScript; a classifier timed on
 a dataset of another task; what the mode refuses; the command line."""
 
@@ -16,10 +16,10 @@ import yaml
 
 from predictors import manifests
 from predictors.cli import main
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import compare
 from predictors.manifests import Manifest
 from predictors.manifests.catalog import Catalog
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
@@ -126,7 +126,7 @@ def test_a_feature_extractor_is_timed_in_both_frameworks_and_its_outputs_compare
 def test_an_output_too_large_to_keep_is_timed_and_not_compared(
     run_evaluation: RunEvaluation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from predictors.evaluation import latency
+    from predictors.evaluation.scenarios import latency
 
     monkeypatch.setattr(latency, "KEPT_VALUES", 8)  # the embedding (16 values) is too large
     onnx = run_evaluation(model=_extractor("onnxruntime"), batch_sizes=[16], limit=32)

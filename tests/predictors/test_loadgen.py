@@ -1,8 +1,8 @@
-"""MLPerf LoadGen scenarios after the fixed batches (`predictors.evaluation.loadgen`), run by the
-real LoadGen on the zoo's digits-cnn: its summary and log kept with the result, the accuracy
-run scored as the fixed batches score, the QPS search's curve with the verdict, summary and
-marked row all of one run, LoadGen's warnings apart from its notes, and the options refused
-where they would do nothing."""
+"""MLPerf LoadGen scenarios after the fixed batches (`predictors.evaluation.scenarios.loadgen`), run
+by the real LoadGen on the zoo's digits-cnn: its summary and log kept with the result, the accuracy
+run scored as the fixed batches score, the QPS search's curve with the verdict, summary and marked
+row all of one run, LoadGen's warnings apart from its notes, and the options refused where they
+would do nothing."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 
 from predictors.cli import main
 from predictors.evaluation import EvaluationError, EvaluationOptions
-from predictors.evaluation.loadgen import parse_detail, parse_summary, reported_run
-from predictors.protocol import JobOptions, ProtocolError, loadgen_problem
+from predictors.evaluation.scenarios.loadgen_logs import parse_detail, parse_summary, reported_run
+from predictors.protocol import JobOptions, ProtocolError
+from predictors.tasks import loadgen_problem
 from tests.predictors.conftest import RunEvaluation, _catalog
 from tests.predictors.zoo_store import zoo_store
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from predictors import manifests
-from predictors.manifests import Manifest, ManifestError
+from predictors.manifests import Manifest, ManifestError, loader
 
 pytestmark = pytest.mark.database_free
 
@@ -114,7 +114,7 @@ def test_pure_python_and_libyaml_loaders_agree(path: Path, monkeypatch) -> None:
             return [(e["path"], e["message"].split(":")[0]) for e in error.errors]
 
     fast = outcome()
-    monkeypatch.setattr(manifests, "_LOADER", manifests._Loader)
+    monkeypatch.setattr(loader, "LOADER", loader.PythonLoader)
     assert outcome() == fast
 
 

@@ -1,5 +1,5 @@
-"""Multi-label classification: the zoo's shapes-tagger on shapes-sets, each class read through
-its own sigmoid and scored with scikit-learn (`predictors.evaluation.multilabel`); and the
+"""Multi-label classification: the zoo's shapes-tagger on shapes-sets, each class read through its
+own sigmoid and scored with scikit-learn (`predictors.evaluation.scenarios.multilabel`); and the
 checks of multi-label manifests and datasets."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from sklearn import metrics
 
 from predictors import manifests
 from predictors.data import DatasetError, DatasetReader, split_problems
-from predictors.evaluation.multilabel import multilabel_metrics, sigmoid_probabilities
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import compare
+from predictors.evaluation.scenarios.multilabel import multilabel_metrics, sigmoid_probabilities
 from predictors.manifests.catalog import Catalog
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -1,5 +1,5 @@
-"""Regression: the zoo's diabetes-mlp on scikit-learn's diabetes data, its values compared with
-the targets by scikit-learn (`predictors.evaluation.regression`); and the checks of regression
+"""Regression: the zoo's diabetes-mlp on scikit-learn's diabetes data, its values compared with the
+targets by scikit-learn (`predictors.evaluation.scenarios.regression`); and the checks of regression
 manifests and datasets."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from predictors.data import DatasetError, DatasetReader, split_problems
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import compare
 from predictors.manifests.catalog import Catalog
-from predictors.protocol import metric_problem, unsupported
+from predictors.tasks import metric_problem, unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

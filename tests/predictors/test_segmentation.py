@@ -1,6 +1,6 @@
 """Semantic segmentation: the zoo's shapes-segmenter on shapes-masks, scored per pixel with the
-ignore label left out (`predictors.evaluation.segmentation`); and the checks of segmentation
-manifests and datasets."""
+ignore label left out (`predictors.evaluation.scenarios.segmentation`); and the checks of
+segmentation manifests and datasets."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from PIL import Image
 from sklearn import metrics
 
 from predictors.data import split_problems
-from predictors.evaluation import EvaluationError
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import EvaluationError, compare
 from predictors.manifests import Manifest
 from predictors.manifests.catalog import Catalog
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 

@@ -1,7 +1,7 @@
-"""Stateful streaming models (task sequence_labelling): the zoo's toggle-gru on toggle-clicks,
-in ONNX Runtime and TorchScript, through the one evaluation loop
-(`predictors.evaluation.streams`): named inputs, a constant input, a state carried from call to
-call within a stream and reset between streams (batch axis 1), streams side by side, metrics
+"""Stateful streaming models (task sequence_labelling): the zoo's toggle-gru on toggle-clicks, in
+ONNX Runtime and TorchScript, through the one evaluation loop
+(`predictors.evaluation.scenarios.streams`): named inputs, a constant input, a state carried from
+call to call within a stream and reset between streams (batch axis 1), streams side by side, metrics
 from scikit-learn; and the checks of manifests, datasets and launches around it."""
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from sklearn import metrics
 
 from predictors import manifests
 from predictors.data import DatasetError, StreamReader, lockstep_calls, split_problems
-from predictors.evaluation import EvaluationError
-from predictors.evaluation.summaries import compare
+from predictors.evaluation import EvaluationError, compare
 from predictors.frameworks.predictor import PredictorError
 from predictors.manifests import graph_check
 from predictors.manifests.catalog import Catalog
-from predictors.protocol import unsupported
+from predictors.tasks import unsupported
 from predictors.zoo import streams
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store

@@ -18,6 +18,7 @@ import pytest
 from predictors.frameworks.torch_trace import steps_by_call
 from predictors.tracing import Span
 from predictors.tracing.counters import CounterSampler
+from tests.helpers import has_cuda
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
@@ -27,15 +28,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 GPU_TRACE = FIXTURES / "digits-cnn-h100-system_library.json.gz"
 
 
-def _has_cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-needs_cuda = pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
+needs_cuda = pytest.mark.skipif(not has_cuda(), reason="needs a CUDA device")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The receiver's ingest processes (`traces.api.processes`) under daphne: exports stored by
+"""The receiver's ingest processes (`traces.ingest_processes`) under daphne: exports stored by
 processes beside daphne's own, each stored once, their `spans` events sent to the pages that
 listen (daphne's channel layer); a process that dies costs the export it held one 503, which
 the sender sends again, and is replaced."""
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from mlmodelscope.testing.livehub import LiveHub
+from tests.livehub import LiveHub
 from tests.traces.factories import OTLP, PROTOBUF, export
 
 pytestmark = pytest.mark.database_free  # a hub of its own

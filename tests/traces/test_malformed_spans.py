@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 
 from hub import storage
-from tests.evaluations.factories import error_of
+from tests.helpers import error_of
 from tests.traces.factories import BASE, export, json_export, new_id, post
 from traces import store
 from traces.models import SpanAggregate, Trace

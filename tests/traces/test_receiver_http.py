@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from mlmodelscope.testing.livehub import LiveHub
+from tests.livehub import LiveHub
 from tests.traces.factories import OTLP, PROTOBUF, export, new_id
 
 pytestmark = pytest.mark.database_free  # a hub of its own

@@ -52,9 +52,9 @@ def test_a_malformed_traceparent_is_refused(header: str) -> None:
 
 @pytest.mark.django_db
 def test_launch_with_traceparent_takes_the_callers_trace_and_span(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.post(
+    response = alice_evaluator_client.post(
         EVALUATIONS_URL,
         {"model": "m", "framework": "onnxruntime", "dataset": "d"},
         format="json",
@@ -70,16 +70,16 @@ def test_launch_with_traceparent_takes_the_callers_trace_and_span(
 
 @pytest.mark.django_db
 def test_launch_without_traceparent_gets_a_fresh_trace_and_no_parent(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:  # type: ignore[no-untyped-def]
-    evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_client)))
+    evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_evaluator_client)))
     assert evaluation.trace_id != TRACE and evaluation.trace_parent_span_id == ""
     assert claim(agent, evaluation.pk, hosts["cpu-1"]).json()["parent_span_id"] is None
 
 
 @pytest.mark.django_db
-def test_a_malformed_traceparent_is_400_naming_it(alice_client, hosts) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.post(
+def test_a_malformed_traceparent_is_400_naming_it(alice_evaluator_client, hosts) -> None:  # type: ignore[no-untyped-def]
+    response = alice_evaluator_client.post(
         EVALUATIONS_URL,
         {"model": "m", "framework": "onnxruntime", "dataset": "d"},
         format="json",
@@ -92,9 +92,9 @@ def test_a_malformed_traceparent_is_400_naming_it(alice_client, hosts) -> None: 
 
 @pytest.mark.django_db
 def test_hosts_all_evaluations_share_the_trace_and_each_agent_writes_its_own(
-    alice_client, agent, hosts, make_client, django_user_model
+    alice_evaluator_client, agent, hosts, make_client, django_user_model
 ) -> None:  # type: ignore[no-untyped-def]
-    response = alice_client.post(
+    response = alice_evaluator_client.post(
         EVALUATIONS_URL,
         {"model": "m", "framework": "onnxruntime", "dataset": "d", "hosts": "all"},
         format="json",
@@ -116,12 +116,14 @@ def test_hosts_all_evaluations_share_the_trace_and_each_agent_writes_its_own(
     )
     stranger = make_client(django_user_model.objects.create_user("eve"), scopes=["agent"])
     assert post(stranger, export(TRACE, ("x", 0, 1, {}))).status_code == 403
-    assert post(alice_client, export(TRACE, ("app", 0, 500, {}))).status_code == 200
+    assert post(alice_evaluator_client, export(TRACE, ("app", 0, 500, {}))).status_code == 200
 
     trace = Trace.objects.get(trace_id=TRACE)
     assert trace.span_count == 2 and trace.owner.username == "alice"
     for evaluation in evaluations:
-        otlp = alice_client.get(f"/api/v1/evaluations/{evaluation.pk}/trace?format=otlp").json()
+        otlp = alice_evaluator_client.get(
+            f"/api/v1/evaluations/{evaluation.pk}/trace?format=otlp"
+        ).json()
         names = [
             span["name"]
             for resource in otlp["resourceSpans"]
@@ -133,9 +135,9 @@ def test_hosts_all_evaluations_share_the_trace_and_each_agent_writes_its_own(
 
 @pytest.mark.django_db(transaction=True)
 def test_spans_arriving_send_a_summary_on_the_evaluations_stream(
-    alice_client, agent, hosts
+    alice_evaluator_client, agent, hosts
 ) -> None:  # type: ignore[no-untyped-def]
-    evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_client)))
+    evaluation = Evaluation.objects.get(pk=launched_id(launch(alice_evaluator_client)))
     job = claim(agent, evaluation.pk, hosts["cpu-1"])
     assert job.status_code == 200
     held = {"HTTP_X_MLMS_CLAIM": job.json()["claim"]}
@@ -147,7 +149,7 @@ def test_spans_arriving_send_a_summary_on_the_evaluations_stream(
     )
 
     async def run() -> list[dict[str, Any]]:
-        path = f"/ws/evaluations/{evaluation.pk}/?token={alice_client.raw_token}"
+        path = f"/ws/evaluations/{evaluation.pk}/?token={alice_evaluator_client.raw_token}"
         communicator = WebsocketCommunicator(application, path)
         connected, _ = await communicator.connect()
         assert connected
@@ -171,12 +173,12 @@ def test_spans_arriving_send_a_summary_on_the_evaluations_stream(
 
 
 @pytest.mark.django_db
-def test_another_users_trace_cannot_be_joined(alice_client, bob_client, hosts) -> None:  # type: ignore[no-untyped-def]
+def test_another_users_trace_cannot_be_joined(alice_evaluator_client, bob_client, hosts) -> None:  # type: ignore[no-untyped-def]
     bobs = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
     assert post(bob_client, export(TRACE, ("app", 0, 10, {}))).status_code == 200
 
     for trace_id in (bobs.trace_id, TRACE):
-        response = alice_client.post(
+        response = alice_evaluator_client.post(
             EVALUATIONS_URL,
             {"model": "m", "framework": "onnxruntime", "dataset": "d"},
             format="json",

@@ -211,21 +211,21 @@ def test_authentication_and_scopes(make_client, bob) -> None:  # type: ignore[no
 
 
 def test_another_users_trace_is_refused_on_write_and_hidden_on_read(
-    bob_client, alice_client, settings
+    bob_client, alice_evaluator_client, settings
 ) -> None:  # type: ignore[no-untyped-def]
     trace_id = new_id()
     assert post(bob_client, export(trace_id, ("mine", 0, 10, {}))).status_code == 200
 
-    response = post(alice_client, export(trace_id, ("theirs", 0, 10, {})))
+    response = post(alice_evaluator_client, export(trace_id, ("theirs", 0, 10, {})))
 
     assert response.status_code == 403
     assert Trace.objects.get(trace_id=trace_id).span_count == 1
     assert len(chunks(settings, trace_id)) == 1
     for path in ("", "/timeline", "/layers"):
-        assert alice_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 404
+        assert alice_evaluator_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 404
         assert bob_client.get(f"/api/v1/traces/{trace_id}{path}").status_code == 200
-    assert alice_client.get(f"/api/v1/traces/{new_id()}").status_code == 404
-    assert alice_client.get("/api/v1/traces/not-a-trace").status_code == 404
+    assert alice_evaluator_client.get(f"/api/v1/traces/{new_id()}").status_code == 404
+    assert alice_evaluator_client.get("/api/v1/traces/not-a-trace").status_code == 404
 
 
 def test_attributes_of_every_kind_read_back_as_sent(bob_client) -> None:  # type: ignore[no-untyped-def]
@@ -291,7 +291,9 @@ def test_attributes_of_every_kind_read_back_as_sent(bob_client) -> None:  # type
     assert {"key": "flag", "value": {"boolValue": True}} in span["attributes"]
 
 
-def test_an_export_with_one_forbidden_trace_stores_nothing(bob_client, alice_client) -> None:  # type: ignore[no-untyped-def]
+def test_an_export_with_one_forbidden_trace_stores_nothing(
+    bob_client, alice_evaluator_client
+) -> None:  # type: ignore[no-untyped-def]
     bobs = new_id()
     assert post(bob_client, export(bobs, ("mine", 0, 10, {}))).status_code == 200
     fresh = new_id()
@@ -299,12 +301,12 @@ def test_an_export_with_one_forbidden_trace_stores_nothing(bob_client, alice_cli
     message.ParseFromString(export(fresh, ("a", 0, 10, {})))
     message.MergeFromString(export(bobs, ("b", 0, 10, {})))
 
-    assert post(alice_client, message.SerializeToString()).status_code == 403
+    assert post(alice_evaluator_client, message.SerializeToString()).status_code == 403
     assert not Trace.objects.filter(trace_id=fresh).exists()
 
 
 def test_an_agent_writes_its_own_jobs_trace_only(
-    bob_client, alice_client, agent, make_client, django_user_model, hosts, settings
+    bob_client, alice_evaluator_client, agent, make_client, django_user_model, hosts, settings
 ) -> None:  # type: ignore[no-untyped-def]
     mine = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
     other = Evaluation.objects.get(pk=launched_id(launch(bob_client)))
@@ -320,7 +322,7 @@ def test_an_agent_writes_its_own_jobs_trace_only(
     assert post(other_agent, body, **held).status_code == 403
     assert post(agent, export(other.trace_id, ("x", 0, 1, {})), **held).status_code == 403
     assert post(agent, export(new_id(), ("x", 0, 1, {}))).status_code == 403  # agents: jobs only
-    assert post(alice_client, body).status_code == 403  # not Alice's evaluation
+    assert post(alice_evaluator_client, body).status_code == 403  # not Alice's evaluation
     assert post(bob_client, export(mine.trace_id, ("app", 0, 500, {}))).status_code == 200
 
     trace = Trace.objects.get(trace_id=mine.trace_id)
@@ -329,8 +331,8 @@ def test_an_agent_writes_its_own_jobs_trace_only(
     events = bob_client.get(f"/api/v1/evaluations/{mine.pk}/trace").json()["traceEvents"]
     assert sorted(e["name"] for e in events if e["ph"] == "X") == ["app", "predict"]
     assert bob_client.get(f"/api/v1/traces/{mine.trace_id}").status_code == 200
-    assert alice_client.get(f"/api/v1/traces/{mine.trace_id}").status_code == 404
-    assert alice_client.get(f"/api/v1/evaluations/{mine.pk}/trace").status_code == 404
+    assert alice_evaluator_client.get(f"/api/v1/traces/{mine.trace_id}").status_code == 404
+    assert alice_evaluator_client.get(f"/api/v1/evaluations/{mine.pk}/trace").status_code == 404
     empty = bob_client.get(f"/api/v1/evaluations/{other.pk}/trace?format=otlp").json()
     assert empty == {}
 

@@ -38,9 +38,9 @@ import requests
 import yaml
 from playwright.sync_api import expect
 
-from mlmodelscope.testing.livehub import LiveHub, running_hub
 from predictors import statistics
 from tests.frontend.conftest import SCREENSHOTS, browser, sign_in_to_hub  # noqa: F401 (a fixture)
+from tests.livehub import LiveHub, running_hub
 from tests.predictors.zoo_store import zoo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.frameworks]

@@ -23,12 +23,12 @@ from django.views.decorators.csrf import csrf_exempt
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from rest_framework import exceptions
 
-from hub.api.errors import error_body
+from hub.api.errors import STATUS, error_body
 from hub.authentication import authenticate_token
+from hub.errors import DomainError
 from hub.models import ApiToken
+from traces import ingest_processes
 from traces.access import WRITE_SCOPES
-from traces.api import processes
-from traces.errors import TraceError
 from traces.ingest import ingest
 from traces.otlp import decode
 
@@ -49,9 +49,13 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="mlmodelscope"'}
 
 
 def _error(
-    status: int, message: str, headers: dict[str, str] | None = None, path: str = ""
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    path: str = "",
+    code: str | None = None,
 ) -> Answer:
-    code = {
+    code = code or {
         404: "not_found",
         403: "forbidden",
         405: "method_not_allowed",
@@ -64,8 +68,19 @@ def _error(
     return Answer(status, body, "application/json", dict(headers or {}))
 
 
-def too_large(limit: int) -> TraceError:
-    return TraceError(413, f"A trace export may be at most {limit} bytes.")
+class Refusal(Exception):
+    """What the receiver refuses before ingest reads the export (its size, encoding, headers):
+    `status` is the HTTP status to answer, `path` the header at fault ("" for the body)."""
+
+    def __init__(self, status: int, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.path = path
+
+
+def too_large(limit: int) -> Refusal:
+    return Refusal(413, f"A trace export may be at most {limit} bytes.")
 
 
 def _inflated(raw: bytes, encoding: str, limit: int) -> bytes:
@@ -74,12 +89,12 @@ def _inflated(raw: bytes, encoding: str, limit: int) -> bytes:
     if encoding in ("", "identity"):
         return raw
     if encoding != "gzip":
-        raise TraceError(415, f"Unsupported Content-Encoding {encoding!r}; use gzip.")
+        raise Refusal(415, f"Unsupported Content-Encoding {encoding!r}; use gzip.")
     inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
         body = inflater.decompress(raw, limit + 1)
     except zlib.error:
-        raise TraceError(400, "The body is not valid gzip.") from None
+        raise Refusal(400, "The body is not valid gzip.") from None
     if len(body) > limit:
         raise too_large(limit)
     return body
@@ -92,7 +107,7 @@ def _delivery_headers(headers: Mapping[str, str]) -> tuple[str, str]:
     for header in ("X-MLMS-Export", "X-MLMS-Claim"):
         value = headers.get(header.lower(), "").strip()
         if value and not _HEX32.match(value):
-            raise TraceError(400, f"{header} must be 32 lowercase hex digits.", header)
+            raise Refusal(400, f"{header} must be 32 lowercase hex digits.", header)
         values.append(value)
     return values[0], values[1]
 
@@ -132,8 +147,11 @@ def receive(
             raise too_large(limit)
         body = _inflated(raw, headers.get("content-encoding", "identity"), limit)
         ingest(token, decode(body, kind), key=key, claim=claim)
-    except TraceError as error:
+    except Refusal as error:
         return _error(error.status, error.message, path=error.path)
+    except DomainError as error:
+        status = next(status for kind, status in STATUS.items() if isinstance(error, kind))
+        return _error(status, error.message, path=str(error.errors[0]["path"]), code=error.code)
     if kind == "application/json":
         return Answer(200, b"{}", "application/json")
     return Answer(200, _EMPTY_RESPONSE, "application/x-protobuf")
@@ -230,24 +248,21 @@ async def asgi_receiver(scope: dict[str, Any], receive_message: Any, send: Any) 
 
 
 async def _answer(headers: dict[str, str], raw: bytes, oversized: bool) -> Answer:
-    """The export stored by an ingest process (`traces.api.processes`) once one is ready, else
-    in Django's thread for synchronous code."""
-    ingest = processes.pool()
-    if ingest is None or not ingest.ready:
-        return await database_sync_to_async(_authorized_receive)(headers, raw, oversized)
+    """The export stored by an ingest process (`traces.ingest_processes`) once one is ready,
+    else in Django's thread for synchronous code."""
+    processes = ingest_processes.pool(authorized_receive)
+    if processes is None or not processes.ready:
+        return await database_sync_to_async(authorized_receive)(headers, raw, oversized)
     try:
-        answer: Answer = await ingest.receive(headers, raw, oversized)
-    except processes.Unavailable as error:
+        answer: Answer | None = await processes.receive(headers, raw, oversized)
+    except ingest_processes.Unavailable as error:
         return _error(503, str(error), {"Retry-After": "1"})
-    return answer
+    # None: storing it failed unexpectedly (the process logged the error).
+    return answer if answer is not None else _error(500, "Internal server error.")
 
 
-def internal_error() -> Answer:
-    """The answer to an export whose storing failed unexpectedly (the error is logged)."""
-    return _error(500, "Internal server error.")
-
-
-def _authorized_receive(headers: Mapping[str, str], raw: bytes, oversized: bool) -> Answer:
+def authorized_receive(headers: Mapping[str, str], raw: bytes, oversized: bool) -> Answer:
+    """An export's answer: its token checked (`authorize`), then stored (`receive`)."""
     token = authorize(headers)
     if isinstance(token, Answer):
         return token

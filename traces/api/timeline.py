@@ -9,11 +9,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hub.api.errors import ApiError
+from predictors.protocol import CANCELLED, FAILED
 from traces import timeline
 from traces.api.common import TRACE_ID, TraceView, int_param, int_schema, readable
 
 MAX_TIMELINE_SPANS = 10_000
-PARTIAL = ("failed", "cancelled")
+# The statuses of an evaluation that stopped before it measured everything.
+PARTIAL = (FAILED, CANCELLED)
 MAX_COUNTER_POINTS = 10_000
 
 

@@ -2,16 +2,16 @@
 // The page embeds the evaluation as GET /api/v1/evaluations/<id>/ shows it; the WebSocket
 // /ws/evaluations/<id>/ sends a snapshot of the same shape and then every event. Only when the
 // socket closes before the evaluation finishes does the page poll the REST endpoint instead.
+// live.js, loaded before it, says which statuses are final and opens the socket.
 (function () {
   "use strict";
   var script = document.getElementById("evaluation-script");
   var state = JSON.parse(document.getElementById("evaluation-data").textContent);
-  var FINISHED = ["succeeded", "failed", "cancelled"];
   var POLL_MS = 2000;
   var polling = false;
 
   function $(id) { return document.getElementById(id); }
-  function finished() { return FINISHED.indexOf(state.status) >= 0; }
+  function finished() { return liveEvaluation.finished(state.status); }
   function when(iso) { return iso ? iso.replace("T", " ").slice(0, 19) : "—"; }
   function el(tag, text, className) {
     var node = document.createElement(tag);
@@ -713,11 +713,8 @@
   }
 
   function connect() {
-    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var socket;
-    try {
-      socket = new WebSocket(scheme + location.host + script.dataset.socket);
-    } catch (error) {
+    var socket = liveEvaluation.socket(script.dataset.socket);
+    if (!socket) {
       poll();
       return;
     }

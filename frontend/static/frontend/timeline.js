@@ -5,7 +5,8 @@
    `/timeline?start=&end=&max_spans=&max_points=` answers the longest spans first and the
    counters downsampled to about a point per pixel — so a large trace is never shipped whole.
    Beside it, the per-layer aggregates of `/layers` in a sortable table. While the evaluation
-   runs, both are read again every few seconds to pick up new spans. */
+   runs, both are read again every few seconds to pick up new spans (live.js, loaded before
+   this, says which statuses are final and opens the evaluation's socket). */
 (function () {
   "use strict";
   var script = document.getElementById("timeline-script");
@@ -270,8 +271,19 @@
     return 10 * power;
   }
 
-  function draw() {
+  // Sizes a canvas to width × height CSS pixels, drawn at the screen's pixel density, and
+  // clears it.
+  function fit(target, context, width, height) {
     var ratio = window.devicePixelRatio || 1;
+    target.style.width = width + "px";
+    target.style.height = height + "px";
+    target.width = Math.round(width * ratio);
+    target.height = Math.round(height * ratio);
+    context.setTransform(ratio, 0, 0, ratio, 0, 0);
+    context.clearRect(0, 0, width, height);
+  }
+
+  function draw() {
     var width = canvas.parentElement.clientWidth;
     var layout = tracks();
     var last = layout[layout.length - 1];
@@ -279,12 +291,7 @@
     var lastGauge = gauges[gauges.length - 1];
     var bottom = lastGauge ? lastGauge.y + COUNTER_H : last ? last.y + last.lanes * LANE_H : 0;
     var height = Math.max(80, bottom ? bottom + TRACK_GAP / 2 : 80);
-    canvas.style.width = width + "px";
-    canvas.style.height = height + "px";
-    canvas.width = Math.round(width * ratio);
-    canvas.height = Math.round(height * ratio);
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+    fit(canvas, ctx, width, height);
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
     rects = [];
@@ -534,14 +541,8 @@
   var OVERVIEW_H = 30;
 
   function drawOverview() {
-    var ratio = window.devicePixelRatio || 1;
     var width = overview.parentElement.clientWidth;
-    overview.style.width = width + "px";
-    overview.style.height = OVERVIEW_H + "px";
-    overview.width = Math.round(width * ratio);
-    overview.height = Math.round(OVERVIEW_H * ratio);
-    octx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    octx.clearRect(0, 0, width, OVERVIEW_H);
+    fit(overview, octx, width, OVERVIEW_H);
     octx.fillStyle = "#f1f4f8";
     octx.fillRect(0, 0, width, OVERVIEW_H);
     octx.font = "600 11px system-ui, sans-serif";
@@ -1062,7 +1063,6 @@
 
   // The evaluation's WebSocket says when spans arrived (a `spans` event) and when it finished;
   // without a socket (or once it closed), the page reads the evaluation every 2 s instead.
-  var FINISHED = ["succeeded", "failed", "cancelled"];
   var refreshTimer = null;
 
   function setLive(mode) { canvas.dataset.live = mode; }
@@ -1110,7 +1110,7 @@
     fetch(EVALUATION, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (response) { return response.ok ? response.json() : null; })
       .then(function (body) {
-        if (body && FINISHED.indexOf(body.status) >= 0) {
+        if (body && liveEvaluation.finished(body.status)) {
           finished = true;
           readCounts();
           ended(body.status);
@@ -1125,11 +1125,8 @@
   }
 
   function connect() {
-    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var socket;
-    try {
-      socket = new WebSocket(scheme + location.host + script.dataset.socket);
-    } catch (error) {
+    var socket = liveEvaluation.socket(script.dataset.socket);
+    if (!socket) {
       setTimeout(poll, 2000);
       return;
     }
@@ -1137,7 +1134,7 @@
     socket.addEventListener("message", function (event) {
       var message = JSON.parse(event.data);
       if (message.type === "spans") reload();
-      if (message.type === "status" && FINISHED.indexOf(message.status) >= 0) {
+      if (message.type === "status" && liveEvaluation.finished(message.status)) {
         finished = true;
         readCounts();
         ended(message.status);

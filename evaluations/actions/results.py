@@ -1,0 +1,189 @@
+"""The claimant's result: checked against its request and task, its per-input outputs written
+to the artifact store, stored as a `Result` with a row per batch size, and the evaluation
+finished as succeeded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+
+from evaluations import leaderboards, outputs
+from evaluations.actions.claims import check_claim, check_still_allowed
+from evaluations.actions.transitions import get_locked, record_status
+from evaluations.error_codes import EvaluationErrorCode
+from evaluations.models import BatchResult, Evaluation, LatencySamples, Result
+from hub.errors import Invalid
+from hub.models import ApiToken
+from predictors import statistics
+from predictors.protocol import SUCCEEDED, ResultUpload
+from predictors.tasks import BOTH_METRICS, metric_names, metric_problem
+
+
+def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: ResultUpload) -> Result:
+    """Store the claimant's result and finish the evaluation as succeeded. Posting the same
+    result again (a retry) answers the stored one."""
+    check_still_allowed(evaluation_id, token, claim)
+    with transaction.atomic():
+        evaluation = get_locked(evaluation_id)
+        if evaluation.status == SUCCEEDED and evaluation.claim == claim:
+            return evaluation.result
+        check_claim(evaluation, token, claim)
+        _check_accuracy(evaluation, upload.accuracy)
+        batch_sizes = {str(size) for size in evaluation.request["batch_sizes"]}
+        if set(upload.latency) != batch_sizes:
+            raise Invalid(
+                f"has batch sizes {sorted(upload.latency)}, the request asked for "
+                f"{sorted(batch_sizes)}",
+                path="latency",
+                code=EvaluationErrorCode.RESULT_MISMATCH,
+            )
+        # The per-input outputs go to the artifact store, and are removed again if the result
+        # is not stored after all.
+        predictions_path = outputs.write(evaluation.pk, upload.predictions)
+        try:
+            result = _store_result(evaluation, upload, predictions_path)
+            evaluation.progress_done = evaluation.progress_total
+            reason = _accuracy_words(result, evaluation.task)
+            if evaluation.cancel_requested:
+                # The cancel raced the end of the run and lost: say so rather than drop it.
+                reason += "; a cancel was requested, but the run finished before the agent saw it"
+            record_status(evaluation, SUCCEEDED, reason, host=evaluation.host)
+        except BaseException:
+            outputs.remove(evaluation.pk)
+            raise
+    return result
+
+
+def _check_accuracy(evaluation: Evaluation, accuracy: dict[str, Any]) -> None:
+    """A result's accuracy must be what its request and task can give: none for a latency-only
+    evaluation, a top-1 for any other, each in its task's range (`metric_problem`); Invalid
+    naming the field."""
+    timing = bool(evaluation.request.get("latency_only"))
+    if timing and (accuracy.get("top1") is not None or accuracy.get("top5") is not None):
+        raise Invalid(
+            "must be null: the evaluation is latency-only (nothing is scored)",
+            path="accuracy.top1",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    if not timing and accuracy.get("top1") is None:
+        raise Invalid(
+            "is required: the evaluation is scored (only a latency-only one has no accuracy)",
+            path="accuracy.top1",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    if not timing and evaluation.task in BOTH_METRICS and accuracy.get("top5") is None:
+        first, second = metric_names(evaluation.task)
+        raise Invalid(
+            f"is required: a {evaluation.task} result gives its {second} beside its {first}",
+            path="accuracy.top5",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    for name in ("top1", "top5"):
+        problem = metric_problem(evaluation.task, name, accuracy.get(name))
+        if problem:
+            raise Invalid(
+                problem, path=f"accuracy.{name}", code=EvaluationErrorCode.RESULT_MISMATCH
+            )
+
+
+def _accuracy_words(result: Result, task: str) -> str:
+    """The result's accuracy in a sentence, by its evaluation's task (its last status
+    reason)."""
+    details = result.details if isinstance(result.details, dict) else {}
+    if result.top1 is None:
+        at_1 = f", p50 {result.p50_ms_at_1:.3f} ms at batch size 1" if result.p50_ms_at_1 else ""
+        return f"latency only (not scored): {result.count} inputs timed{at_1}"
+    if task == "object_detection":
+        return (
+            f"mAP {result.top1:.4f} (COCO, IoU .50:.95), {result.top5:.4f} at IoU .50 on "
+            f"{result.count} images"
+        )
+    if task == "semantic_segmentation":
+        return f"mIoU {result.top1:.4f}, pixel accuracy {result.top5:.2%} on {result.count} images"
+    if task == "multi_label_classification":
+        return f"mAP {result.top1:.4f}, F1 {result.top5:.4f} (micro) on {result.count} inputs"
+    if task == "regression":
+        return f"MAE {result.top1:.4g}, RMSE {result.top5:.4g} on {result.count} inputs"
+    if task == "sequence_labelling":
+        words = f"accuracy {result.top1:.2%}"
+        reset = details.get("accuracy_state_reset")
+        if isinstance(reset, dict) and isinstance(reset.get("top1"), int | float):
+            words += f" with the state carried, {reset['top1']:.2%} with it reset at every call"
+        return f"{words} on {result.count} inputs"
+    top5 = f", top-5 {result.top5:.2%}" if result.top5 is not None else ""
+    return f"top-1 {result.top1:.2%}{top5} on {result.count} inputs"
+
+
+def _latency_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """A batch size's latency columns: computed here by the statistics layer from the samples
+    when the agent sent them (the figures it sent beside them are not trusted), else as sent
+    (an agent that keeps no samples: no interval)."""
+    samples = entry.get("samples_ms")
+    if samples is not None:
+        entry = statistics.latency(np.asarray(samples, dtype=np.float64) * 1e6)
+    names = BatchResult.LATENCY_FIELDS + BatchResult.INTERVAL_FIELDS
+    return {name: entry.get(name) for name in names} | {"count": entry["count"]}
+
+
+def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path: str) -> Result:
+    """The Result and its rows, one per batch size."""
+    accuracy = upload.accuracy
+    given = upload.stack.get("cpu")
+    cpu: dict[str, Any] = given if isinstance(given, dict) else {}
+    gpus = [g for g in upload.stack.get("gpus") or [] if isinstance(g, dict)]
+    # The image it ran in, when its host registered an image of that digest (an agent names
+    # only images it registered; anything else is kept in the stack as said, unlinked).
+    container = upload.stack.get("container")
+    digest = container.get("digest") if isinstance(container, dict) else None
+    image = None
+    if isinstance(digest, str) and evaluation.host is not None:
+        image = evaluation.host.images.filter(digest=digest).first()
+    result = Result.objects.create(
+        evaluation=evaluation,
+        top1=accuracy["top1"],
+        top5=accuracy["top5"],
+        count=accuracy["count"],
+        predictions_path=predictions_path,
+        top_k=int(upload.predictions.get("top_k") or 1),
+        content_hash=upload.content_hash,
+        cpu_model=str(cpu.get("model") or "")[:256],
+        gpu_model=str(gpus[0].get("name") or "")[:256] if gpus else "",
+        stack=upload.stack,
+        details=upload.details,
+        host=evaluation.host,
+        image=image,
+    )
+    rows = BatchResult.objects.bulk_create(
+        BatchResult(
+            result=result,
+            evaluation=evaluation,
+            batch_size=int(size),
+            throughput_ips=upload.throughput[size],
+            **_latency_fields(entry),
+        )
+        for size, entry in upload.latency.items()
+    )
+    LatencySamples.objects.bulk_create(
+        LatencySamples(
+            batch_result=row, samples_ms=upload.latency[str(row.batch_size)]["samples_ms"]
+        )
+        for row in rows
+        if upload.latency[str(row.batch_size)].get("samples_ms") is not None
+    )
+    result.summarize(rows)
+    result.configuration = leaderboards.configuration_of(evaluation, result)
+    evaluation.top1, evaluation.top5 = result.top1, result.top5
+    result.save(
+        update_fields=[
+            "p50_ms_at_1",
+            "p50_low_ms_at_1",
+            "p50_high_ms_at_1",
+            "p99_ms_at_1",
+            "best_throughput_ips",
+            "best_batch_size",
+            "configuration",
+        ]
+    )
+    return result

@@ -1,0 +1,191 @@
+"""What the agent sends the hub of one job: its progress (`Reporter`), its spans (`open_trace`,
+`close_trace`) and its result (`result_upload`, the upload for a finished evaluation)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from predictors.agent.hub_client import HubClient, HubError, HubUnreachable
+from predictors.evaluation import Evaluation
+from predictors.host import introspection
+from predictors.protocol import NOT_OURS, Attr, Job, ResultUpload
+from predictors.tracing import Tracer
+
+__all__ = ["SPAN_RETRY_SECONDS", "Reporter", "close_trace", "open_trace", "result_upload"]
+
+logger = logging.getLogger("mlmodelscope.agent")
+
+# How long the agent keeps sending a job's spans while the hub does not answer (a restart, an
+# outage), before it gives up (the spans then wait in the spool).
+SPAN_RETRY_SECONDS = 300.0
+
+
+class Reporter(threading.Thread):
+    """Sends a job's progress every `interval` seconds, from when it is claimed until it ends.
+
+    The evaluation loop calls `progress` and `cancelled.is_set`, which only read and write
+    attributes, so that reporting costs the timed loop nothing.
+    """
+
+    def __init__(self, client: HubClient, evaluation_id: str, claim: str, interval: float):
+        super().__init__(name=f"report-{evaluation_id[:8]}", daemon=True)
+        self.client = client
+        self.evaluation_id = evaluation_id
+        self.claim = claim
+        self.interval = interval
+        self.done = 0
+        self.total = 0
+        self.cancelled = threading.Event()
+        self.lost = False
+        self._finished = threading.Event()
+
+    def progress(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+    def run(self) -> None:
+        while True:
+            self.report()
+            if self._finished.wait(self.interval):
+                return
+
+    def report(self) -> None:
+        try:
+            if self.client.report_progress(self.evaluation_id, self.claim, self.done, self.total):
+                self.cancelled.set()
+        except HubError as exc:
+            if exc.code in NOT_OURS:
+                self.lost = True
+                self.cancelled.set()
+            else:
+                logger.warning("progress of %s refused: %s", self.evaluation_id, exc)
+        except HubUnreachable as exc:
+            logger.warning("progress of %s not sent: %s", self.evaluation_id, exc)
+
+    def stop(self) -> None:
+        """Stop reporting, after a last report of where the job ended."""
+        self._finished.set()
+        self.join()
+        if not self.lost:
+            self.report()
+
+
+def open_trace(job: Job, client: HubClient, host: str, spool: Path) -> Tracer | None:
+    """A tracer that exports the job's spans as the loop writes them (OTLP/HTTP, batched)
+    under the job's `trace_id` and claim, its root span the child of the job's
+    `parent_span_id` when the launch carried a `traceparent`; None when the job is not
+    traced (or the tracer cannot start: the evaluation runs all the same). `host` names the
+    agent's host in the root span; what the hub does not take in time waits in `spool`."""
+    if not job.trace_id or job.options.trace_level == "none":
+        return None
+    try:
+        tracer = Tracer(
+            hub=client.url,
+            token=client.token,
+            service="mlms-agent",
+            claim=job.claim or None,
+            spool=spool,
+            retry_seconds=SPAN_RETRY_SECONDS,
+        )
+        tracer.start(
+            attributes={
+                Attr.EVALUATION: job.id,
+                Attr.ATTEMPT: job.attempt,
+                Attr.HOST: host,
+                "model": job.model.name,
+                "framework": job.model.framework,
+                "dataset": job.dataset.name,
+            },
+            trace_id=job.trace_id,
+            parent_span_id=job.parent_span_id or None,
+        )
+    except Exception:
+        logger.exception("evaluation %s: the trace could not be opened", job.id)
+        return None
+    return tracer
+
+
+def close_trace(job: Job, tracer: Tracer) -> dict[str, Any] | None:
+    """End the job's trace and wait until the hub has taken its spans, or refused them, or
+    `SPAN_RETRY_SECONDS` of its silence have passed. What became of them (`sent`,
+    `stored`, `refused`, `spooled`, `retries`, and a `note` when not all were stored), for
+    the result's details; a failure never fails the evaluation."""
+    counts: dict[str, Any] = {}
+    refusals: list[str] = []
+    try:
+        try:
+            tracer.finish()
+            tracer.flush()  # blocks while the delivery retries
+        finally:
+            tracer.shutdown()
+            assert tracer.delivery is not None
+            counts = dict(tracer.delivery.counts.as_dict())
+            refusals = list(tracer.delivery.refusals)
+    except Exception as exc:
+        note = f"spans not exported: {type(exc).__name__}: {exc}"
+    else:
+        if counts["stored"] == counts["sent"]:
+            return counts
+        parts = []
+        if counts["refused"]:
+            parts.append(f"{counts['refused']} refused ({refusals[0]})")
+        if counts["spooled"]:
+            parts.append(
+                f"{counts['spooled']} not delivered within {SPAN_RETRY_SECONDS:g} s, "
+                "kept in the agent's spool to be sent again"
+            )
+        lost = counts["sent"] - counts["stored"] - counts["refused"] - counts["spooled"]
+        if lost > 0:
+            parts.append(f"{lost} not delivered")
+        note = f"{counts['stored']} of {counts['sent']} spans stored: " + "; ".join(parts)
+    logger.warning("evaluation %s: %s", job.id, note)
+    return counts | {"note": note}
+
+
+def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
+    """What the agent posts to `POST /api/v1/evaluations/<id>/result/` for a finished
+    evaluation."""
+    report = evaluation.result
+    per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
+    top_k = max(max((len(row) for row in evaluation.predictions), default=1), 1)
+    return ResultUpload(
+        # A latency-only run scored nothing: its accuracy is null, its count the inputs timed.
+        accuracy=report["accuracy"]
+        or {"top1": None, "top5": None, "count": report["dataset"]["count"]},
+        latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
+        throughput={size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
+        predictions={
+            "top_k": top_k,
+            "labels": [int(label) for label in evaluation.labels],
+            "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
+            "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
+            # A detector's boxes, one per class above ([x, y, w, h] in the image's pixels).
+            **(
+                {
+                    "boxes": [
+                        [[round(float(v), 2) for v in row[:4]] for row in found]
+                        for found in evaluation.detections
+                    ]
+                }
+                if evaluation.detections is not None
+                else {}
+            ),
+        },
+        content_hash=report["model"]["content_hash"],
+        stack=introspection.stack([report["framework"]["name"]]),
+        # The samples travel once, in `latency`, where the hub summarises them itself.
+        details=report
+        | {
+            "batch_sizes": [
+                entry | {"latency": _without_samples(entry["latency"])}
+                for entry in report["batch_sizes"]
+            ],
+            "trace_level_requested": job.options.trace_level,
+        },
+    )
+
+
+def _without_samples(latency: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in latency.items() if key != "samples_ms"}

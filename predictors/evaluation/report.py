@@ -1,0 +1,189 @@
+"""What an evaluation answers: `Evaluation` (the result and what the run kept), the result built
+from what the run measured (`result_of`), and `compare`, of two evaluations of the same inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from predictors.evaluation import state as model_state
+from predictors.evaluation.base import CLOCK_CUDA, CLOCK_HOST, Scenario, Setup
+from predictors.evaluation.errors import EvaluationError
+from predictors.evaluation.options import EvaluationOptions
+from predictors.evaluation.summaries import trace_notes
+from predictors.frameworks.predictor import Predictor
+from predictors.protocol import at_least
+from predictors.tracing import Span
+from predictors.tracing.counters import CounterSampler
+
+__all__ = ["Evaluation", "Measured", "compare", "result_of"]
+
+
+@dataclass
+class Evaluation:
+    """What `evaluate` returns.
+
+    `result` is the JSON-able summary. `outputs` holds the model's raw outputs for every input
+    (dataset order, float32, one row per input) at the first batch size, first pass; `labels`
+    the dataset labels; `predictions` the top-k (class, label, probability) of every input at
+    the first batch size (a detector's: its detections' classes and scores, best first, and
+    `detections` their boxes); `spans` the recorded spans (none at trace level `none`).
+    """
+
+    result: dict[str, Any]
+    outputs: np.ndarray
+    labels: np.ndarray
+    predictions: list[list[tuple[int, str, float]]]
+    spans: list[Span]
+    # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
+    # pixels), score, class, best first; None for other tasks.
+    detections: list[np.ndarray] | None = None
+
+
+@dataclass
+class Measured:
+    """What a run measured, from the model's load to its last call."""
+
+    loop: Scenario
+    per_batch_size: list[dict[str, Any]]
+    settings: dict[str, Any]  # the settings the loaded model ran with, as applied
+    profiler: dict[str, Any] | None  # what the predictor's profiler itself counted
+    followed: dict[str, Any]  # a follow-up's answer under its key (LoadGen's), or nothing
+    sampler: CounterSampler | None  # the hardware counters' sampler (trace level hardware)
+    load_ns: int
+
+
+def result_of(
+    setup: Setup,
+    measured: Measured,
+    *,
+    split: dict[str, Any],
+    software: dict[str, Any],
+    predictor_type: type[Predictor],
+    overhead: dict[str, Any],
+    theoretical: dict[str, Any],
+    hygiene: list[dict[str, Any]],
+    started: datetime,
+) -> dict[str, Any]:
+    """The result of an evaluation (JSON-able): the model, the dataset, the framework, the
+    options, each batch size's summary, what the trace recorded, the notes."""
+    model, dataset, options = setup.model, setup.dataset, setup.options
+    loop, first = measured.loop, measured.per_batch_size[0]
+    assert loop.first is not None
+    return {
+        "model": {
+            "name": model.name,
+            "version": model.version,
+            "task": model.task,
+            "content_hash": model.content_hash(),
+            "trained": (model.data.get("attributes") or {}).get("trained"),
+        },
+        "dataset": {
+            "name": dataset.name,
+            "version": dataset.version,
+            "split": options.split,
+            "count": len(loop.first.labels),
+            "split_count": split.get("count"),
+        },
+        "framework": {"name": model.framework, "range": model.framework_range, **software},
+        "output_type": loop.output_type(),
+        "device": options.device,
+        "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
+        "settings": {
+            "threads_requested": options.threads,
+            "seed": options.seed,
+            **measured.settings,
+        },
+        "options": _options(options),
+        "load_ms": measured.load_ns / 1e6,
+        # What makes these numbers less defensible, as labelled warnings (`hygiene`).
+        "hygiene": hygiene,
+        "accuracy": first["accuracy"],
+        **(
+            {"accuracy_state_reset": first["accuracy_state_reset"]}
+            if "accuracy_state_reset" in first
+            else {}
+        ),
+        "batch_sizes": measured.per_batch_size,
+        "theoretical": theoretical,
+        **measured.followed,
+        "trace": _trace(options, measured, overhead),
+        "notes": loop.notes()
+        + model_state.note(loop.what, loop.state)
+        + trace_notes(options, predictor_type, measured.sampler),
+        # Whether the model keeps a state between calls, and what the loop did about it.
+        "state": loop.state,
+        "started_at": started.isoformat(timespec="seconds"),
+        "duration_s": (datetime.now(UTC) - started).total_seconds(),
+    }
+
+
+def _options(options: EvaluationOptions) -> dict[str, Any]:
+    """The options the result records."""
+    return {
+        "batch_sizes": list(options.batch_sizes),
+        "limit": options.limit,
+        "warmup": options.warmup,
+        "repeat": options.repeat,
+        "cold_start": options.cold_start,
+        "overrides": list(options.overrides),
+        "trace_level": options.trace_level,
+        "latency_only": options.latency_only,
+        "scenario": options.scenario,
+        "target_ci": options.target_ci,
+        "target_ci_seconds": options.target_ci_seconds if options.target_ci else None,
+    }
+
+
+def _trace(
+    options: EvaluationOptions, measured: Measured, overhead: dict[str, Any]
+) -> dict[str, Any]:
+    """What the trace recorded: spans by level, layers and GPU activity, the profiler's own
+    count, and the tracing overhead."""
+    loop, profiler = measured.loop, measured.profiler
+    return {
+        "level": options.trace_level,
+        # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).
+        "overhead": overhead,
+        "spans": loop.written,
+        "levels": dict(loop.level_counts),
+        **({"layer_spans": loop.layer_spans} if loop.layers else {}),
+        **(
+            {"gpu_activity_spans": loop.gpu_spans}
+            if at_least(options.trace_level, "system_library")
+            else {}
+        ),
+        **({"profiler": profiler} if profiler else {}),
+    }
+
+
+def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
+    """How far two evaluations of the same inputs agree: the share of inputs with the same
+    top-1 class (None for a regression's values and a latency-only run's outputs, which have
+    no best class), and the largest absolute difference between their raw outputs (None where
+    a latency-only run kept no output)."""
+    names = [e.result["framework"]["name"] for e in (a, b)]
+    if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
+        raise EvaluationError(
+            f"{names[0]} and {names[1]} did not evaluate the same inputs "
+            f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
+        )
+    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
+    output_type = a.result.get("output_type")
+    same: np.ndarray | None = None
+    if output_type == "detections":
+        # Each image's best detection (x, y, w, h, score, class): the same class.
+        same = a.outputs[:, 5] == b.outputs[:, 5]
+    elif output_type not in ("values", "tensor"):
+        same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
+    return {
+        "frameworks": names,
+        "count": int(len(a.outputs)),
+        "top1_agreement": None if same is None else float(same.mean()),
+        "top1_disagreements": None if same is None else int(same.size - same.sum()),
+        "max_abs_diff": float(difference.max()) if difference.size else None,
+        "output_type": output_type,
+    }

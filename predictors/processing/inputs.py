@@ -1,0 +1,30 @@
+"""The preprocessor of a manifest input, by its type: image, tensor or audio."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from predictors.processing.audio import AudioPreprocessor
+from predictors.processing.image import ImagePreprocessor
+from predictors.processing.parameters import ProcessingError
+from predictors.processing.tensor import TensorPreprocessor
+
+
+def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
+    """The preprocessor for one manifest input (`name`, `type`, `parameters`)."""
+    kind = input_spec.get("type")
+    parameters = input_spec.get("parameters")
+    if parameters is None:
+        raise ProcessingError(
+            f"input {input_spec.get('name')!r} has no parameters", parameter="parameters"
+        )
+    if kind == "image":
+        return ImagePreprocessor(parameters)
+    if kind == "tensor":
+        return TensorPreprocessor(parameters)
+    if kind == "audio":
+        return AudioPreprocessor(parameters)
+    raise ProcessingError(
+        f"input type must be image, tensor or audio; got {kind!r}", parameter="type"
+    )

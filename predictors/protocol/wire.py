@@ -1,0 +1,123 @@
+"""The typed objects that cross the wire: a claim's `Job` and an agent's `ResultUpload`, each
+with `to_dict` and a strict `from_dict` that names the field at fault."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from predictors.protocol.errors import ProtocolError, get_field, mapping, missing
+from predictors.protocol.options import JobOptions
+from predictors.protocol.vocabulary import DEVICES
+
+
+@dataclass(frozen=True)
+class ManifestRef:
+    """A manifest as a job carries it: its identity and its YAML source."""
+
+    id: int
+    name: str
+    version: str
+    framework: str
+    content_hash: str
+    source: str
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str) -> ManifestRef:
+        data = mapping(data, path)
+        return cls(
+            id=get_field(data, path, "id", int),
+            name=get_field(data, path, "name", str),
+            version=get_field(data, path, "version", str),
+            framework=get_field(data, path, "framework", str),
+            content_hash=get_field(data, path, "content_hash", str),
+            source=get_field(data, path, "source", str),
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a claim answers: the evaluation to run, under which claim, on which device."""
+
+    id: str
+    claim: str
+    attempt: int
+    device: str
+    model: ManifestRef
+    dataset: ManifestRef
+    options: JobOptions
+    trace_id: str | None = None
+    parent_span_id: str | None = None
+    # The request's limits for the evaluation's container ({"cpus": float | None,
+    # "memory_mb": int | None}); None when it set none (`mlms agent --docker` applies them).
+    limits: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.limits is not None:
+            cpus, memory = self.limits.get("cpus"), self.limits.get("memory_mb")
+            if set(self.limits) - {"cpus", "memory_mb"}:
+                raise ProtocolError("limits", "takes cpus and memory_mb only")
+            if cpus is not None and (
+                isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0
+            ):
+                raise ProtocolError("limits.cpus", f"must be a positive number; got {cpus!r}")
+            if memory is not None and (
+                isinstance(memory, bool) or not isinstance(memory, int) or memory < 6
+            ):
+                raise ProtocolError(
+                    "limits.memory_mb", f"must be an integer of at least 6; got {memory!r}"
+                )
+        if self.device not in DEVICES:
+            raise ProtocolError(
+                "device", f"must be one of {', '.join(DEVICES)}; got {self.device!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["options"] = self.options.to_dict()
+        return values
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Job:
+        data = mapping(data, "")
+        return cls(
+            id=get_field(data, "", "id", str),
+            claim=get_field(data, "", "claim", str),
+            attempt=get_field(data, "", "attempt", int),
+            device=get_field(data, "", "device", str),
+            model=ManifestRef.from_dict(data.get("model"), "model"),
+            dataset=ManifestRef.from_dict(data.get("dataset"), "dataset"),
+            options=JobOptions.from_dict(data.get("options")),
+            trace_id=get_field(data, "", "trace_id", str, optional=True),
+            parent_span_id=get_field(data, "", "parent_span_id", str, optional=True),
+            limits=get_field(data, "", "limits", dict, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class ResultUpload:
+    """What an agent posts for a finished evaluation (with its claim beside it).
+
+    `latency` and `throughput` are keyed by batch size (as a string, JSON's keys);
+    `predictions` holds `top_k`, `labels`, `classes` and `probabilities` (one row per input);
+    `details` the loop's full report."""
+
+    accuracy: dict[str, Any]
+    latency: dict[str, dict[str, Any]]
+    throughput: dict[str, float]
+    predictions: dict[str, Any]
+    content_hash: str
+    stack: dict[str, Any]
+    details: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ResultUpload:
+        data = mapping(data, "")
+        known = {spec.name for spec in fields(cls)}
+        unknown = sorted(set(data) - known - {"claim"})
+        if unknown:
+            raise ProtocolError(unknown[0], "unknown field")
+        return cls(**{name: data[name] if name in data else missing(name) for name in known})

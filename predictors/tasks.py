@@ -1,0 +1,343 @@
+"""Which tasks, inputs and outputs the evaluation loop supports, and how each task is scored.
+
+The hub and the loop ask the same questions of a model manifest (its data) here: whether the loop
+can run it as it says (`unsupported`), timed only (`latency_only_problem`), or driven by LoadGen
+(`loadgen_problem`); which input it feeds and which output it scores (`data_input_name`,
+`scored_output_name`); and what a result's two headline metrics are called and hold
+(`metric_names`, `metric_text`, `metrics_text`, `metric_problem`, `LOWER_IS_BETTER`). No Django.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "BOTH_METRICS",
+    "DATA_INPUTS",
+    "DETECTION_OUTPUTS",
+    "LOADGEN_TASKS",
+    "LOWER_IS_BETTER",
+    "METRIC_NAMES",
+    "SCORED_TASKS",
+    "data_input_name",
+    "latency_only_problem",
+    "loadgen_problem",
+    "metric_names",
+    "metric_problem",
+    "metric_text",
+    "metrics_text",
+    "scored_output_name",
+    "unsupported",
+]
+
+# The tasks the evaluation loop scores, and the data inputs (fed from the dataset) it knows.
+SCORED_TASKS = (
+    "image_classification",
+    "multi_label_classification",
+    "regression",
+    "sequence_labelling",
+    "object_detection",
+    "semantic_segmentation",
+)
+DETECTION_OUTPUTS = ("boxes", "scores", "classes")
+# Tasks whose headline metrics (a result's `top1` and `top5`) are errors in the target's units,
+# lower is better (every other task's are fractions from 0 to 1, higher is better).
+LOWER_IS_BETTER = ("regression",)
+
+
+# What a result's two headline metrics (`top1`, `top5`) hold, by task (top-1 and top-5 accuracy
+# for every other).
+METRIC_NAMES = {
+    "sequence_labelling": ("Accuracy", "Top-5"),
+    "object_detection": ("mAP", "mAP@.5"),
+    "semantic_segmentation": ("mIoU", "Pixel accuracy"),
+    "multi_label_classification": ("mAP", "F1 (micro)"),
+    "regression": ("MAE", "RMSE"),
+}
+# Tasks whose scored results hold both metrics (where `top5` is never null).
+BOTH_METRICS = (
+    "object_detection",
+    "semantic_segmentation",
+    "multi_label_classification",
+    "regression",
+)
+
+
+def metric_names(task: str) -> tuple[str, str]:
+    """The names of a task's two headline metrics (`METRIC_NAMES`)."""
+    return METRIC_NAMES.get(task, ("Top-1", "Top-5"))
+
+
+def metric_text(task: str, value: float | None) -> str:
+    """A headline metric in words: a percentage, or a regression's error as the number it is;
+    "-" where there is none."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if task in LOWER_IS_BETTER else f"{value:.2%}"
+
+
+def metrics_text(task: str, top1: float | None, top5: float | None) -> str:
+    """A result's headline metrics in words, named by its task ("top-1 96.20%, top-5 99.10%",
+    "MAE 46.82, RMSE 59.11"); a latency-only result's "latency only (not scored)"."""
+    if top1 is None:
+        return "latency only (not scored)"
+    first, second = (n.lower() if n.startswith("Top") else n for n in metric_names(task))
+    words = f"{first} {metric_text(task, top1)}"
+    if top5 is not None:
+        words += f", {second} {metric_text(task, top5)}"
+    return words
+
+
+def metric_problem(task: str, name: str, value: float | None) -> str | None:
+    """Why a result's headline metric `name` (top1, top5) cannot be what its task reports."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return f"{name} must be a finite number >= 0; got {value!r}"
+    if task not in LOWER_IS_BETTER and value > 1:
+        return f"{name} of a {task} result is a fraction from 0 to 1; got {value!r}"
+    return None
+
+
+# The scored output's types each task reads (detection and segmentation: see their checks).
+_SCORED_OUTPUTS = {
+    "image_classification": ("logits", "probabilities", "binary_probability", "binary_logit"),
+    "sequence_labelling": ("logits", "probabilities", "binary_probability", "binary_logit"),
+    # Each class through its own sigmoid (logits), or its own probability.
+    "multi_label_classification": ("logits", "probabilities"),
+    "regression": ("values",),
+}
+DATA_INPUTS = ("image", "tensor", "audio")
+
+
+# The tasks LoadGen scenarios drive (one batched input per call; inputs of one shape):
+# performance mode for these, accuracy mode for image classification alone.
+LOADGEN_TASKS = ("image_classification", "multi_label_classification", "regression")
+
+
+def loadgen_problem(
+    data: Mapping[str, Any], scenario: str, mode: str = "performance", latency_only: bool = False
+) -> str | None:
+    """Why LoadGen cannot drive a model manifest (its data) in `scenario`, or None (also for
+    the fixed scenario). The hub asks this at launch, and the loop again."""
+    if scenario == "fixed":
+        return None
+    name, task = data.get("name"), data.get("task")
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if any(i.get("type") in ("state", "constant") for i in inputs):
+        return (
+            f"{name} has state or constant inputs: LoadGen scenarios drive models of one "
+            "batched input (scenario fixed runs streams)"
+        )
+    if not latency_only and task not in LOADGEN_TASKS:
+        return (
+            f"LoadGen scenarios drive {', '.join(LOADGEN_TASKS)} models (or any, latency only); "
+            f"{name} is a {task} model"
+        )
+    if mode == "accuracy" and (latency_only or task != "image_classification"):
+        return (
+            "loadgen_mode accuracy scores image classification; "
+            f"{name} is {'timed only' if latency_only else f'a {task} model'}"
+        )
+    binary = any(
+        isinstance(o, Mapping) and o.get("type") in ("binary_logit", "binary_probability")
+        for o in data.get("outputs") or []
+    )
+    if mode == "accuracy" and binary:
+        return f"loadgen_mode accuracy scores multi-class outputs; {name} is a binary classifier"
+    return None
+
+
+def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str | None:
+    """Why the evaluation loop cannot run a model manifest (its data) as it says, or None;
+    `latency_only`: timed without scoring (`latency_only_problem`). The hub asks this at launch
+    (a 400 rather than a run that fails), and the loop again before it runs."""
+    name, kind, task = data.get("name"), data.get("kind"), data.get("task")
+    if kind != "model":
+        return f"{name} is a {kind} manifest, not a model"
+    if latency_only:
+        return latency_only_problem(data)
+    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
+    if outputs and all(o.get("type") in ("tensor", "state") for o in outputs):
+        return (
+            f"{name}'s outputs are tensors, which are not scored (no labels): evaluate it for "
+            "latency only (latency_only, mlms evaluate --latency-only)"
+        )
+    if task not in SCORED_TASKS:
+        return (
+            f"{name} is {'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model; the "
+            "evaluation loop scores "
+            f"{', '.join(SCORED_TASKS[:-1])} and {SCORED_TASKS[-1]} models (instance "
+            "segmentation scoring is not built yet); time it with latency_only"
+        )
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
+    if len(fed) != 1:
+        return (
+            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor or "
+            f"audio: "
+            f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
+            "constant and state inputs"
+        )
+    if task == "object_detection":
+        problem = _image_task_problem(str(name), task, "boxes", data, inputs)
+        return problem or _unsupported_detector(str(name), data, outputs)
+    if task == "semantic_segmentation":
+        problem = _image_task_problem(str(name), task, "masks", data, inputs)
+        return problem or _unsupported_segmenter(str(name), outputs)
+    scored = [o for o in outputs if o.get("type") not in ("state", "tensor")]
+    if len(scored) != 1:
+        names = ", ".join(str(o.get("name")) for o in scored)
+        return (
+            f"{name} declares {len(scored)} scored outputs ({names}); the evaluation loop reads "
+            "one: declare the others as state outputs, or leave them out"
+        )
+    stateful = [str(i.get("name")) for i in inputs if i.get("type") in ("state", "constant")]
+    contexts = [
+        str(i.get("name"))
+        for i in inputs
+        if isinstance(i.get("parameters"), Mapping) and "context" in i["parameters"]
+    ]
+    audio = [str(i.get("name")) for i in inputs if i.get("type") == "audio"]
+    if audio and data.get("preprocess"):
+        return (
+            f"{name}'s input {audio[0]} is audio, framed by the streaming loop: custom "
+            "preprocess code does not run on it (describe the processing with parameters)"
+        )
+    if audio and task != "sequence_labelling":
+        return (
+            f"{name}'s input {audio[0]} is audio, framed into chunks of a stream: only "
+            "sequence_labelling models run on streams"
+        )
+    if contexts and task != "sequence_labelling":
+        return (
+            f"{name}'s input {contexts[0]} has a context window, which takes the input before "
+            "it in a stream: only sequence_labelling models run on streams"
+        )
+    if task != "sequence_labelling":
+        if stateful or len(outputs) != 1:
+            return (
+                f"{name} is an {task} model with constant or state inputs or state outputs "
+                f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "
+                "sequence_labelling models, which run on ordered streams"
+            )
+    output_type = str(scored[0].get("type"))
+    readable = _SCORED_OUTPUTS.get(str(task), _SCORED_OUTPUTS["image_classification"])
+    if output_type not in readable:
+        kinds = (
+            readable[0] if len(readable) == 1 else f"{', '.join(readable[:-1])} or {readable[-1]}"
+        )
+        what = ", an object_detection output" if output_type in DETECTION_OUTPUTS else ""
+        return (
+            f"{name}'s output {scored[0].get('name')} is {output_type}{what}; "
+            f"{'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model's scored output is {kinds}"
+        )
+    elif (data.get("framework") or {}).get("name") == "tensorflow" and len(inputs) > 1:
+        return (
+            f"{name} is a tensorflow model of several inputs; the TensorFlow predictor feeds one "
+            "input (export it to ONNX or TorchScript to run it with its state)"
+        )
+    return None
+
+
+def latency_only_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a model cannot be timed without scoring, or None. A latency-only evaluation feeds
+    one input from the dataset (an image or a tensor, in batches) and computes every output,
+    whatever its task or its outputs' types; it reads no labels and scores nothing."""
+    name = data.get("name")
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if len(inputs) != 1 or inputs[0].get("type") not in ("image", "tensor"):
+        kinds = ", ".join(f"{i.get('name')} ({i.get('type')})" for i in inputs) or "none"
+        return (
+            f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image or "
+            "tensor input in batches (streams, with their constant and state inputs, are timed "
+            "by their sequence_labelling evaluation)"
+        )
+    if data.get("postprocess"):
+        return (
+            f"{name}'s custom postprocess code reads the outputs for scoring, which a "
+            "latency-only evaluation does not do: leave it out to time the model"
+        )
+    return None
+
+
+def data_input_name(data: Mapping[str, Any]) -> str:
+    """The name of the input fed from the dataset (the first of type image or tensor)."""
+    inputs = data.get("inputs") or []
+    fed = [i for i in inputs if isinstance(i, Mapping) and i.get("type") in DATA_INPUTS]
+    return str((fed or inputs)[0]["name"])
+
+
+def scored_output_name(data: Mapping[str, Any]) -> str:
+    """The name of the output that is scored (the first that is not a state; a detector's
+    classes, which name the labels)."""
+    outputs = data.get("outputs") or []
+    scored = [o for o in outputs if isinstance(o, Mapping) and o.get("type") == "classes"] or [
+        o for o in outputs if isinstance(o, Mapping) and o.get("type") != "state"
+    ]
+    return str((scored or outputs)[0]["name"])
+
+
+def _image_task_problem(
+    name: str, task: str, what: str, data: Mapping[str, Any], inputs: list[Mapping[str, Any]]
+) -> str | None:
+    """The rules the detection and segmentation loops share: one image input, whose `what`
+    (boxes, masks) is mapped back to the whole image through a resize and padding, not through
+    a crop; no custom code (those loops do not run it)."""
+    if len(inputs) != 1 or inputs[0].get("type") != "image":
+        return f"{name} is an {task} model; the loop feeds it one image input"
+    parameters = inputs[0].get("parameters")
+    if isinstance(parameters, Mapping) and (
+        parameters.get("crop_method") != "none" or parameters.get("keep_aspect_ratio")
+    ):
+        return (
+            f"{name} is an {task} model whose input is cropped (crop_method or "
+            f"keep_aspect_ratio): its {what} could not be mapped back to the whole image; "
+            "resize (resize_side or resize_size) and pad instead"
+        )
+    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
+    if code:
+        return (
+            f"{name} is an {task} model with custom {' and '.join(code)} code, which the "
+            "loop of its task does not run: describe the processing with parameters"
+        )
+    return None
+
+
+def _unsupported_detector(
+    name: str, data: Mapping[str, Any], outputs: list[Mapping[str, Any]]
+) -> str | None:
+    """What the detection loop cannot run, past its input (`_image_task_problem`): it reads
+    one output of each type boxes, scores and classes, and not through TensorFlow."""
+    kinds = sorted(str(o.get("type")) for o in outputs)
+    if kinds != sorted(DETECTION_OUTPUTS):
+        return (
+            f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
+            "the loop reads exactly one each of boxes, scores and classes"
+        )
+    if (data.get("framework") or {}).get("name") == "tensorflow":
+        return (
+            f"{name} is a tensorflow detector; the TensorFlow predictor reads one output "
+            "(export it to ONNX or TorchScript)"
+        )
+    return None
+
+
+def _unsupported_segmenter(name: str, outputs: list[Mapping[str, Any]]) -> str | None:
+    """What the segmentation loop cannot run, past its input (`_image_task_problem`): it reads
+    one output of per-pixel logits or probabilities, with its layout."""
+    if len(outputs) != 1 or outputs[0].get("type") not in ("logits", "probabilities"):
+        kinds = ", ".join(str(o.get("type")) for o in outputs)
+        return (
+            f"{name} is a semantic_segmentation model with outputs of types {kinds}; the loop "
+            "reads one output of per-pixel logits or probabilities"
+        )
+    parameters = outputs[0].get("parameters")
+    if not isinstance(parameters, Mapping) or parameters.get("layout") not in ("NCHW", "NHWC"):
+        return (
+            f"{name}'s output {outputs[0].get('name')} needs parameters.layout (NCHW or NHWC): "
+            "where a semantic_segmentation model's per-pixel class axis is"
+        )
+    return None
