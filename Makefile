@@ -112,7 +112,7 @@ compose-token: $(REDIS_PASSWORD_FILE)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy hub evaluations traces predictors mlmodelscope
+	$(BIN)/mypy hub evaluations traces predictors mlmodelscope frontend
 
 # The slowest tests of each pass are listed at its end (what the suite's time goes to).
 PYTEST_FLAGS ?= --durations=25

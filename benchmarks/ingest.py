@@ -31,7 +31,7 @@ For each request size:
   are stored in daphne's own thread until they are ready).
 
 Each export carries an export id (`X-MLMS-Export`, in-process the `key` argument), as the
-agents' exports do (`predictors.agent.span_delivery`), so that the hub does its exactly-once work.
+agents' exports do (`predictors.tracing.delivery`), so that the hub does its exactly-once work.
 
 Each path runs `--rounds` times, the paths interleaved (round 1: parse, in-process, http with
 each client count; round 2: …), each run into a trace of its own; the table gives the median

@@ -13,6 +13,17 @@ from rest_framework import serializers
 from evaluations.models import Evaluation
 
 
+def _manifest(evaluation: Evaluation, kind: str, extra: str) -> dict[str, Any]:
+    """The evaluation's model or dataset (`kind`): its id, name and version as the evaluation
+    keeps them, and the field `extra`."""
+    return {
+        "id": getattr(evaluation, f"{kind}_id"),
+        "name": getattr(evaluation, f"{kind}_name"),
+        "version": getattr(evaluation, f"{kind}_version"),
+        extra: getattr(evaluation, extra),
+    }
+
+
 class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
     """An evaluation as lists and WebSocket events show it."""
 
@@ -71,20 +82,10 @@ class EvaluationSerializer(serializers.ModelSerializer[Evaluation]):
         return evaluation.user.get_username()
 
     def get_model(self, evaluation: Evaluation) -> dict[str, Any]:
-        return {
-            "id": evaluation.model_id,
-            "name": evaluation.model_name,
-            "version": evaluation.model_version,
-            "framework": evaluation.framework,
-        }
+        return _manifest(evaluation, "model", "framework")
 
     def get_dataset(self, evaluation: Evaluation) -> dict[str, Any]:
-        return {
-            "id": evaluation.dataset_id,
-            "name": evaluation.dataset_name,
-            "version": evaluation.dataset_version,
-            "split": evaluation.split,
-        }
+        return _manifest(evaluation, "dataset", "split")
 
     def get_progress(self, evaluation: Evaluation) -> dict[str, int]:
         return {"done": evaluation.progress_done, "total": evaluation.progress_total}

@@ -304,13 +304,8 @@ class BatchResult(models.Model):
         Evaluation, on_delete=models.CASCADE, related_name="batch_results"
     )
     batch_size = models.PositiveIntegerField()
-    mean_ms = models.FloatField()
-    p50_ms = models.FloatField()
-    p90_ms = models.FloatField()
-    p99_ms = models.FloatField()
-    min_ms = models.FloatField()
-    max_ms = models.FloatField()
-    std_ms = models.FloatField()
+    # A float column per latency key (mean_ms, p50_ms, …), in the protocol's order.
+    locals().update({key: models.FloatField() for key in LATENCY_FIELDS})
     p50_low_ms = models.FloatField(null=True, blank=True)
     p50_high_ms = models.FloatField(null=True, blank=True)
     p90_bounded = models.BooleanField(null=True, blank=True)

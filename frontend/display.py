@@ -13,36 +13,38 @@ from typing import Any
 from django.urls import reverse
 
 from hub.models import Artifact, Manifest
+from predictors import processing
 from predictors.tasks import metric_names
 
 REPO = "repo://"
 
-# (key, label, what it means) in the order the pipeline applies them (docs/manifest.md).
-IMAGE_PARAMETERS: list[tuple[str, str, str]] = [
-    ("decoder", "Decoder", "library that decodes the encoded image"),
-    ("jpeg_dct_method", "JPEG inverse DCT", "libjpeg's inverse DCT; ignored for PNG"),
-    ("color_mode", "Color mode", "channel order fed to the model"),
-    ("resize_method", "Resize method", "interpolation of the resize"),
-    ("resize_size", "Resize to", "height × width after resizing"),
-    ("keep_aspect_ratio", "Keep aspect ratio", "scale both axes alike, then cut the center"),
-    ("crop_method", "Crop", "window cut after resizing"),
-    ("crop_size", "Crop size", "height × width of the crop"),
-    ("element_type", "Element type", "type of the tensor's elements"),
-    ("normalization_order", "Normalization order", "when bytes become numbers"),
-    ("scale", "Scale", "a byte is divided by this"),
-    ("mean", "Mean", "subtracted, per channel"),
-    ("std", "Standard deviation", "divided by, per channel"),
-    ("layout", "Layout", "order of the tensor's axes"),
-]
+# What each processing parameter of an input is: key → (label, what it means) (docs/manifest.md).
+PARAMETERS: dict[str, tuple[str, str]] = {
+    "decoder": ("Decoder", "library that decodes the encoded image"),
+    "jpeg_dct_method": ("JPEG inverse DCT", "libjpeg's inverse DCT; ignored for PNG"),
+    "color_mode": ("Color mode", "channel order fed to the model"),
+    "resize_method": ("Resize method", "interpolation of the resize"),
+    "resize_size": ("Resize to", "height × width after resizing"),
+    "keep_aspect_ratio": ("Keep aspect ratio", "scale both axes alike, then cut the center"),
+    "crop_method": ("Crop", "window cut after resizing"),
+    "crop_size": ("Crop size", "height × width of the crop"),
+    "element_type": ("Element type", "type of the tensor's elements"),
+    "normalization_order": ("Normalization order", "when bytes become numbers"),
+    "scale": ("Scale", "a byte is divided by this"),
+    "mean": ("Mean", "subtracted, per channel"),
+    "std": ("Standard deviation", "divided by, per channel"),
+    "layout": ("Layout", "order of the tensor's axes"),
+    "shape": ("Shape", "dimensions of one example (? = dynamic)"),
+    "value": ("Value", "the same in every call, not batched"),
+    "batch_axis": ("Batch axis", "where the streams' rows are stacked (0 first)"),
+    "initial": ("Initial value", "every element's value at the start of a stream"),
+    "from_output": ("From output", "the output whose value the next call of the stream takes"),
+}
 
-TENSOR_PARAMETERS: list[tuple[str, str, str]] = [
-    ("element_type", "Element type", "type of the tensor's elements"),
-    ("shape", "Shape", "dimensions of one example (? = dynamic)"),
-    ("value", "Value", "the same in every call, not batched"),
-    ("batch_axis", "Batch axis", "where the streams' rows are stacked (0 first)"),
-    ("initial", "Initial value", "every element's value at the start of a stream"),
-    ("from_output", "From output", "the output whose value the next call of the stream takes"),
-]
+# The parameters of an image input and of a tensor input, in the order the pipeline applies them
+# (PARAMETERS' order).
+IMAGE_PARAMETERS = tuple(key for key in PARAMETERS if key in processing.IMAGE_PARAMETERS)
+TENSOR_PARAMETERS = ("element_type", "shape", "value", "batch_axis", "initial", "from_output")
 
 _WORDS = {
     "pillow": "Pillow",
@@ -130,16 +132,15 @@ def parameter_rows(entry: dict[str, Any]) -> list[ParameterRow]:
     """The processing parameters of one input, in pipeline order, in words."""
     parameters = entry.get("parameters") or {}
     known = IMAGE_PARAMETERS if entry.get("type") == "image" else TENSOR_PARAMETERS
-    rows = [
-        ParameterRow(key, label, _value(key, parameters[key], parameters), note)
-        for key, label, note in known
-        if key in parameters
-    ]
-    named = {key for key, _, _ in known}
+    rows = []
+    for key in known:
+        if key in parameters:
+            label, note = PARAMETERS[key]
+            rows.append(ParameterRow(key, label, _value(key, parameters[key], parameters), note))
     rows += [
         ParameterRow(key, key, _value(key, value, parameters), "")
         for key, value in parameters.items()
-        if key not in named
+        if key not in known
     ]
     return rows
 

@@ -19,12 +19,12 @@ from django.utils import timezone
 from hub import signals, storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Forbidden, Invalid
-from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest
+from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, manifest_identity
 from predictors import manifests as spec
 from predictors.data import split_problems, target_of
 from predictors.manifests import graph_check
-from predictors.manifests.labels import labels_from_text
 from predictors.manifests.versioning import is_valid_version
+from predictors.processing.labels import labels_from_text
 from predictors.protocol import capability, capability_queue, host_queue, host_scope
 
 _SHA_FIELD = {"graph_path": "graph_sha256", "weights_path": "weights_sha256"}
@@ -52,9 +52,7 @@ def _declared_sha(data: dict[str, Any], field: str) -> str | None:
 
 
 def _identity_taken(doc: spec.Manifest) -> bool:
-    return Manifest.objects.filter(
-        kind=doc.kind, name=doc.name, version=doc.version, framework=doc.framework
-    ).exists()
+    return Manifest.objects.filter(**manifest_identity(doc)).exists()
 
 
 def register_manifest(
@@ -139,10 +137,7 @@ def register_manifest(
         _check_splits(doc)
         with transaction.atomic():
             manifest = Manifest.objects.create(
-                kind=doc.kind,
-                name=doc.name,
-                version=doc.version,
-                framework=doc.framework,
+                **manifest_identity(doc),
                 framework_range=doc.framework_range,
                 task=doc.task,
                 description=str(doc.data.get("description", "")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
@@ -75,6 +76,15 @@ class ApiToken(models.Model):
         return self.revoked_at is None and not self.is_expired
 
 
+# What identifies a manifest: one row per kind, name, version and framework.
+MANIFEST_IDENTITY = ("kind", "name", "version", "framework")
+
+
+def manifest_identity(manifest: Any) -> dict[str, str]:
+    """A manifest's identity (of a row or a parsed document), to filter or create rows by."""
+    return {field: getattr(manifest, field) for field in MANIFEST_IDENTITY}
+
+
 class ManifestQuerySet(models.QuerySet["Manifest"]):
     def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> ManifestQuerySet:
         """Public manifests, plus the user's own and those shared with one of their groups."""
@@ -123,9 +133,7 @@ class Manifest(models.Model):
     class Meta:
         ordering = ["kind", "name", "framework", "-created_at"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["kind", "name", "version", "framework"], name="manifest_identity"
-            ),
+            models.UniqueConstraint(fields=list(MANIFEST_IDENTITY), name="manifest_identity"),
         ]
         indexes = [models.Index(fields=["kind", "name"]), models.Index(fields=["task"])]
 

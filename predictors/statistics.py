@@ -315,19 +315,21 @@ def ms(value: float | None) -> str:
     "12345"); "—" for None."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
-    if value == 0:
-        return "0"
-    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
+    return _significant(value, 4)
 
 
 def ratio(value: float | None) -> str:
     """A ratio to three significant figures ("0.670", "1.02", "12.3")."""
     if value is None or not math.isfinite(value):
         return "—"
+    return _significant(value, 3)
+
+
+def _significant(value: float, figures: int) -> str:
+    """A number to `figures` significant figures, never in exponent form."""
     if value == 0:
         return "0"
-    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    decimals = max(0, figures - 1 - math.floor(math.log10(abs(value))))
     return f"{value:.{decimals}f}"
 
 

@@ -130,7 +130,7 @@ def test_no_module_uses_a_private_name_of_another_package() -> None:
     assert not found, "private names used outside their package:\n" + "\n".join(found)
     # The check itself finds each form, and lets a package's modules share theirs.
     outside = "from predictors.cli import _count\nimport predictors.cli\npredictors.cli._table\n"
-    assert [n for _, n in private_uses(outside, "predictors.analysis.study")] == [
+    assert [n for _, n in private_uses(outside, "predictors.evaluation.study")] == [
         "predictors.cli._count",
         "predictors.cli._table",
     ]

@@ -45,3 +45,52 @@ def test_a_lazy_import_closing_a_circle_is_found() -> None:
         importer="pkg.b", imported="pkg.a", line_number=40, line_contents="    from pkg import a"
     )
     assert cycles(graph) == [("pkg.a", "pkg.b", "pkg.a")]
+
+
+# The rooms of `predictors/`, highest first: a room imports only rooms below it
+# (docs/architecture.md, "predictors/, room by room").
+ROOMS = (
+    "cli",
+    "agent",
+    "zoo",
+    "evaluation",
+    "analysis",
+    "frameworks",
+    "host",
+    "tracing",
+    "data",
+    "manifests",
+    "processing",
+    "broker",
+    "tasks",
+    "statistics",
+    "protocol",
+)
+
+
+def layer_violations(graph: grimp.ImportGraph) -> list[str]:
+    """Each import of a room by a room below it, with the chains that make it."""
+    illegal = graph.find_illegal_dependencies_for_layers(layers=ROOMS, containers={"predictors"})
+    return [
+        f"{dependency.importer} → {dependency.imported}: "
+        + "; ".join(" → ".join(route.heads) for route in dependency.routes)
+        for dependency in sorted(illegal, key=lambda d: (d.importer, d.imported))
+    ]
+
+
+def test_the_rooms_of_predictors_are_layered(graph: grimp.ImportGraph) -> None:
+    rooms = {module.split(".")[1] for module in graph.modules if module.startswith("predictors.")}
+    assert rooms <= set(ROOMS), f"rooms of predictors/ not placed in ROOMS: {rooms - set(ROOMS)}"
+    found = layer_violations(graph)
+    assert not found, "a room imports a room above it:\n" + "\n".join(found)
+
+
+def test_a_room_importing_one_above_it_is_found() -> None:
+    graph = grimp.ImportGraph()
+    graph.add_module("predictors")
+    for room in ROOMS:
+        graph.add_module(f"predictors.{room}")
+    graph.add_import(importer="predictors.cli", imported="predictors.protocol")
+    assert layer_violations(graph) == []
+    graph.add_import(importer="predictors.tracing", imported="predictors.agent")
+    assert len(layer_violations(graph)) == 1

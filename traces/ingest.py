@@ -4,7 +4,7 @@ A trace's compaction and per-level, per-name aggregates (`SpanAggregate`) are co
 evaluation finishes (`traces.finishing`), not here, so an export costs one chunk write and a
 few row writes.
 
-Exactly once: an export that carries an id (`X-MLMS-Export`, see `predictors.agent.span_delivery`)
+Exactly once: an export that carries an id (`X-MLMS-Export`, see `predictors.tracing.delivery`)
 is stored once per trace however often it arrives; each stored export is a `SpanExport` row
 (the evaluation and attempt it counts for, its span count), which is what
 `traces.actions.spans_stored` sums. Its row is unique per trace and id, so an export sent

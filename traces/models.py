@@ -10,8 +10,21 @@ moving them moved no data (`traces/migrations/0001_initial.py`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+
+
+def evaluation_link(on_delete: Any, related_name: str) -> Any:
+    """A row's link to the evaluation it belongs to, if any."""
+    return models.ForeignKey(
+        "evaluations.Evaluation",
+        null=True,
+        blank=True,
+        on_delete=on_delete,
+        related_name=related_name,
+    )
 
 
 class Trace(models.Model):
@@ -21,13 +34,7 @@ class Trace(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="traces"
     )
-    evaluation = models.ForeignKey(
-        "evaluations.Evaluation",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="traces",
-    )
+    evaluation = evaluation_link(models.SET_NULL, "traces")
     span_count = models.PositiveBigIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
     # The earliest span start and the latest span end, in Unix nanoseconds.
@@ -87,13 +94,7 @@ class SpanExport(models.Model):
     sum of its rows."""
 
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="exports")
-    evaluation = models.ForeignKey(
-        "evaluations.Evaluation",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="span_exports",
-    )
+    evaluation = evaluation_link(models.CASCADE, "span_exports")
     attempt = models.PositiveIntegerField(default=0)
     key = models.CharField(max_length=32, blank=True, default="")
     spans = models.PositiveIntegerField()

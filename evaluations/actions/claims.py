@@ -27,7 +27,7 @@ from evaluations.models import Evaluation, StatusChange
 from hub import actions as hub_actions
 from hub.errors import Conflict, Forbidden
 from hub.models import ApiToken, Host
-from predictors.protocol import FAILED, RUNNING
+from predictors.protocol import FAILED, LOST, RUNNING
 
 
 def claim_evaluation(evaluation_id: Any, host: Host, dispatch: int) -> Evaluation:
@@ -186,7 +186,7 @@ def report_status(
     with _claimed(evaluation_id, token, claim) as evaluation:
         host = evaluation.host
         name = host.name if host else "its host"
-        if status == "lost":
+        if status == LOST:
             lose(evaluation, f"host {name} lost it: {reason}")
             return evaluation
         if status == FAILED:

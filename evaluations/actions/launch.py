@@ -20,9 +20,9 @@ from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Invalid, NotFound
 from hub.models import Manifest
 from predictors import manifests as spec
-from predictors.manifests.labels import REFUSAL_HINT as LABEL_HINT
-from predictors.manifests.labels import is_untrained
-from predictors.manifests.labels import mismatch as label_mismatch
+from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.processing.labels import is_untrained
+from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
 from predictors.tasks import loadgen_problem, scored_output_name, unsupported
 from traces.actions import owned_by_another_user
@@ -159,7 +159,7 @@ def _check_scenario(
 
 def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:
     """A trained model whose labels are not the dataset's would score unrelated class
-    indices: Invalid naming both label sets (`predictors.manifests.labels`), unless the request allows
+    indices: Invalid naming both label sets (`predictors.processing.labels`), unless the request allows
     it. Labels the hub cannot read here (an https:// file) are left to the agent's check."""
     dataset_labels = hub_actions.stored_labels(dataset.content or {})
     if dataset_labels is None:

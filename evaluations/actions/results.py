@@ -17,7 +17,7 @@ from evaluations.models import BatchResult, Evaluation, LatencySamples, Result
 from hub.errors import Invalid
 from hub.models import ApiToken
 from predictors import statistics
-from predictors.protocol import SUCCEEDED, ResultUpload
+from predictors.protocol import ABSENT, SUCCEEDED, Headline, ResultUpload
 from predictors.tasks import BOTH_METRICS, metric_names, metric_problem
 
 
@@ -41,7 +41,7 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
             )
         # The per-input outputs go to the artifact store, and are removed again if the result
         # is not stored after all.
-        predictions_path = outputs.write(evaluation.pk, upload.predictions)
+        predictions_path = outputs.write(evaluation.pk, upload.predictions.to_dict())
         try:
             result = _store_result(evaluation, upload, predictions_path)
             evaluation.progress_done = evaluation.progress_total
@@ -56,32 +56,32 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
     return result
 
 
-def _check_accuracy(evaluation: Evaluation, accuracy: dict[str, Any]) -> None:
+def _check_accuracy(evaluation: Evaluation, accuracy: Headline) -> None:
     """A result's accuracy must be what its request and task can give: none for a latency-only
     evaluation, a top-1 for any other, each in its task's range (`metric_problem`); Invalid
     naming the field."""
     timing = bool(evaluation.request.get("latency_only"))
-    if timing and (accuracy.get("top1") is not None or accuracy.get("top5") is not None):
+    if timing and (accuracy.top1 is not None or accuracy.top5 is not None):
         raise Invalid(
             "must be null: the evaluation is latency-only (nothing is scored)",
             path="accuracy.top1",
             code=EvaluationErrorCode.RESULT_MISMATCH,
         )
-    if not timing and accuracy.get("top1") is None:
+    if not timing and accuracy.top1 is None:
         raise Invalid(
             "is required: the evaluation is scored (only a latency-only one has no accuracy)",
             path="accuracy.top1",
             code=EvaluationErrorCode.RESULT_MISMATCH,
         )
-    if not timing and evaluation.task in BOTH_METRICS and accuracy.get("top5") is None:
+    if not timing and evaluation.task in BOTH_METRICS and accuracy.top5 is None:
         first, second = metric_names(evaluation.task)
         raise Invalid(
             f"is required: a {evaluation.task} result gives its {second} beside its {first}",
             path="accuracy.top5",
             code=EvaluationErrorCode.RESULT_MISMATCH,
         )
-    for name in ("top1", "top5"):
-        problem = metric_problem(evaluation.task, name, accuracy.get(name))
+    for name, value in (("top1", accuracy.top1), ("top5", accuracy.top5)):
+        problem = metric_problem(evaluation.task, name, value)
         if problem:
             raise Invalid(
                 problem, path=f"accuracy.{name}", code=EvaluationErrorCode.RESULT_MISMATCH
@@ -142,16 +142,16 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
         image = evaluation.host.images.filter(digest=digest).first()
     result = Result.objects.create(
         evaluation=evaluation,
-        top1=accuracy["top1"],
-        top5=accuracy["top5"],
-        count=accuracy["count"],
+        top1=accuracy.top1,
+        top5=accuracy.top5,
+        count=accuracy.count,
         predictions_path=predictions_path,
-        top_k=int(upload.predictions.get("top_k") or 1),
+        top_k=upload.predictions.top_k,
         content_hash=upload.content_hash,
         cpu_model=str(cpu.get("model") or "")[:256],
         gpu_model=str(gpus[0].get("name") or "")[:256] if gpus else "",
         stack=upload.stack,
-        details=upload.details,
+        details=upload.details.to_dict(),
         host=evaluation.host,
         image=image,
     )
@@ -161,16 +161,15 @@ def _store_result(evaluation: Evaluation, upload: ResultUpload, predictions_path
             evaluation=evaluation,
             batch_size=int(size),
             throughput_ips=upload.throughput[size],
-            **_latency_fields(entry),
+            **_latency_fields(entry.to_dict()),
         )
         for size, entry in upload.latency.items()
     )
+    samples = {size: entry.samples_ms for size, entry in upload.latency.items()}
     LatencySamples.objects.bulk_create(
-        LatencySamples(
-            batch_result=row, samples_ms=upload.latency[str(row.batch_size)]["samples_ms"]
-        )
+        LatencySamples(batch_result=row, samples_ms=found)
         for row in rows
-        if upload.latency[str(row.batch_size)].get("samples_ms") is not None
+        if (found := samples[str(row.batch_size)]) is not ABSENT
     )
     result.summarize(rows)
     result.configuration = leaderboards.configuration_of(evaluation, result)

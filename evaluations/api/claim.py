@@ -9,6 +9,7 @@ duplicate delivery, a superseded dispatch, an evaluation cancelled meanwhile), w
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 from uuid import UUID
 
@@ -78,11 +79,7 @@ def _limits(request: dict[str, Any]) -> dict[str, Any] | None:
 
 def _manifest(manifest: Manifest | None) -> ManifestRef:
     assert manifest is not None  # a claim is refused when a manifest was deleted
+    # Each field of the reference is the manifest's of the same name.
     return ManifestRef(
-        id=manifest.pk,
-        name=manifest.name,
-        version=manifest.version,
-        framework=manifest.framework,
-        content_hash=manifest.content_hash,
-        source=manifest.source,
+        **{field.name: getattr(manifest, field.name) for field in fields(ManifestRef)}
     )

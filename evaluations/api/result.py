@@ -1,16 +1,19 @@
 """`POST /api/v1/evaluations/<id>/result/` (agent): the result; the evaluation succeeds.
 
-Body: `claim`, `accuracy` {top1, top5, count}, `latency` {"<batch size>": {mean_ms, p50_ms,
-p90_ms, p99_ms, min_ms, max_ms, std_ms, count}}, `throughput` {"<batch size>": inputs/s},
-`predictions` {top_k, labels, classes, probabilities}, `content_hash` (of the model manifest
-that ran), `stack` (the host's hardware and software) and `details` (the evaluation loop's
-report): a `predictors.protocol.ResultUpload`, as the agent makes it; JSON of at most
-`RESULT_MAX_BYTES` (default 256 MiB). Posting it again with the
-same claim answers the stored result (an agent's retry).
+Body: `claim` and a `predictors.protocol.ResultUpload`, as the agent makes it: `accuracy` {top1,
+top5, count}, `latency` {"<batch size>": {mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms,
+std_ms, count, …}}, `throughput` {"<batch size>": inputs/s}, `predictions` {top_k, labels,
+classes, probabilities, boxes}, `content_hash` (of the model manifest that ran), `stack` (the
+host's hardware and software) and `details` (the evaluation loop's `Report`); JSON of at most
+`RESULT_MAX_BYTES` (default 256 MiB). The body is read by the protocol's strict
+`ResultUpload.from_dict`: an unknown key at any level, or a value of another type, is 400 naming
+its path; then `ResultUploadSerializer` checks the values (ranges, counts, rows). Posting it again
+with the same claim answers the stored result (an agent's retry).
 """
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from drf_spectacular.utils import extend_schema
@@ -19,10 +22,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from evaluations import actions
-from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint, agent_body
+from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint
 from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
+from evaluations.permissions import agent_token
 from hub.api.parsers import LargeJSONParser
-from predictors.protocol import ResultUpload
+from hub.errors import Invalid
+from predictors.protocol import ProtocolError, ResultUpload
+
+
+def read_upload(data: Any) -> ResultUpload:
+    """The body as the protocol reads it (`claim` aside), or Invalid naming the path at fault."""
+    try:
+        return ResultUpload.from_dict(data)
+    except ProtocolError as error:
+        raise Invalid(error.message, path=error.path) from error
 
 
 class EvaluationResult(AgentEndpoint):
@@ -36,7 +49,9 @@ class EvaluationResult(AgentEndpoint):
         responses={201: ResultSerializer, 409: CLAIM_SUPERSEDED},
     )
     def post(self, request: Request, pk: UUID) -> Response:
-        token, data = agent_body(request, ResultUploadSerializer)
-        claim = data.pop("claim")
-        result = actions.record_result(pk, token, claim, ResultUpload.from_dict(data))
+        token = agent_token(request)
+        upload = read_upload(request.data)
+        body = ResultUploadSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = actions.record_result(pk, token, body.validated_data["claim"], upload)
         return Response(ResultSerializer(result).data, status=status.HTTP_201_CREATED)

@@ -27,14 +27,13 @@ from predictors.manifests.versioning import InvalidRange, validate_range
 from predictors.protocol import (
     DEVICES,
     LATENCY_KEYS,
+    LOST,
     MAX_REASON,
     JobOptions,
     ProtocolError,
     default_warmup,
 )
 from traces.actions import spans_stored
-
-LATENCY_FIELDS = LATENCY_KEYS
 
 
 class _StrictFloatField(serializers.FloatField):
@@ -194,13 +193,11 @@ class StatusChangeSerializer(serializers.ModelSerializer[StatusChange]):
 
 
 class LatencyRowSerializer(serializers.Serializer[dict[str, Any]]):
-    mean_ms = serializers.FloatField()
-    p50_ms = serializers.FloatField()
-    p90_ms = serializers.FloatField()
-    p99_ms = serializers.FloatField()
-    min_ms = serializers.FloatField()
-    max_ms = serializers.FloatField()
-    std_ms = serializers.FloatField()
+    # A number per latency key (`predictors.protocol.LATENCY_KEYS`), first, then these.
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        latency = {key: serializers.FloatField() for key in LATENCY_KEYS}
+        return latency | super().get_fields()
+
     p50_low_ms = serializers.FloatField(
         allow_null=True, help_text=f"{statistics.MEDIAN_INTERVAL}: low end (null: not bounded)"
     )
@@ -329,11 +326,6 @@ class ProgressSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
-# Not a status an evaluation takes: the claimant gives the job back (its container was killed
-# mid-run), and the hub dispatches it again as it does for a lost agent.
-LOST = "lost"
-
-
 class AgentStatusSerializer(serializers.Serializer[dict[str, Any]]):
     claim = serializers.RegexField(r"^[0-9a-f]{32}$")
     status = serializers.ChoiceField(choices=[Evaluation.FAILED, Evaluation.CANCELLED, LOST])
@@ -394,13 +386,12 @@ class SamplesField(serializers.Field):  # type: ignore[type-arg]
 
 
 class LatencySerializer(serializers.Serializer[dict[str, Any]]):
-    mean_ms = serializers.FloatField(min_value=0)
-    p50_ms = serializers.FloatField(min_value=0)
-    p90_ms = serializers.FloatField(min_value=0)
-    p99_ms = serializers.FloatField(min_value=0)
-    min_ms = serializers.FloatField(min_value=0)
-    max_ms = serializers.FloatField(min_value=0)
-    std_ms = serializers.FloatField(min_value=0)
+    # A number of 0 or more per latency key (`predictors.protocol.LATENCY_KEYS`), first, then
+    # these.
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        latency = {key: serializers.FloatField(min_value=0) for key in LATENCY_KEYS}
+        return latency | super().get_fields()
+
     count = serializers.IntegerField(min_value=1, max_value=INTEGER_MAX)
     p50_low_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
     p50_high_ms = serializers.FloatField(min_value=0, allow_null=True, required=False)
@@ -472,6 +463,9 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
+    """The values of a result upload (its shape, every key and type, is the protocol's:
+    `evaluations.api.result` reads it with `ResultUpload.from_dict` first)."""
+
     claim = serializers.RegexField(r"^[0-9a-f]{32}$")
     accuracy = AccuracySerializer()
     latency = serializers.DictField(child=LatencySerializer(), help_text="by batch size")
@@ -480,8 +474,11 @@ class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
     )
     predictions = PredictionsSerializer()
     content_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
-    stack = serializers.DictField()
-    details = serializers.DictField()
+    stack = serializers.DictField(help_text="the host's hardware and software")
+    details = serializers.DictField(
+        help_text="the evaluation loop's report (`predictors.protocol.Report`): the keys it "
+        "names and no other, at any level (an unknown key is refused, naming its path)"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if set(attrs["throughput"]) != set(attrs["latency"]):

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from evaluations import sharing
 from evaluations.api.evaluations import visible_evaluations
 from evaluations.api.serializers import EvaluationDetailSerializer
-from hub.api.errors import ApiError
+from hub.api.errors import valid_body
 from hub.api.openapi import error_response
 
 WRITE_SCOPES = ("write", "evaluate")
@@ -76,11 +76,8 @@ class EvaluationShares(generics.GenericAPIView[Any]):
         return Response({"groups": sharing.shared_with(request.user, evaluation)})  # type: ignore[arg-type]
 
     def post(self, request: Request, pk: UUID) -> Response:
-        if not isinstance(request.data, dict):
-            raise ApiError([{"path": "", "message": "the body must be a JSON object"}])
-        serializer = EvaluationShareSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        sharing.share(request.user, pk, serializer.validated_data["group"])  # type: ignore[arg-type]
+        data = valid_body(EvaluationShareSerializer, request)
+        sharing.share(request.user, pk, data["group"])  # type: ignore[arg-type]
         evaluation = visible_evaluations(request).get(pk=pk)
         return Response({"groups": sharing.shared_with(request.user, evaluation)})  # type: ignore[arg-type]
 

@@ -9,6 +9,7 @@ The launch form validates with the API's own request serializer and launches wit
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -294,54 +295,58 @@ def timeline(request: HttpRequest, pk: UUID) -> HttpResponse:
     )
 
 
+def _act(request: HttpRequest, pk: UUID, act: Callable[[Any], str]) -> HttpResponse:
+    """Do `act` (given the user; it returns what to tell them) to an evaluation the user sees,
+    and go back to its page, telling them what was done or why it was refused."""
+    get_object_or_404(_visible(request), pk=pk)
+    try:
+        done = act(request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, done)
+    return redirect("evaluation", pk=pk)
+
+
 @login_required
 @require_POST
 def publish(request: HttpRequest, pk: UUID) -> HttpResponse:
     """Publish (or, with `unpublish`, unpublish) an evaluation of the user's."""
-    get_object_or_404(_visible(request), pk=pk)
-    try:
+
+    def act(user: Any) -> str:
         if "unpublish" in request.POST:
-            sharing.unpublish(request.user, pk)  # type: ignore[arg-type]
-            messages.success(request, "Unpublished: only you (and your groups) see it now.")
-        else:
-            sharing.publish(request.user, pk)  # type: ignore[arg-type]
-            messages.success(
-                request, "Published: anyone can see it, and it is on the leaderboards."
-            )
-    except DomainError as error:
-        messages.error(request, error.message)
-    return redirect("evaluation", pk=pk)
+            sharing.unpublish(user, pk)
+            return "Unpublished: only you (and your groups) see it now."
+        sharing.publish(user, pk)
+        return "Published: anyone can see it, and it is on the leaderboards."
+
+    return _act(request, pk, act)
 
 
 @login_required
 @require_POST
 def share(request: HttpRequest, pk: UUID) -> HttpResponse:
     """Share an evaluation of the user's with one of their groups (or, with `unshare`, stop)."""
-    get_object_or_404(_visible(request), pk=pk)
-    try:
+
+    def act(user: Any) -> str:
         if "unshare" in request.POST:
-            sharing.unshare(request.user, pk, str(request.POST["unshare"]))  # type: ignore[arg-type]
-            messages.success(request, f"No longer shared with '{request.POST['unshare']}'.")
-        else:
-            name = str(request.POST.get("group", ""))
-            sharing.share(request.user, pk, name)  # type: ignore[arg-type]
-            messages.success(request, f"Shared with '{name}'.")
-    except DomainError as error:
-        messages.error(request, error.message)
-    return redirect("evaluation", pk=pk)
+            sharing.unshare(user, pk, str(request.POST["unshare"]))
+            return f"No longer shared with '{request.POST['unshare']}'."
+        name = str(request.POST.get("group", ""))
+        sharing.share(user, pk, name)
+        return f"Shared with '{name}'."
+
+    return _act(request, pk, act)
 
 
 @login_required
 @require_POST
 def cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
-    get_object_or_404(_visible(request), pk=pk)
-    try:
-        actions.cancel_evaluation(pk, request.user)  # type: ignore[arg-type]
-    except DomainError as error:
-        messages.error(request, error.errors[0]["message"])
-    else:
-        messages.success(request, "Cancellation requested.")
-    return redirect("evaluation", pk=pk)
+    def act(user: Any) -> str:
+        actions.cancel_evaluation(pk, user)
+        return "Cancellation requested."
+
+    return _act(request, pk, act)
 
 
 # The history filters the page offers (the API's, `evaluations.history`), in the form's order.

@@ -65,8 +65,8 @@ def board(request: HttpRequest, task: str, dataset: str) -> HttpResponse:
                 "Top-1", "Top-1 accuracy"
             ),
             "frameworks": [(f, display.framework_name(f)) for f in FRAMEWORKS],
-            "devices": DEVICES,
-            "hardware": leaderboards.hardware_choices(task, dataset),
+            "devices": [(device, device.upper()) for device in DEVICES],
+            "hardware": [(name, name) for name in leaderboards.hardware_choices(task, dataset)],
             "plot": _plot(entries.rows, task),
             "task": task,
             "lower_is_better": task in LOWER_IS_BETTER,

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -120,6 +121,15 @@ class ApiError(APIException):
         super().__init__(
             detail or (self.errors[0]["message"] if self.errors else "Invalid request.")
         )
+
+
+def valid_body(serializer_class: Any, request: Request) -> dict[str, Any]:
+    """The request's body as `serializer_class` validates it; 400 when it is no JSON object."""
+    if not isinstance(request.data, dict):
+        raise ApiError([{"path": "", "message": "the body must be a JSON object"}])
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
 
 
 def flatten_errors(detail: Any, path: str = "") -> list[dict[str, Any]]:

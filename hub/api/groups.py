@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from hub import groups
-from hub.api.errors import ApiError
+from hub.api.errors import valid_body
 from hub.api.fields import KnownFields
 from hub.api.openapi import error_response
 from hub.models import GroupInvitation, Manifest
@@ -108,14 +108,6 @@ def invitation_body(invitation: GroupInvitation) -> dict[str, Any]:
     }
 
 
-def _valid(serializer_class: Any, request: Request) -> dict[str, Any]:
-    if not isinstance(request.data, dict):
-        raise ApiError([{"path": "", "message": "the body must be a JSON object"}])
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 @extend_schema_view(
     get=extend_schema(summary="List the groups you belong to (staff: every group)"),
     post=extend_schema(
@@ -137,7 +129,7 @@ class GroupList(generics.ListAPIView[Group]):
         return self.get_paginated_response(rows)
 
     def post(self, request: Request) -> Response:
-        data = _valid(GroupCreateSerializer, request)
+        data = valid_body(GroupCreateSerializer, request)
         group = groups.create_group(
             request.user,  # type: ignore[arg-type]
             data["name"],
@@ -187,7 +179,7 @@ class GroupInvitations(generics.ListAPIView[GroupInvitation]):
 
     def post(self, request: Request, name: str) -> Response:
         group = groups.member_group(request.user, name, path="")
-        data = _valid(MemberSerializer, request)
+        data = valid_body(MemberSerializer, request)
         invitation = groups.invite(request.user, group, data["username"])  # type: ignore[arg-type]
         return Response(invitation_body(invitation), status=status.HTTP_201_CREATED)
 
@@ -219,7 +211,7 @@ class GroupMembership(generics.GenericAPIView[Group]):
 
     def patch(self, request: Request, name: str) -> Response:
         group = groups.member_group(request.user, name, path="")
-        data = _valid(MembershipSerializer, request)
+        data = valid_body(MembershipSerializer, request)
         groups.set_trust(request.user, group, data["trust_hosts"])  # type: ignore[arg-type]
         return Response({"trust_hosts": groups.trusts_hosts(request.user, group)})
 
@@ -308,7 +300,7 @@ class ManifestShares(generics.GenericAPIView[Manifest]):
 
     def post(self, request: Request, pk: int) -> Response:
         manifest = _own_manifest(request, pk)
-        data = _valid(ManifestShareSerializer, request)
+        data = valid_body(ManifestShareSerializer, request)
         groups.share_manifest(request.user, manifest, data["group"])  # type: ignore[arg-type]
         return Response(_shares(manifest, request))
 

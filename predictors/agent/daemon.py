@@ -29,7 +29,7 @@ Before it posts a result, the agent exports the evaluation's spans to the hub's 
 under the job's `trace_id` (and the caller's `parent_span_id`, if any), each export sent once
 under the job's claim and retried while the hub does not answer, for `SPAN_RETRY_SECONDS`; what
 is still undelivered then waits in the spool (`<cache>/spool`), which the agent sends again at
-its start and every minute (see `predictors.agent.span_delivery`). The result says how many
+its start and every minute (see `predictors.tracing.delivery`). The result says how many
 spans were sent and how many the hub took (`details.spans`); `predictors.agent.results` builds
 the reports. The final report (result, failure or
 cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
@@ -68,8 +68,8 @@ from predictors.agent.results import (
     close_trace,
     open_trace,
     result_upload,
+    with_spans,
 )
-from predictors.agent.span_delivery import drain
 from predictors.broker import prepare_exchanges
 from predictors.data import DataManager, default_cache_dir
 from predictors.evaluation import (
@@ -80,8 +80,19 @@ from predictors.evaluation import (
     evaluate,
 )
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import NOT_OURS, TASK_NAME, Job, ProtocolError, ResultUpload, local_device
+from predictors.protocol import (
+    CANCELLED,
+    FAILED,
+    LOST,
+    NOT_OURS,
+    TASK_NAME,
+    Job,
+    ProtocolError,
+    ResultUpload,
+    local_device,
+)
 from predictors.tracing import Tracer
+from predictors.tracing.delivery import drain
 
 __all__ = ["Agent", "Timings", "broker_answers"]
 
@@ -294,14 +305,14 @@ class Agent:
                 tracer = None
                 spans = close_trace(job, opened)
         except EvaluationCancelled:
-            outcome = ("cancelled", "")
+            outcome = (CANCELLED, "")
         except ContainerLost as exc:
-            outcome = ("lost", str(exc))
+            outcome = (LOST, str(exc))
         except USER_ERRORS as exc:
-            outcome = ("failed", " ".join(str(exc).split()))
+            outcome = (FAILED, " ".join(str(exc).split()))
         except Exception as exc:
             logger.exception("evaluation %s failed unexpectedly", evaluation_id)
-            outcome = ("failed", f"the agent hit an unexpected error: {type(exc).__name__}: {exc}")
+            outcome = (FAILED, f"the agent hit an unexpected error: {type(exc).__name__}: {exc}")
         finally:
             reporter.stop()
             if tracer is not None:
@@ -318,9 +329,7 @@ class Agent:
                 return outcome[0]
             assert upload is not None
             if spans is not None:
-                upload.details["spans"] = spans
-                if spans.get("note"):
-                    upload.details["trace_export"] = spans["note"]
+                upload = with_spans(upload, spans)
             self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
         except (HubError, HubUnreachable) as exc:
             logger.error("could not report evaluation %s: %s", evaluation_id, exc)

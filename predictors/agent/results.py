@@ -1,20 +1,41 @@
 """What the agent sends the hub of one job: its progress (`Reporter`), its spans (`open_trace`,
-`close_trace`) and its result (`result_upload`, the upload for a finished evaluation)."""
+`close_trace`) and its result (`result_upload`, the upload for a finished evaluation, and
+`with_spans`, what became of its spans added to it)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from predictors.agent.hub_client import HubClient, HubError, HubUnreachable
 from predictors.evaluation import Evaluation
 from predictors.host import introspection
-from predictors.protocol import NOT_OURS, Attr, Job, ResultUpload
+from predictors.protocol import (
+    ABSENT,
+    NOT_OURS,
+    Attr,
+    BatchLatency,
+    Headline,
+    Job,
+    Predictions,
+    Report,
+    ResultUpload,
+)
+from predictors.protocol.records import present
+from predictors.protocol.report import SpanCounts
 from predictors.tracing import Tracer
 
-__all__ = ["SPAN_RETRY_SECONDS", "Reporter", "close_trace", "open_trace", "result_upload"]
+__all__ = [
+    "SPAN_RETRY_SECONDS",
+    "Reporter",
+    "close_trace",
+    "open_trace",
+    "result_upload",
+    "with_spans",
+]
 
 logger = logging.getLogger("mlmodelscope.agent")
 
@@ -146,46 +167,71 @@ def close_trace(job: Job, tracer: Tracer) -> dict[str, Any] | None:
 
 def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
     """What the agent posts to `POST /api/v1/evaluations/<id>/result/` for a finished
-    evaluation."""
-    report = evaluation.result
-    per_batch_size = {str(entry["batch_size"]): entry for entry in report["batch_sizes"]}
+    evaluation: the accuracy columns, each batch size's latency (with its samples) and
+    throughput, every input's predictions, and the loop's report."""
+    report = evaluation.report
+    entries = present(report.batch_sizes, "batch_sizes")
+    latency: dict[str, BatchLatency] = {}
+    throughput: dict[str, float] = {}
+    for index, entry in enumerate(entries):
+        where = f"batch_sizes.{index}"
+        size = str(present(entry.batch_size, f"{where}.batch_size"))
+        measured = present(entry.latency, f"{where}.latency")
+        latency[size] = BatchLatency.from_dict(measured.to_dict(), f"{where}.latency")
+        throughput[size] = present(entry.throughput_ips, f"{where}.throughput_ips")
     top_k = max(max((len(row) for row in evaluation.predictions), default=1), 1)
     return ResultUpload(
-        # A latency-only run scored nothing: its accuracy is null, its count the inputs timed.
-        accuracy=report["accuracy"]
-        or {"top1": None, "top5": None, "count": report["dataset"]["count"]},
-        latency={size: dict(entry["latency"]) for size, entry in per_batch_size.items()},
-        throughput={size: entry["throughput_ips"] for size, entry in per_batch_size.items()},
-        predictions={
-            "top_k": top_k,
-            "labels": [int(label) for label in evaluation.labels],
-            "classes": [[c for c, _, _ in row] for row in evaluation.predictions],
-            "probabilities": [[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
+        accuracy=_headline(report),
+        latency=latency,
+        throughput=throughput,
+        predictions=Predictions(
+            top_k=top_k,
+            labels=[int(label) for label in evaluation.labels],
+            classes=[[c for c, _, _ in row] for row in evaluation.predictions],
+            probabilities=[[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
             # A detector's boxes, one per class above ([x, y, w, h] in the image's pixels).
-            **(
-                {
-                    "boxes": [
-                        [[round(float(v), 2) for v in row[:4]] for row in found]
-                        for found in evaluation.detections
-                    ]
-                }
+            boxes=(
+                [
+                    [[round(float(v), 2) for v in row[:4]] for row in found]
+                    for found in evaluation.detections
+                ]
                 if evaluation.detections is not None
-                else {}
+                else ABSENT
             ),
-        },
-        content_hash=report["model"]["content_hash"],
-        stack=introspection.stack([report["framework"]["name"]]),
+        ),
+        content_hash=present(present(report.model, "model").content_hash, "model.content_hash"),
+        stack=introspection.stack([present(present(report.framework, "framework").name, "name")]),
         # The samples travel once, in `latency`, where the hub summarises them itself.
-        details=report
-        | {
-            "batch_sizes": [
-                entry | {"latency": _without_samples(entry["latency"])}
-                for entry in report["batch_sizes"]
+        details=replace(
+            report,
+            batch_sizes=[
+                replace(entry, latency=replace(entry.latency, samples_ms=ABSENT))
+                if entry.latency is not ABSENT
+                else entry
+                for entry in entries
             ],
-            "trace_level_requested": job.options.trace_level,
-        },
+            trace_level_requested=job.options.trace_level,
+        ),
     )
 
 
-def _without_samples(latency: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in latency.items() if key != "samples_ms"}
+def _headline(report: Report) -> Headline:
+    """The accuracy columns: the task's two headline metrics and the inputs scored; a
+    latency-only run scored nothing, its accuracy is null and its count the inputs timed."""
+    accuracy = report.accuracy
+    if accuracy is None or accuracy is ABSENT:
+        count = present(present(report.dataset, "dataset").count, "dataset.count")
+        return Headline(top1=None, top5=None, count=count)
+    return Headline(
+        top1=present(accuracy.top1, "accuracy.top1"),
+        top5=present(accuracy.top5, "accuracy.top5"),
+        count=present(accuracy.count, "accuracy.count"),
+    )
+
+
+def with_spans(upload: ResultUpload, spans: dict[str, Any]) -> ResultUpload:
+    """`upload` with what became of the job's spans (`close_trace`) in its details, and their
+    note where not all were stored (`trace_export`)."""
+    counts = SpanCounts.from_dict(spans, "details.spans")
+    note = counts.note or ABSENT
+    return replace(upload, details=replace(upload.details, spans=counts, trace_export=note))

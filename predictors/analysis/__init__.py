@@ -1,1 +1,2 @@
-"""Analyses of a model or of results: theoretical work (`flops`), the roofline (`roofline`), measurement hygiene (`hygiene`) and repeat studies (`study`)."""
+"""Analyses of a model and of a run: theoretical work per layer (`flops`), the device's roofline
+(`roofline`) and measurement hygiene (`hygiene`). Below the evaluation loop, which reports them."""

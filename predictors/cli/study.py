@@ -1,5 +1,5 @@
 """`mlms study`: one evaluation run N times per group, each run in a fresh process
-(`predictors.analysis.study`), printed per metric as mean, standard deviation and 95 %
+(`predictors.evaluation.study`), printed per metric as mean, standard deviation and 95 %
 confidence interval with the determinism verdict, and drawn as a standalone HTML page (--plot).
 
     mlms study MODEL --framework F --dataset NAME[:SPLIT] [--runs N] [--threads N[,N...]]
@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from predictors.analysis.study import run_study
 from predictors.cli.args import (
     CommandError,
     UsageError,
@@ -32,6 +31,7 @@ from predictors.cli.args import (
 from predictors.cli.options import add_job_options, job_options
 from predictors.evaluation import split_entry
 from predictors.evaluation.options import EvaluationOptions
+from predictors.evaluation.study import run_study
 from predictors.frameworks.predictor import PredictorError, predictor_class
 from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
 from predictors.protocol import JOB_DEFAULTS

@@ -6,7 +6,8 @@ pass), `scenario` (the registry: which scenario runs a job, by task and by name)
 (one module each: the fixed-batch closed loop described below, the loops of the other tasks,
 latency only, streams, and MLPerf LoadGen after them), `report` (`Evaluation`, the result,
 `compare`), `sinks` (where spans go as the loop goes), `summaries` (metrics and notes), `state`
-(a state kept inside the model), `target_ci` (timing until the median is known), `errors`.
+(a state kept inside the model), `target_ci` (timing until the median is known), `study` (one request run N times in fresh
+processes), `errors`.
 Every latency figure comes from the statistics layer, `predictors.statistics`.
 The Chrome trace of an evaluation's spans is `predictors.tracing.chrome`, shared with the hub.
 

@@ -1,8 +1,10 @@
-"""What an evaluation answers: `Evaluation` (the result and what the run kept), the result built
-from what the run measured (`result_of`), and `compare`, of two evaluations of the same inputs."""
+"""What an evaluation answers: `Evaluation` (the result and what the run kept), the typed report
+built from what the run measured (`result_of`; `Evaluation.result` is its dict), and `compare`,
+of two evaluations of the same inputs."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +17,23 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.summaries import trace_notes
 from predictors.frameworks.predictor import Predictor
-from predictors.protocol import at_least
+from predictors.protocol import ABSENT, Report, at_least
+from predictors.protocol.accuracy import SequenceAccuracy, TaskAccuracy
+from predictors.protocol.records import read
+from predictors.protocol.report import (
+    BatchSize,
+    DatasetIdentity,
+    FrameworkIdentity,
+    HygieneWarning,
+    ModelIdentity,
+    ModelState,
+    Overhead,
+    Profiler,
+    RecordedOptions,
+    Settings,
+    Theoretical,
+    Trace,
+)
 from predictors.tracing import Span
 from predictors.tracing.counters import CounterSampler
 
@@ -26,11 +44,12 @@ __all__ = ["Evaluation", "Measured", "compare", "result_of"]
 class Evaluation:
     """What `evaluate` returns.
 
-    `result` is the JSON-able summary. `outputs` holds the model's raw outputs for every input
-    (dataset order, float32, one row per input) at the first batch size, first pass; `labels`
-    the dataset labels; `predictions` the top-k (class, label, probability) of every input at
-    the first batch size (a detector's: its detections' classes and scores, best first, and
-    `detections` their boxes); `spans` the recorded spans (none at trace level `none`).
+    `result` is the JSON-able summary, the typed report's dict (`report` reads it back).
+    `outputs` holds the model's raw outputs for every input (dataset order, float32, one row per
+    input) at the first batch size, first pass; `labels` the dataset labels; `predictions` the
+    top-k (class, label, probability) of every input at the first batch size (a detector's: its
+    detections' classes and scores, best first, and `detections` their boxes); `spans` the
+    recorded spans (none at trace level `none`).
     """
 
     result: dict[str, Any]
@@ -41,6 +60,11 @@ class Evaluation:
     # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
     # pixels), score, class, best first; None for other tasks.
     detections: list[np.ndarray] | None = None
+
+    @functools.cached_property
+    def report(self) -> Report:
+        """`result` read as the typed report (`predictors.protocol.Report`)."""
+        return Report.from_dict(self.result)
 
 
 @dataclass
@@ -67,97 +91,101 @@ def result_of(
     theoretical: dict[str, Any],
     hygiene: list[dict[str, Any]],
     started: datetime,
-) -> dict[str, Any]:
-    """The result of an evaluation (JSON-able): the model, the dataset, the framework, the
-    options, each batch size's summary, what the trace recorded, the notes."""
+) -> Report:
+    """The report of an evaluation: the model, the dataset, the framework, the options, each
+    batch size's summary, what the trace recorded, the notes. What other modules measured
+    (the batch sizes, the hygiene warnings, the theoretical work, a follow-up's answer) is read
+    strictly into its record: a key the report does not know fails here, not at the hub."""
     model, dataset, options = setup.model, setup.dataset, setup.options
     loop, first = measured.loop, measured.per_batch_size[0]
     assert loop.first is not None
-    return {
-        "model": {
-            "name": model.name,
-            "version": model.version,
-            "task": model.task,
-            "content_hash": model.content_hash(),
-            "trained": (model.data.get("attributes") or {}).get("trained"),
-        },
-        "dataset": {
-            "name": dataset.name,
-            "version": dataset.version,
-            "split": options.split,
-            "count": len(loop.first.labels),
-            "split_count": split.get("count"),
-        },
-        "framework": {"name": model.framework, "range": model.framework_range, **software},
-        "output_type": loop.output_type(),
-        "device": options.device,
-        "clock": CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
-        "settings": {
-            "threads_requested": options.threads,
-            "seed": options.seed,
-            **measured.settings,
-        },
-        "options": _options(options),
-        "load_ms": measured.load_ns / 1e6,
-        # What makes these numbers less defensible, as labelled warnings (`hygiene`).
-        "hygiene": hygiene,
-        "accuracy": first["accuracy"],
-        **(
-            {"accuracy_state_reset": first["accuracy_state_reset"]}
-            if "accuracy_state_reset" in first
-            else {}
+    reset = first.get("accuracy_state_reset")
+    return Report(
+        model=ModelIdentity(
+            name=model.name,
+            version=model.version,
+            task=model.task,
+            content_hash=model.content_hash(),
+            trained=(model.data.get("attributes") or {}).get("trained"),
         ),
-        "batch_sizes": measured.per_batch_size,
-        "theoretical": theoretical,
-        **measured.followed,
-        "trace": _trace(options, measured, overhead),
-        "notes": loop.notes()
+        dataset=DatasetIdentity(
+            name=dataset.name,
+            version=dataset.version,
+            split=options.split,
+            count=len(loop.first.labels),
+            split_count=split.get("count"),
+        ),
+        framework=FrameworkIdentity.from_dict(
+            {"name": model.framework, "range": model.framework_range, **software}, "framework"
+        ),
+        output_type=loop.output_type(),
+        device=options.device,
+        clock=CLOCK_HOST if options.device == "cpu" else CLOCK_CUDA,
+        settings=Settings.from_dict(
+            {"threads_requested": options.threads, "seed": options.seed, **measured.settings},
+            "settings",
+        ),
+        options=_options(options),
+        load_ms=measured.load_ns / 1e6,
+        # What makes these numbers less defensible, as labelled warnings (`hygiene`).
+        hygiene=read(hygiene, list[HygieneWarning], "hygiene"),
+        accuracy=read(first["accuracy"], TaskAccuracy | None, "accuracy"),
+        accuracy_state_reset=(
+            ABSENT if reset is None else SequenceAccuracy.from_dict(reset, "accuracy_state_reset")
+        ),
+        batch_sizes=read(measured.per_batch_size, list[BatchSize], "batch_sizes"),
+        theoretical=Theoretical.from_dict(theoretical, "theoretical"),
+        **_followed(measured.followed),
+        trace=_trace(options, measured, overhead),
+        notes=loop.notes()
         + model_state.note(loop.what, loop.state)
         + trace_notes(options, predictor_type, measured.sampler),
         # Whether the model keeps a state between calls, and what the loop did about it.
-        "state": loop.state,
-        "started_at": started.isoformat(timespec="seconds"),
-        "duration_s": (datetime.now(UTC) - started).total_seconds(),
-    }
+        state=None if loop.state is None else ModelState.from_dict(loop.state, "state"),
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=(datetime.now(UTC) - started).total_seconds(),
+    )
 
 
-def _options(options: EvaluationOptions) -> dict[str, Any]:
+def _followed(followed: dict[str, Any]) -> dict[str, Any]:
+    """A follow-up's answer, under its key: a field of the report (LoadGen's, `loadgen`)."""
+    read_back = Report.from_dict(followed)
+    return {key: getattr(read_back, key) for key in followed}
+
+
+def _options(options: EvaluationOptions) -> RecordedOptions:
     """The options the result records."""
-    return {
-        "batch_sizes": list(options.batch_sizes),
-        "limit": options.limit,
-        "warmup": options.warmup,
-        "repeat": options.repeat,
-        "cold_start": options.cold_start,
-        "overrides": list(options.overrides),
-        "trace_level": options.trace_level,
-        "latency_only": options.latency_only,
-        "scenario": options.scenario,
-        "target_ci": options.target_ci,
-        "target_ci_seconds": options.target_ci_seconds if options.target_ci else None,
-    }
+    return RecordedOptions(
+        batch_sizes=list(options.batch_sizes),
+        limit=options.limit,
+        warmup=options.warmup,
+        repeat=options.repeat,
+        cold_start=options.cold_start,
+        overrides=list(options.overrides),
+        trace_level=options.trace_level,
+        latency_only=options.latency_only,
+        scenario=options.scenario,
+        target_ci=options.target_ci,
+        target_ci_seconds=options.target_ci_seconds if options.target_ci else None,
+    )
 
 
-def _trace(
-    options: EvaluationOptions, measured: Measured, overhead: dict[str, Any]
-) -> dict[str, Any]:
+def _trace(options: EvaluationOptions, measured: Measured, overhead: dict[str, Any]) -> Trace:
     """What the trace recorded: spans by level, layers and GPU activity, the profiler's own
     count, and the tracing overhead."""
     loop, profiler = measured.loop, measured.profiler
-    return {
-        "level": options.trace_level,
+    return Trace(
+        level=options.trace_level,
         # Traced against untraced calls of the same batch (`hygiene.tracing_overhead`).
-        "overhead": overhead,
-        "spans": loop.written,
-        "levels": dict(loop.level_counts),
-        **({"layer_spans": loop.layer_spans} if loop.layers else {}),
-        **(
-            {"gpu_activity_spans": loop.gpu_spans}
-            if at_least(options.trace_level, "system_library")
-            else {}
+        overhead=Overhead.from_dict(overhead, "trace.overhead"),
+        spans=loop.written,
+        levels=dict(loop.level_counts),
+        layer_spans=loop.layer_spans if loop.layers else ABSENT,
+        gpu_activity_spans=(
+            loop.gpu_spans if at_least(options.trace_level, "system_library") else ABSENT
         ),
-        **({"profiler": profiler} if profiler else {}),
-    }
+        profiler=Profiler.from_dict(profiler, "trace.profiler") if profiler else ABSENT,
+    )
 
 
 def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:

@@ -33,9 +33,6 @@ from predictors.frameworks.predictor import (
     predictor_class,
 )
 from predictors.manifests import Manifest, apply_overrides, versioning
-from predictors.manifests.labels import REFUSAL_HINT as LABEL_HINT
-from predictors.manifests.labels import is_untrained
-from predictors.manifests.labels import mismatch as label_mismatch
 from predictors.processing import load_labels, preprocessor_for
 from predictors.processing.custom_code import (
     RUNS_WHERE,
@@ -43,6 +40,9 @@ from predictors.processing.custom_code import (
     CustomPreprocessor,
     fields_with_code,
 )
+from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
+from predictors.processing.labels import is_untrained
+from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
 from predictors.tasks import data_input_name, loadgen_problem, scored_output_name, unsupported
 from predictors.tracing.counters import CounterSampler
@@ -339,7 +339,7 @@ def _report(
         theoretical=theoretical,
         hygiene=hygiene,
         started=started,
-    )
+    ).to_dict()
 
 
 def split_entry(dataset: Manifest, split: str) -> dict[str, Any]:
@@ -405,7 +405,7 @@ def _check_labels(
     options: EvaluationOptions,
 ) -> None:
     """A trained model whose labels are not the dataset's is refused unless the options allow
-    it (`predictors.manifests.labels`); the result's notes show an allowed mismatch."""
+    it (`predictors.processing.labels`); the result's notes show an allowed mismatch."""
     if options.allow_label_mismatch or dataset_labels is None:
         return
     if is_untrained(model.data):

@@ -13,8 +13,8 @@ from predictors.frameworks.predictor import (
     Predictor,
 )
 from predictors.manifests import Manifest
-from predictors.manifests.labels import is_untrained
-from predictors.manifests.labels import mismatch as label_mismatch
+from predictors.processing.labels import is_untrained
+from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
 from predictors.tracing.counters import CounterSampler
 

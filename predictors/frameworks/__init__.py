@@ -1,8 +1,8 @@
 """One predictor per framework: `pytorch`, `tensorflow`, `onnxruntime`.
 
 Each module imports its framework at the top, so it is imported only when its predictor is asked
-for (`predictors.frameworks.predictor.predictor_class`), never by `import predictors`. A module implements
-only what differs between frameworks (loading, one inference, device synchronisation, the device
+for (`predictor.predictor_class`), never by `import predictors`. A module implements only what
+differs between frameworks (loading, one inference, device synchronisation, the device
 check); the evaluation loop around it is `predictors.evaluation`.
 """
 

@@ -14,7 +14,12 @@ import numpy as np
 import onnxruntime as ort
 
 from predictors.frameworks import cuda_index
-from predictors.frameworks.predictor import Predictor, PredictorError, PredictorOptions
+from predictors.frameworks.predictor import (
+    Predictor,
+    PredictorError,
+    PredictorOptions,
+    cuda_device,
+)
 from predictors.manifests import Manifest, graph_check
 from predictors.protocol import Attr, at_least
 from predictors.tasks import data_input_name, scored_output_name
@@ -25,17 +30,6 @@ _OPTIMIZATION_LEVELS = {
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
-
-# ONNX tensor element types, as onnxruntime names them, and their NumPy types.
-_ELEMENT_TYPES = {
-    "tensor(float)": "float32",
-    "tensor(float16)": "float16",
-    "tensor(double)": "float64",
-    "tensor(uint8)": "uint8",
-    "tensor(int8)": "int8",
-    "tensor(int32)": "int32",
-    "tensor(int64)": "int64",
 }
 
 
@@ -53,12 +47,8 @@ class OnnxRuntimePredictor(Predictor):
 
     @classmethod
     def check_device(cls, device: str) -> None:
-        if device == "cpu":
+        if cuda_device(cls.framework, device) is None:
             return
-        try:
-            cuda_index(device)
-        except ValueError as exc:
-            raise PredictorError(f"onnxruntime: {exc}; use cpu or cuda[:N]") from None
         providers = ort.get_available_providers()
         if "CUDAExecutionProvider" not in providers:
             raise PredictorError(
@@ -126,7 +116,7 @@ class OnnxRuntimePredictor(Predictor):
         assert self._session is not None, "load() first"
         spec = next(i for i in self._session.get_inputs() if i.name == self._input)
         shape = tuple(d if isinstance(d, int) and d > 0 else None for d in spec.shape)
-        return shape, _ELEMENT_TYPES.get(spec.type, spec.type)
+        return shape, graph_check.ORT_TYPES.get(spec.type, spec.type)
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
         assert self._session is not None, "load() first"

@@ -22,16 +22,18 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from predictors.manifests import Manifest
-from predictors.protocol import LOCAL_DEVICES
+from predictors.protocol import LOCAL_DEVICES, cuda_index
 from predictors.tracing import Layer
 
 __all__ = [
     "DEVICES",
     "FRAMEWORKS",
+    "LayerTimingPredictor",
     "Predictor",
     "PredictorError",
     "PredictorOptions",
     "StateReset",
+    "cuda_device",
     "predictor_class",
     "register",
     "registered",
@@ -52,6 +54,17 @@ DEVICES = LOCAL_DEVICES
 
 class PredictorError(RuntimeError):
     """A model cannot be loaded or run: the message says why, in words a user can act on."""
+
+
+def cuda_device(framework: str, device: str) -> int | None:
+    """The CUDA device index of `device`, None for the CPU; PredictorError (naming
+    `framework`) for any other device."""
+    if device == "cpu":
+        return None
+    try:
+        return cuda_index(device)
+    except ValueError as exc:
+        raise PredictorError(f"{framework}: {exc}; use cpu or cuda[:N]") from None
 
 
 @dataclass(frozen=True)
@@ -187,6 +200,48 @@ class Predictor(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the model and whatever device memory it holds."""
+
+
+class LayerTimingPredictor(Predictor):
+    """A predictor that times a chain of layers itself, call by call, where no profiler records
+    them: the marks of each timed call (`_calls`) become `Layer`s whenever the loop takes them
+    (`timed_layers`), between batch sizes."""
+
+    # The chain of layers it times (None: the model is no chain), and each timed call's marks.
+    _layers: Sequence[Any] | None
+    _calls: list[Any]
+
+    def __init__(self) -> None:
+        # The predict calls since its profiler started, and what the profiler counted.
+        self._call_count = 0
+        self._summary: dict[str, Any] | None = None
+
+    @abstractmethod
+    def profiles_layers(self) -> bool:
+        """Whether a profiler records the layers instead (read once, by `_take_profiled`)."""
+
+    @abstractmethod
+    def _take_profiled(self) -> list[list[Layer]]:
+        """Stop the profiler; each call's layers from its trace."""
+
+    @abstractmethod
+    def timed_layers(self, layers: Any, calls: list[Any]) -> list[list[Layer]]:
+        """The `Layer`s of each timed call of `calls`, over the chain `layers`."""
+
+    def layers_as_they_come(self) -> bool:
+        return not self.profiles_layers() and self._layers is not None
+
+    def take_layers(self) -> list[list[Layer]] | None:
+        if self.profiles_layers():
+            return self._take_profiled()
+        if self._layers is None:
+            return None
+        calls = self.timed_layers(self._layers, self._calls)
+        self._calls = []
+        return calls
+
+    def trace_summary(self) -> dict[str, Any] | None:
+        return self._summary
 
 
 P = TypeVar("P", bound=type[Predictor])

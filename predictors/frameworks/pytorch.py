@@ -27,8 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from predictors.frameworks import cuda_index
-from predictors.frameworks.predictor import Predictor, PredictorError, PredictorOptions, StateReset
+from predictors.frameworks.predictor import (
+    LayerTimingPredictor,
+    PredictorError,
+    PredictorOptions,
+    StateReset,
+    cuda_device,
+)
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
 from predictors.protocol import Attr, at_least
@@ -47,11 +52,12 @@ RESET_METHODS = ("reset_state", "reset_states", "reset")
 _Mark = tuple[int, int, int, tuple[int, ...]]
 
 
-class PyTorchPredictor(Predictor):
+class PyTorchPredictor(LayerTimingPredictor):
     framework = "pytorch"
     finest_trace_level = "system_library"
 
     def __init__(self) -> None:
+        super().__init__()
         self._model: torch.jit.ScriptModule | None = None
         self._input_names: list[str] = []
         self._output_names: list[str] = []
@@ -61,21 +67,16 @@ class PyTorchPredictor(Predictor):
         # Layer tracing (trace level framework): the model's layers, and each call's marks.
         self._layers: list[tuple[str, str, torch.nn.Module]] | None = None
         self._calls: list[list[_Mark]] = []
-        # Profiler tracing: the level, the profiler once started, and the predict calls so far.
+        # Profiler tracing: the level, and the profiler once started.
         self._profile_level: str | None = None
         self._profiler: Any = None
         self._stopped: Any = None  # the profiler after stop_tracing, for take_layers
-        self._call_count = 0
-        self._summary: dict[str, Any] | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
-        if device == "cpu":
+        index = cuda_device(cls.framework, device)
+        if index is None:
             return
-        try:
-            index = cuda_index(device)
-        except ValueError as exc:
-            raise PredictorError(f"pytorch: {exc}; use cpu or cuda[:N]") from None
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else "no CUDA device found"
             raise PredictorError(
@@ -235,17 +236,14 @@ class PyTorchPredictor(Predictor):
         self._calls.append(marks)
         return outputs
 
-    def layers_as_they_come(self) -> bool:
-        # A Sequential timed layer by layer, not torch.profiler (which stops once).
-        return self._profile_level is None and self._layers is not None
+    def profiles_layers(self) -> bool:
+        # Otherwise a Sequential is timed layer by layer (torch.profiler stops once).
+        return self._profile_level is not None
 
-    def take_layers(self) -> list[list[Layer]] | None:
-        if self._profile_level is not None:
-            return self._take_profiled()
-        if self._layers is None:
-            return None
-        layers = self._layers
-        calls = [
+    def timed_layers(
+        self, layers: list[tuple[str, str, torch.nn.Module]], calls: list[list[_Mark]]
+    ) -> list[list[Layer]]:
+        return [
             [
                 Layer(
                     module_label(layers[index][0], layers[index][1]),
@@ -260,10 +258,8 @@ class PyTorchPredictor(Predictor):
                 )
                 for index, offset, duration, shape in marks
             ]
-            for marks in self._calls
+            for marks in calls
         ]
-        self._calls = []
-        return calls
 
     def stop_tracing(self) -> None:
         if self._profiler is not None:
@@ -318,9 +314,6 @@ class PyTorchPredictor(Predictor):
         }
         self._call_count = 0
         return [steps.get(index, []) for index in range(calls)]
-
-    def trace_summary(self) -> dict[str, Any] | None:
-        return self._summary
 
     def state_reset(self) -> StateReset | None:
         model = self._model

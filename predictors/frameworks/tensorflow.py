@@ -31,10 +31,11 @@ import tensorflow as tf  # noqa: E402
 
 from predictors.frameworks import cuda_index  # noqa: E402
 from predictors.frameworks.predictor import (  # noqa: E402
-    Predictor,
+    LayerTimingPredictor,
     PredictorError,
     PredictorOptions,
     StateReset,
+    cuda_device,
 )
 from predictors.frameworks.tf_trace import CALL_ANNOTATION  # noqa: E402
 from predictors.frameworks.tf_trace import steps_by_call as tf_steps_by_call  # noqa: E402
@@ -71,11 +72,12 @@ def _apply_threads(threads: int) -> None:
             ) from None
 
 
-class TensorFlowPredictor(Predictor):
+class TensorFlowPredictor(LayerTimingPredictor):
     framework = "tensorflow"
     finest_trace_level = "ml_library"
 
     def __init__(self) -> None:
+        super().__init__()
         self._model: keras.Model | None = None
         self._function: Any = None
         self._run: Any = None
@@ -88,17 +90,12 @@ class TensorFlowPredictor(Predictor):
         self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
         self._profiling = False
         self._stopped = False  # the profiler ran and was stopped: take_layers reads its trace
-        self._call_count = 0
-        self._summary: dict[str, Any] | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
-        if device == "cpu":
+        index = cuda_device(cls.framework, device)
+        if index is None:
             return
-        try:
-            index = cuda_index(device)
-        except ValueError as exc:
-            raise PredictorError(f"tensorflow: {exc}; use cpu or cuda[:N]") from None
         gpus = tf.config.list_physical_devices("GPU")
         if index >= len(gpus):
             if tf.sysconfig.get_build_info().get("is_cuda_build"):
@@ -215,18 +212,15 @@ class TensorFlowPredictor(Predictor):
         self._calls.append((len(batch), marks))
         return outputs
 
-    def layers_as_they_come(self) -> bool:
-        # Layers timed in the model's graph, not TensorFlow's profiler (which stops once).
-        return self._profile_dir is None and self._layers is not None
+    def profiles_layers(self) -> bool:
+        # Otherwise the layers are timed in the model's graph (TensorFlow's profiler stops once).
+        return self._profile_dir is not None
 
-    def take_layers(self) -> list[list[Layer]] | None:
-        if self._profile_dir is not None:
-            return self._take_profiled()
-        if self._layers is None:
-            return None
-        layers = self._layers
+    def timed_layers(
+        self, layers: list[keras.layers.Layer], calls: list[tuple[int, list[_Mark]]]
+    ) -> list[list[Layer]]:
         shapes = [_output_shape(layer) for layer in layers]
-        calls = [
+        return [
             [
                 Layer(
                     layers[index].name,
@@ -240,10 +234,8 @@ class TensorFlowPredictor(Predictor):
                 )
                 for index, offset, duration in marks
             ]
-            for size, marks in self._calls
+            for size, marks in calls
         ]
-        self._calls = []
-        return calls
 
     def stop_tracing(self) -> None:
         if self._profiling:
@@ -277,9 +269,6 @@ class TensorFlowPredictor(Predictor):
         self._summary = {"profiler": "tensorflow profiler (XPlane)", **counts}
         self._call_count = 0
         return [steps.get(index, []) for index in range(calls)]
-
-    def trace_summary(self) -> dict[str, Any] | None:
-        return self._summary
 
     def state_reset(self) -> StateReset | None:
         """Keras's own: the `reset_state()` of every stateful layer (a recurrent layer made with

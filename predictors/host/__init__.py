@@ -1,1 +1,2 @@
-"""This host as a result records it: its hardware and software stack (`introspection`) and its Python environment (`environment`)."""
+"""This host as a result records it: its hardware and software stack (`introspection`) and its
+Python environment (`environment`)."""

@@ -8,8 +8,8 @@ field path and the YAML line of every problem. The package's rooms:
 - `json_schema`: each kind's JSON Schema and its errors in plain words;
 - `rules`: validation, the schema then the cross-field rules;
 - `document`: the `Manifest` and `load`; `overrides`: `PATH=VALUE` overrides;
-- `versioning` (semver and npm ranges), `catalog` (a folder of manifests), `labels` (class
-  names), `graph_check` (a model's graph against its manifest).
+- `versioning` (semver and npm ranges), `catalog` (a folder of manifests), `graph_check` (a
+  model's graph against its manifest).
 
 The format is documented in docs/manifest.md. This package never imports Django.
 """

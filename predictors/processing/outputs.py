@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from predictors.manifests.labels import labels_from_text
+from predictors.processing.labels import labels_from_text
 from predictors.processing.parameters import ProcessingError
 
 

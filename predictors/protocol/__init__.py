@@ -5,7 +5,8 @@ Both sides read every shared name from here:
 - the Celery task the hub sends and agents run (`TASK_NAME`), the host scopes (`host_scope`
   makes one, `scope_owner` reads it back) and the queue names (`host_queue`,
   `capability_queue`, `queue_scope`);
-- an evaluation's statuses (`STATUSES`, `ACTIVE`, `FINISHED`);
+- an evaluation's statuses (`STATUSES`, `ACTIVE`, `FINISHED`), and the report `LOST` that
+  gives a job back;
 - the trace levels, in order, with what each adds (`TRACE_LEVELS`, `TRACE_LEVEL_MEANINGS`,
   `SPAN_LEVELS`, `KERNEL_LEVELS`, `at_least`);
 - the span attribute keys (`Attr`);
@@ -14,8 +15,8 @@ Both sides read every shared name from here:
   `cuda_index` and made with `local_device`;
 - a result's latency statistics, by key (`LATENCY_KEYS`);
 - the typed objects that cross the wire: `Job` (the claim's answer, with `JobOptions`) and
-  `ResultUpload` (an agent's result), each with `to_dict` and a strict `from_dict` that raises
-  `ProtocolError` naming the field at fault.
+  `ResultUpload` (an agent's result, its `details` the loop's typed `Report`), each with
+  `to_dict` and a strict `from_dict` that raises `ProtocolError` naming the field at fault.
 
 Which tasks, inputs and outputs the evaluation loop supports, and how each is scored, is
 `predictors.tasks`.
@@ -26,7 +27,9 @@ to the evaluation loop by name. Each option has one default, here (`JOB_DEFAULTS
 entry point takes.
 
 Its modules: `vocabulary` (the shared words), `options` (the job options), `wire` (`Job`,
-`ResultUpload`), `errors` (`ProtocolError` and the strict readers); import from the package.
+`ResultUpload`), `report` (the loop's `Report`, section by section), `records` (`Record`: a
+frozen dataclass read strictly by its fields' types), `errors` (`ProtocolError` and the strict
+readers); import from the package.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from predictors.protocol.options import (
     scenario_problem,
     target_ci_problem,
 )
+from predictors.protocol.records import ABSENT, Absent, Maybe, Record
+from predictors.protocol.report import Report
 from predictors.protocol.vocabulary import (
     ACTIVE,
     CANCELLED,
@@ -64,6 +69,7 @@ from predictors.protocol.vocabulary import (
     KERNEL_LEVELS,
     LATENCY_KEYS,
     LOCAL_DEVICES,
+    LOST,
     MAX_REASON,
     NOT_OURS,
     POOL_SCOPE,
@@ -91,13 +97,19 @@ from predictors.protocol.vocabulary import (
     scope_owner,
 )
 from predictors.protocol.wire import (
+    BatchLatency,
+    Headline,
     Job,
     ManifestRef,
+    Predictions,
     ResultUpload,
 )
 
 __all__ = [
+    "ABSENT",
     "ACTIVE",
+    "Absent",
+    "BatchLatency",
     "Attr",
     "CANCELLED",
     "COUNTER_LEVEL",
@@ -111,6 +123,7 @@ __all__ = [
     "FINISHED",
     "GPU",
     "GROUP_SCOPE",
+    "Headline",
     "JOB_DEFAULTS",
     "Job",
     "JobOptions",
@@ -119,15 +132,20 @@ __all__ = [
     "LOADGEN_MODES",
     "LOADGEN_SCENARIOS",
     "LOCAL_DEVICES",
+    "LOST",
     "MAX_BATCH_SIZE",
     "MAX_REASON",
+    "Maybe",
     "ManifestRef",
     "NOT_OURS",
     "OPTION_GROUPS",
     "POOL_SCOPE",
+    "Predictions",
     "ProtocolError",
     "QUEUED",
     "RUNNING",
+    "Record",
+    "Report",
     "ResultUpload",
     "SCENARIOS",
     "SPAN_LEVELS",

@@ -130,6 +130,9 @@ CANCELLED = "cancelled"
 STATUSES = (QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 ACTIVE = (QUEUED, DISPATCHED, RUNNING)
 FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+# Not a status an evaluation takes: a claimant's status report that gives the job back (its
+# container was killed mid-run), for the hub to dispatch it again as it does for a lost agent.
+LOST = "lost"
 
 # -- trace levels -------------------------------------------------------------------------------
 

@@ -1,13 +1,16 @@
-"""The typed objects that cross the wire: a claim's `Job` and an agent's `ResultUpload`, each
-with `to_dict` and a strict `from_dict` that names the field at fault."""
+"""The typed objects that cross the wire: a claim's `Job` and an agent's `ResultUpload` (its
+accuracy columns, latency, predictions and the loop's `Report`), each with `to_dict` and a strict
+`from_dict` that names the field at fault."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from predictors.protocol.errors import ProtocolError, get_field, mapping, missing
+from predictors.protocol.errors import ProtocolError, get_field, mapping
 from predictors.protocol.options import JobOptions
+from predictors.protocol.records import ABSENT, Maybe, Record
+from predictors.protocol.report import Report
 from predictors.protocol.vocabulary import DEVICES
 
 
@@ -95,29 +98,68 @@ class Job:
 
 
 @dataclass(frozen=True)
-class ResultUpload:
-    """What an agent posts for a finished evaluation (with its claim beside it).
+class Headline(Record):
+    """A result's accuracy columns: the task's two headline metrics (`top1`, `top5`; both None
+    for a latency-only evaluation, `top5` where it says nothing) and the inputs counted."""
 
-    `latency` and `throughput` are keyed by batch size (as a string, JSON's keys);
-    `predictions` holds `top_k`, `labels`, `classes` and `probabilities` (one row per input);
-    `details` the loop's full report."""
+    top1: float | None
+    top5: float | None
+    count: int
 
-    accuracy: dict[str, Any]
-    latency: dict[str, dict[str, Any]]
+
+@dataclass(frozen=True)
+class BatchLatency(Record):
+    """One batch size's latency in ms, as uploaded: the keys of `LATENCY_KEYS` and the count of
+    timed batches, the median's interval and whether the samples bound p90 and p99, and the
+    samples themselves (`samples_ms`, `count` of them, from which the hub computes the rest)."""
+
+    mean_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float
+    count: int
+    p50_low_ms: Maybe[float | None] = ABSENT
+    p50_high_ms: Maybe[float | None] = ABSENT
+    p90_bounded: Maybe[bool] = ABSENT
+    p99_bounded: Maybe[bool] = ABSENT
+    samples_ms: Maybe[list[float]] = ABSENT
+
+
+@dataclass(frozen=True)
+class Predictions(Record):
+    """Every input's predictions, one row per input: its label, its `top_k` classes and their
+    probabilities, and a detector's boxes (`[x, y, w, h]` in the image's pixels, one per
+    class)."""
+
+    top_k: int
+    labels: list[int]
+    classes: list[list[int]]
+    probabilities: list[list[float]]
+    boxes: Maybe[list[list[list[float]]]] = ABSENT
+
+
+@dataclass(frozen=True)
+class ResultUpload(Record):
+    """What an agent posts for a finished evaluation (with its claim beside it, which
+    `from_dict` passes over).
+
+    `latency` and `throughput` are keyed by batch size (as a string, JSON's keys); `stack` is
+    the host's hardware and software; `details` the loop's full report."""
+
+    accuracy: Headline
+    latency: dict[str, BatchLatency]
     throughput: dict[str, float]
-    predictions: dict[str, Any]
+    predictions: Predictions
     content_hash: str
     stack: dict[str, Any]
-    details: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    details: Report
 
     @classmethod
-    def from_dict(cls, data: Any) -> ResultUpload:
-        data = mapping(data, "")
-        known = {spec.name for spec in fields(cls)}
-        unknown = sorted(set(data) - known - {"claim"})
-        if unknown:
-            raise ProtocolError(unknown[0], "unknown field")
-        return cls(**{name: data[name] if name in data else missing(name) for name in known})
+    def from_dict(cls, data: Any, path: str = "") -> ResultUpload:
+        data = mapping(data, path)
+        return super().from_dict(
+            {key: value for key, value in data.items() if key != "claim"}, path
+        )

@@ -1,8 +1,8 @@
 """Trace levels, spans, and their export as OpenTelemetry spans.
 
 Trace levels, each including the ones before it: `none`, `application`, `model`, `framework`,
-`ml_library`, `system_library`, `hardware`, `full` (`predictors.protocol.TRACE_LEVELS`). Nothing beyond the requested
-level is recorded, and a level that is not requested costs nothing: the evaluation loop records
+`ml_library`, `system_library`, `hardware`, `full` (`predictors.protocol.TRACE_LEVELS`).
+Nothing beyond the requested level is recorded, and a level that is not requested costs nothing: the evaluation loop records
 batch spans from the times it reads anyway, and a predictor installs its layer tracing only when
 it is loaded at trace level `framework` or finer (`PredictorOptions.trace_level`).
 
@@ -10,7 +10,7 @@ The loop records spans as plain `Span` values (cheap to make in a timed loop); `
 finished evaluation's spans into OpenTelemetry spans, nested as recorded (layer spans in their
 batch span, batch spans in one `evaluation` span), kept in memory and, when a hub is given,
 exported asynchronously and in batches over OTLP/HTTP (protobuf) to `{hub}/v1/traces` with a
-bearer token, through `predictors.agent.span_delivery` (each export sent once, retried with backoff
+bearer token, through `predictors.tracing.delivery` (each export sent once, retried with backoff
 while the hub does not answer, spooled to disk when a spool folder is given). A `Tracer` is a
 context object: it holds its own `TracerProvider`, and nothing is registered globally.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from predictors.agent.span_delivery import RETRY_SECONDS, SpanDelivery
 from predictors.protocol import Attr
+from predictors.tracing.delivery import RETRY_SECONDS, SpanDelivery
 
 __all__ = [
     "CLOCK_ORT_PROFILER",
@@ -125,7 +125,7 @@ class Tracer:
     `claim` (an agent's claim on the evaluation) goes with every export, so that the hub takes
     the spans only from the current attempt; `spool` is the folder for exports waiting to be
     sent again; `retry_seconds` how long to keep trying while the hub does not answer (see
-    `predictors.agent.span_delivery`). `delivery.counts` says what became of the spans."""
+    `predictors.tracing.delivery`). `delivery.counts` says what became of the spans."""
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """What the zoo's builders share: shapes drawn on noisy backgrounds, a dataset's cells (PNG
 images, ``.npy`` arrays), its Parquet files with the dataset's metadata, its splits written
-into the store, images made into the input a model trains on, and a trained model's record.
+into the store, images made into the input a model trains on, and a trained model's files
+written into the store with its record.
 
 pyarrow and Pillow are imported only by the functions that need them.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +18,7 @@ import numpy as np
 
 from predictors.zoo.store import VERSION, Staging
 
-
-def canvas(rng: np.random.Generator, width: int, height: int) -> tuple[Any, np.ndarray]:
-    """An RGB image of one random colour, and that colour."""
-    from PIL import Image
-
-    background = rng.integers(0, 256, 3)
-    return Image.new("RGB", (width, height), tuple(int(v) for v in background)), background
-
-
-def contrasting_color(rng: np.random.Generator, background: np.ndarray) -> tuple[int, ...]:
-    """A random colour whose channels differ from `background`'s by 150 or more in all."""
-    color = rng.integers(0, 256, 3)
-    while np.abs(color - background).sum() < 150:
-        color = rng.integers(0, 256, 3)
-    return tuple(int(v) for v in color)
+Column = tuple[str, Any, Any]  # a table's column: its name, its values and their pyarrow type
 
 
 def draw_shape(draw: Any, kind: int, x: int, y: int, size: int, fill: Any) -> None:
@@ -48,10 +35,34 @@ def draw_shape(draw: Any, kind: int, x: int, y: int, size: int, fill: Any) -> No
         )
 
 
-def with_noise(image: Any, rng: np.random.Generator) -> np.ndarray:
-    """An RGB image's pixels with Gaussian noise (standard deviation 8) added, as uint8."""
-    pixels = np.asarray(image, np.int16) + rng.normal(0, 8, (image.height, image.width, 3))
-    return np.clip(pixels, 0, 255).astype(np.uint8)
+class Sketch:
+    """An RGB image drawn from `rng`: a background of one random colour, shapes in colours
+    that stand out from it (``draw`` is its ``ImageDraw``), and, once drawn, its pixels with
+    noise added."""
+
+    def __init__(self, rng: np.random.Generator, width: int, height: int) -> None:
+        from PIL import Image, ImageDraw
+
+        self.rng = rng
+        self.background = rng.integers(0, 256, 3)
+        self.image = Image.new("RGB", (width, height), tuple(int(v) for v in self.background))
+        self.draw = ImageDraw.Draw(self.image)
+
+    def color(self) -> tuple[int, ...]:
+        """A random colour whose channels differ from the background's by 150 or more in all."""
+        color = self.rng.integers(0, 256, 3)
+        while np.abs(color - self.background).sum() < 150:
+            color = self.rng.integers(0, 256, 3)
+        return tuple(int(v) for v in color)
+
+    def shape(self, kind: int, x: int, y: int, size: int) -> None:
+        """A shape (`draw_shape`) in a colour that stands out from the background."""
+        draw_shape(self.draw, kind, x, y, size, self.color())
+
+    def pixels(self) -> np.ndarray:
+        """The image's pixels with Gaussian noise (standard deviation 8) added, as uint8."""
+        noise = self.rng.normal(0, 8, (self.image.height, self.image.width, 3))
+        return np.clip(np.asarray(self.image, np.int16) + noise, 0, 255).astype(np.uint8)
 
 
 def png_bytes(array: np.ndarray) -> bytes:
@@ -95,7 +106,7 @@ def dataset_metadata(name: str, labels: Sequence[str], encoding: str = "") -> di
 
 
 def parquet_bytes(
-    columns: Sequence[tuple[str, Any, Any]],
+    columns: Sequence[Column],
     metadata: Mapping[str, str],
     row_group_size: int | None = None,
 ) -> bytes:
@@ -133,9 +144,43 @@ def build_splits(
     return {"files": files, "encoding": encoding, "labels": list(labels), **record}
 
 
-def model_record(files: list, dataset: str, model: Any, training: dict, **measured: Any) -> dict:
-    """A trained model's record: its files, its dataset, its number of parameters, how it was
-    trained and what its build `measured`."""
+def build_generated(
+    store: str | Path,
+    name: str,
+    labels: Sequence[str],
+    encoding: str,
+    columns: Callable[[str], Sequence[Column]],
+    splits: Iterable[str],
+    row_group_size: int | None = None,
+    **record: Any,
+) -> dict:
+    """Write a dataset its builder makes into the store as `build_splits` does: each of
+    `splits` from its `columns(split)` (each a value a row), as a Parquet file whose metadata
+    names the dataset and its labels."""
+    tables = {split: columns(split) for split in splits}
+    metadata = dataset_metadata(name, labels)
+    files = {
+        split: (parquet_bytes(table, metadata, row_group_size), len(table[0][1]))
+        for split, table in tables.items()
+    }
+    return build_splits(store, name, labels, encoding, files, **record)
+
+
+def store_model(
+    store: str | Path,
+    name: str,
+    dataset: str,
+    model: Any,
+    training: dict,
+    stage: Callable[[Staging], dict],
+) -> dict:
+    """Write a trained model's files into its store entry ``models/<name>/VERSION``, all of
+    them or none: `stage` writes them into the ``Staging`` and checks them (raising where a
+    check fails), and returns what it measured. The model's record: its files, its dataset,
+    its number of parameters, how it was trained and what was measured."""
+    with Staging(Path(store), f"models/{name}/{VERSION}") as staging:
+        measured = stage(staging)
+        files = staging.commit()
     return {
         "files": files,
         "trained": True,

@@ -333,7 +333,7 @@ def normalize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
 
 
 def pitfall_inputs(pixels: np.ndarray, spec: ImageSpec) -> dict[str, np.ndarray]:
-    """NCHW float32 inputs made with one documented parameter wrong (seed 000's pitfalls)."""
+    """NCHW float32 inputs made with one documented parameter wrong (docs/pitfalls.md)."""
     mean = np.asarray(spec.mean, np.float32)
     std = np.asarray(spec.std, np.float32)
     # normalize_then_convert: the mean taken to byte space and subtracted in uint8 (wrapping).

@@ -21,23 +21,20 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from predictors.zoo.common import (
-    build_splits,
-    canvas,
-    contrasting_color,
-    dataset_metadata,
-    draw_shape,
+    Column,
+    Sketch,
+    build_generated,
     image_tensor,
     labels_text,
-    model_record,
-    parquet_bytes,
     png_bytes,
-    with_noise,
+    store_model,
 )
+from predictors.zoo.store import Staging
 
 DATASET = "shapes-boxes"
 MODEL = "shapes-detector"
@@ -53,10 +50,7 @@ ROW_GROUP_SIZE = 256
 
 def _draw(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, list, list]:
     """One image (H, W, 3 uint8) and its boxes ([x, y, w, h]) and classes."""
-    from PIL import ImageDraw
-
-    image, background = canvas(rng, width, height)
-    draw = ImageDraw.Draw(image)
+    sketch = Sketch(rng, width, height)
     boxes: list[list[float]] = []
     classes: list[int] = []
     for _ in range(int(rng.integers(1, 5))):
@@ -68,10 +62,10 @@ def _draw(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray
         else:
             continue
         kind = int(rng.integers(0, 3))
-        draw_shape(draw, kind, x, y, size, contrasting_color(rng, background))
+        sketch.shape(kind, x, y, size)
         boxes.append([float(x), float(y), float(size), float(size)])
         classes.append(kind)
-    return with_noise(image, rng), boxes, classes
+    return sketch.pixels(), boxes, classes
 
 
 def _iou(a: list[float], b: list[float]) -> float:
@@ -97,21 +91,19 @@ def make_split(split: str) -> tuple[list[bytes], list[list[list[float]]], list[l
     return images, boxes, classes
 
 
-def to_parquet(images: list[bytes], boxes: list, classes: list) -> bytes:
+def split_columns(split: str) -> list[Column]:
     import pyarrow as pa
 
-    columns = [
+    images, boxes, classes = make_split(split)
+    return [
         ("image", images, pa.binary()),
         ("boxes", boxes, pa.list_(pa.list_(pa.float64(), 4))),
         ("classes", classes, pa.list_(pa.int64())),
     ]
-    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    splits = {name: make_split(name) for name in COUNTS}
-    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
-    return build_splits(store, DATASET, LABELS, "png", files)
+    return build_generated(store, DATASET, LABELS, "png", split_columns, COUNTS, ROW_GROUP_SIZE)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -254,12 +246,12 @@ def build_model(store: str) -> dict:
     import torch
 
     from predictors.zoo import export
-    from predictors.zoo.store import VERSION, Staging
 
     model, training = train()
     images, _, _ = make_split("validation")
     inputs = _padded(images)
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
+
+    def stage(staging: Staging) -> dict[str, Any]:
         example = torch.from_numpy(inputs[0])
         onnx = export.onnx_bytes(
             model,
@@ -294,13 +286,6 @@ def build_model(store: str) -> dict:
                         delta = max(delta, float(np.abs(a - b).max()), float(np.abs(a - c).max()))
         if not delta < 1e-3:
             raise RuntimeError(f"{MODEL}: exports disagree (max |Δ| {delta:.3g})")
-        files = staging.commit()
-    return model_record(
-        files,
-        DATASET,
-        model,
-        training,
-        validation_count=len(images),
-        input_sizes=len(sizes),
-        max_abs_diff=delta,
-    )
+        return {"validation_count": len(images), "input_sizes": len(sizes), "max_abs_diff": delta}
+
+    return store_model(store, MODEL, DATASET, model, training, stage)

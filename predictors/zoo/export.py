@@ -21,7 +21,7 @@ import json
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from predictors.zoo.common import labels_text
+from predictors.zoo.common import labels_text, store_model
 
 OPSET = 17
 INPUT_NAME = "input"
@@ -282,3 +282,29 @@ def stage_exports(
     if not delta < 1e-3:
         raise RuntimeError(f"{name}: exports disagree (max |Δ output| {delta:.3g})")
     return onnx, delta
+
+
+def store_exports(
+    store: str | Path,
+    name: str,
+    dataset: str,
+    model: nn.Module,
+    training: dict,
+    labels: Sequence[str],
+    x: np.ndarray,
+    check: Callable[[np.ndarray], dict],
+    *,
+    spatial: bool = False,
+    difference: str = "max_abs_logit_diff",
+) -> dict:
+    """Store a trained model as ONNX and TorchScript (`stage_exports`, traced on ``x[:1]``)
+    once `check` has passed its ONNX outputs on `x`: `check` raises where they miss their
+    mark, and returns what it measured. The model's record (`store_model`), with the exports'
+    largest difference as `difference`."""
+    example = torch.from_numpy(x[:1])
+
+    def stage(staging: Any) -> dict:
+        onnx, delta = stage_exports(staging, name, model, example, labels, x, spatial=spatial)
+        return {**check(onnx), difference: delta}
+
+    return store_model(store, name, dataset, model, training, stage)

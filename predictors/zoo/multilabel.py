@@ -17,22 +17,9 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from predictors.zoo.common import (
-    build_splits,
-    canvas,
-    contrasting_color,
-    dataset_metadata,
-    draw_shape,
-    image_tensor,
-    model_record,
-    parquet_bytes,
-    png_bytes,
-    with_noise,
-)
+from predictors.zoo.common import Column, Sketch, build_generated, image_tensor, png_bytes
 
 DATASET = "shapes-sets"
 MODEL = "shapes-tagger"
@@ -46,22 +33,19 @@ MEAN, STD = 0.5, 0.25
 
 def _draw(rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
     """One image (SIZE, SIZE, 3 uint8) and the sorted kinds it holds."""
-    from PIL import ImageDraw
-
-    image, background = canvas(rng, SIZE, SIZE)
-    draw = ImageDraw.Draw(image)
+    sketch = Sketch(rng, SIZE, SIZE)
     kinds = set()
     for _ in range(int(rng.integers(0, 4))):
         size = int(rng.integers(12, 22))
         x, y = int(rng.integers(0, SIZE - size)), int(rng.integers(0, SIZE - size))
         kind = int(rng.integers(0, len(LABELS)))
-        fill = contrasting_color(rng, background)
         if kind == 3:  # a ring
-            draw.ellipse((x, y, x + size - 1, y + size - 1), outline=fill, width=3)
+            corners = (x, y, x + size - 1, y + size - 1)
+            sketch.draw.ellipse(corners, outline=sketch.color(), width=3)
         else:
-            draw_shape(draw, kind, x, y, size, fill)
+            sketch.shape(kind, x, y, size)
         kinds.add(kind)
-    return with_noise(image, rng), sorted(kinds)
+    return sketch.pixels(), sorted(kinds)
 
 
 def make_split(split: str) -> tuple[list[bytes], list[list[int]]]:
@@ -74,17 +58,15 @@ def make_split(split: str) -> tuple[list[bytes], list[list[int]]]:
     return images, labels
 
 
-def to_parquet(images: list[bytes], labels: list[list[int]]) -> bytes:
+def split_columns(split: str) -> list[Column]:
     import pyarrow as pa
 
-    columns = [("image", images, pa.binary()), ("label", labels, pa.list_(pa.int64()))]
-    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
+    images, labels = make_split(split)
+    return [("image", images, pa.binary()), ("label", labels, pa.list_(pa.int64()))]
 
 
 def build_dataset(store: str) -> dict:
-    splits = {name: make_split(name) for name in COUNTS}
-    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
-    return build_splits(store, DATASET, LABELS, "png", files)
+    return build_generated(store, DATASET, LABELS, "png", split_columns, COUNTS, ROW_GROUP_SIZE)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -132,21 +114,17 @@ def train(epochs: int = 10, batch_size: int = 32, learning_rate: float = 0.006):
 def build_model(store: str) -> dict:
     """Train the tagger, export it as ONNX and TorchScript, check that both agree, and store
     them."""
-    import torch
     from sklearn.metrics import average_precision_score
 
-    from predictors.zoo import export
-    from predictors.zoo.store import VERSION, Staging
+    from predictors.zoo.export import store_exports
 
     model, training = train()
     x, y = _arrays(*make_split("validation"))
-    example = torch.from_numpy(x[:1])
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
-        onnx, delta = export.stage_exports(staging, MODEL, model, example, LABELS, x)
+
+    def check(onnx: np.ndarray) -> dict[str, float]:
         mean_ap = float(average_precision_score(y, onnx, average="macro"))
         if mean_ap < 0.9:
             raise RuntimeError(f"{MODEL}: validation mAP {mean_ap:.4f} < 0.9")
-        files = staging.commit()
-    return model_record(
-        files, DATASET, model, training, validation_map=mean_ap, max_abs_logit_diff=delta
-    )
+        return {"validation_map": mean_ap}
+
+    return store_exports(store, MODEL, DATASET, model, training, LABELS, x, check)

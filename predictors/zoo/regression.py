@@ -21,17 +21,9 @@ Files, as ``predictors.zoo.build`` writes them:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from predictors.zoo.common import (
-    build_splits,
-    dataset_metadata,
-    model_record,
-    npy_bytes,
-    parquet_bytes,
-)
+from predictors.zoo.common import Column, build_generated, npy_bytes
 
 DATASET = "diabetes"
 MODEL = "diabetes-mlp"
@@ -53,19 +45,17 @@ def make_splits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {"train": (x[train], y[train]), "validation": (x[validation], y[validation])}
 
 
-def to_parquet(x: np.ndarray, y: np.ndarray) -> bytes:
+def columns(x: np.ndarray, y: np.ndarray) -> list[Column]:
     import pyarrow as pa
 
-    columns = [
-        ("input", [npy_bytes(row) for row in x], pa.binary()),
-        ("target", y, pa.float64()),
-    ]
-    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS))
+    return [("input", [npy_bytes(row) for row in x], pa.binary()), ("target", y, pa.float64())]
 
 
 def build_dataset(store: str) -> dict:
-    files = {name: (to_parquet(*split), len(split[1])) for name, split in make_splits().items()}
-    return build_splits(store, DATASET, LABELS, "npy", files)
+    splits = make_splits()
+    return build_generated(
+        store, DATASET, LABELS, "npy", lambda split: columns(*splits[split]), splits
+    )
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -131,16 +121,12 @@ def least_squares_mae() -> float:
 def build_model(store: str) -> dict:
     """Train the perceptron, export it as ONNX and TorchScript, check that both agree and that
     it fits about as well as least squares, and store them."""
-    import torch
-
-    from predictors.zoo import export
-    from predictors.zoo.store import VERSION, Staging
+    from predictors.zoo.export import store_exports
 
     model, training = train()
     x, y = make_splits()["validation"]
-    example = torch.from_numpy(x[:1])
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
-        onnx, delta = export.stage_exports(staging, MODEL, model, example, LABELS, x)
+
+    def check(onnx: np.ndarray) -> dict[str, float]:
         mae = float(np.abs(onnx[:, 0] - y).mean())
         baseline = least_squares_mae()
         if not mae < baseline * 1.1:
@@ -148,13 +134,8 @@ def build_model(store: str) -> dict:
                 f"{MODEL}: validation MAE {mae:.2f}, more than 10 % above least squares' "
                 f"{baseline:.2f}"
             )
-        files = staging.commit()
-    return model_record(
-        files,
-        DATASET,
-        model,
-        training,
-        validation_mae=mae,
-        least_squares_mae=baseline,
-        max_abs_diff=delta,
+        return {"validation_mae": mae, "least_squares_mae": baseline}
+
+    return store_exports(
+        store, MODEL, DATASET, model, training, LABELS, x, check, difference="max_abs_diff"
     )

@@ -20,21 +20,16 @@ Files, as ``predictors.zoo.build`` writes them:
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 
 from predictors.zoo.common import (
-    build_splits,
-    canvas,
-    contrasting_color,
-    dataset_metadata,
+    Column,
+    Sketch,
+    build_generated,
     draw_shape,
     image_tensor,
-    model_record,
-    parquet_bytes,
     png_bytes,
-    with_noise,
 )
 
 DATASET = "shapes-masks"
@@ -52,8 +47,7 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """One image (SIZE, SIZE, 3 uint8) and its mask (SIZE, SIZE uint8)."""
     from PIL import Image, ImageDraw, ImageFilter
 
-    image, background = canvas(rng, SIZE, SIZE)
-    draw = ImageDraw.Draw(image)
+    sketch = Sketch(rng, SIZE, SIZE)
     mask = Image.new("L", (SIZE, SIZE), 0)
     rims = Image.new("L", (SIZE, SIZE), 0)
     for _ in range(int(rng.integers(1, 5))):
@@ -61,7 +55,7 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         x, y = int(rng.integers(0, SIZE - size)), int(rng.integers(0, SIZE - size))
         kind = int(rng.integers(0, 3))
         shape = Image.new("L", (SIZE, SIZE), 0)
-        draw_shape(draw, kind, x, y, size, contrasting_color(rng, background))
+        sketch.shape(kind, x, y, size)
         draw_shape(ImageDraw.Draw(shape), kind, x, y, size, 255)
         mask.paste(kind + 1, mask=shape)
         inner = shape.filter(ImageFilter.MinFilter(3))
@@ -70,7 +64,7 @@ def _draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         rims.paste(255, mask=Image.fromarray((rim > 0).astype(np.uint8) * 255))
     classes = np.asarray(mask, np.uint8).copy()
     classes[np.asarray(rims) > 0] = IGNORE
-    return with_noise(image, rng), classes
+    return sketch.pixels(), classes
 
 
 def make_split(split: str) -> tuple[list[bytes], list[bytes]]:
@@ -83,17 +77,17 @@ def make_split(split: str) -> tuple[list[bytes], list[bytes]]:
     return images, masks
 
 
-def to_parquet(images: list[bytes], masks: list[bytes]) -> bytes:
+def split_columns(split: str) -> list[Column]:
     import pyarrow as pa
 
-    columns = [("image", images, pa.binary()), ("mask", masks, pa.binary())]
-    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
+    images, masks = make_split(split)
+    return [("image", images, pa.binary()), ("mask", masks, pa.binary())]
 
 
 def build_dataset(store: str) -> dict:
-    splits = {name: make_split(name) for name in COUNTS}
-    files = {name: (to_parquet(*split), len(split[0])) for name, split in splits.items()}
-    return build_splits(store, DATASET, LABELS, "png", files, ignore_label=IGNORE)
+    return build_generated(
+        store, DATASET, LABELS, "png", split_columns, COUNTS, ROW_GROUP_SIZE, ignore_label=IGNORE
+    )
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -143,27 +137,17 @@ def train(epochs: int = 6, batch_size: int = 32, learning_rate: float = 0.004): 
 def build_model(store: str) -> dict:
     """Train the segmenter, export it as ONNX and TorchScript, check that both agree, and
     store them."""
-    import torch
-
-    from predictors.zoo import export
-    from predictors.zoo.store import VERSION, Staging
+    from predictors.zoo.export import store_exports
 
     model, training = train()
     x, y = _arrays(*make_split("validation"))
-    example = torch.from_numpy(x[:1])
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
-        onnx, delta = export.stage_exports(staging, MODEL, model, example, LABELS, x, spatial=True)
+
+    def check(onnx: np.ndarray) -> dict[str, float]:
         predicted = onnx.argmax(axis=1)
         scored = y != IGNORE
         pixel_accuracy = float(np.mean(predicted[scored] == y[scored]))
         if pixel_accuracy < 0.9:
             raise RuntimeError(f"{MODEL}: validation pixel accuracy {pixel_accuracy:.4f} < 0.9")
-        files = staging.commit()
-    return model_record(
-        files,
-        DATASET,
-        model,
-        training,
-        validation_pixel_accuracy=pixel_accuracy,
-        max_abs_logit_diff=delta,
-    )
+        return {"validation_pixel_accuracy": pixel_accuracy}
+
+    return store_exports(store, MODEL, DATASET, model, training, LABELS, x, check, spatial=True)

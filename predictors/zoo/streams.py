@@ -23,17 +23,12 @@ The files, as ``predictors.zoo.build`` writes them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from predictors.zoo.common import (
-    build_splits,
-    dataset_metadata,
-    labels_text,
-    model_record,
-    npy_bytes,
-    parquet_bytes,
-)
+from predictors.zoo.common import Column, build_generated, labels_text, npy_bytes, store_model
+from predictors.zoo.store import Staging
 
 DATASET = "toggle-clicks"
 MODEL = "toggle-gru"
@@ -94,22 +89,20 @@ def make_streams(split: str) -> Streams:
     )
 
 
-def to_parquet(split: Streams) -> bytes:
+def split_columns(name: str) -> list[Column]:
     import pyarrow as pa
 
-    columns = [
+    split = make_streams(name)
+    return [
         ("stream", split.stream, pa.int64()),
         ("position", split.position, pa.int64()),
         ("input", [npy_bytes(chunk) for chunk in split.chunks], pa.binary()),
         ("label", split.labels, pa.int64()),
     ]
-    return parquet_bytes(columns, dataset_metadata(DATASET, LABELS), ROW_GROUP_SIZE)
 
 
 def build_dataset(store: str) -> dict:
-    splits = {name: make_streams(name) for name in STREAMS}
-    files = {name: (to_parquet(split), len(split.labels)) for name, split in splits.items()}
-    return build_splits(store, DATASET, LABELS, "npy", files)
+    return build_generated(store, DATASET, LABELS, "npy", split_columns, STREAMS, ROW_GROUP_SIZE)
 
 
 # --- the model ------------------------------------------------------------------------------
@@ -210,12 +203,9 @@ def _run_both(paths: dict, split: Streams, *, carry: bool) -> dict[str, np.ndarr
 def build_model(store: str) -> dict:
     """Train the model, export it as TorchScript and ONNX, check that both agree and score
     as they should on the validation streams (state carried), and store them."""
-    from pathlib import Path
-
     import torch
 
     from predictors.zoo import export
-    from predictors.zoo.store import VERSION, Staging
 
     model, training = train()
     validation = make_streams("validation")
@@ -224,7 +214,8 @@ def build_model(store: str) -> dict:
         torch.tensor(1.0),
         torch.zeros(1, 2, HIDDEN),
     )
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
+
+    def stage(staging: Staging) -> dict[str, Any]:
         # Traced before the ONNX export, which traces the model too.
         script = export.torchscript_bytes(model, example)
         onnx = export.onnx_bytes(
@@ -259,13 +250,10 @@ def build_model(store: str) -> dict:
         }
         if accuracy["carried"] < 0.97:
             raise RuntimeError(f"{MODEL}: validation accuracy {accuracy['carried']:.4f} < 0.97")
-        files = staging.commit()
-    return model_record(
-        files,
-        DATASET,
-        model,
-        training,
-        validation_count=len(validation.labels),
-        validation_accuracy=accuracy,
-        max_abs_logit_diff=delta,
-    )
+        return {
+            "validation_count": len(validation.labels),
+            "validation_accuracy": accuracy,
+            "max_abs_logit_diff": delta,
+        }
+
+    return store_model(store, MODEL, DATASET, model, training, stage)

@@ -1,4 +1,4 @@
-"""`predictors.agent.span_delivery` against a real HTTP server that goes away and comes back: spans
+"""`predictors.tracing.delivery` against a real HTTP server that goes away and comes back: spans
 are retried through an outage, spooled when the time runs out and sent again by `drain`, sent
 under one export id however often, and a refusal is not retried."""
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from predictors.agent import span_delivery
-from predictors.agent.span_delivery import SpanDelivery, drain
 from predictors.tracing import Span, Tracer
+from predictors.tracing import delivery as span_delivery
+from predictors.tracing.delivery import SpanDelivery, drain
 
 
 class Collector:

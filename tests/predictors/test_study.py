@@ -1,4 +1,4 @@
-"""Repeat studies (`predictors.analysis.study`, `mlms study`): runs in fresh processes, each metric's
+"""Repeat studies (`predictors.evaluation.study`, `mlms study`): runs in fresh processes, each metric's
 mean, standard deviation and 95 % confidence interval, and the bitwise-determinism verdict."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from predictors.analysis.study import run_study, summarize
 from predictors.cli import main
 from predictors.evaluation import EvaluationOptions
+from predictors.evaluation.study import run_study, summarize
 from predictors.manifests.catalog import Catalog
 from tests.predictors.zoo_store import zoo_store
 
@@ -83,7 +83,7 @@ def test_the_command_prints_each_groups_verdict_and_statistics(
 
 
 def test_each_device_is_compared_with_the_first_input_by_input() -> None:
-    from predictors.analysis.study import across_devices
+    from predictors.evaluation.study import across_devices
 
     cpu = np.array([[0.9, 0.1], [0.4, 0.6], [0.7, 0.3]], dtype=np.float32)
     gpu = cpu + np.array([[0.0, 0.0], [0.2, -0.2], [0.0, 1e-3]], dtype=np.float32)

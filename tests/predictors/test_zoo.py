@@ -227,17 +227,21 @@ def test_shapes_color_model_reaches_top1_and_pitfalls_hurt(tmp_path):
     assert max(model["pitfall_top1_onnxruntime"].values()) < 0.5
 
 
-def test_cli_prints_a_json_summary_and_progress(built):
-    store, _ = built
-    result = subprocess.run(
-        [sys.executable, "-m", "predictors.zoo", "build", "--store", str(store)]
-        + ["--only", "digits-cnn"],
+def zoo_cli(store: Path, only: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """``python -m predictors.zoo build --store <store> --only <only>``, run in the repository."""
+    return subprocess.run(
+        [sys.executable, "-m", "predictors.zoo", "build", "--store", str(store), "--only", only],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
-        check=True,
+        timeout=timeout,
     )
+
+
+def test_cli_prints_a_json_summary_and_progress(built):
+    store, _ = built
+    result = zoo_cli(store, "digits-cnn", timeout=120)
+    assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["store"] == str(store)
     assert [e["status"] for e in summary["entries"]] == ["skipped", "skipped"]
@@ -247,14 +251,7 @@ def test_cli_prints_a_json_summary_and_progress(built):
 def test_unknown_entries_are_refused(tmp_path):
     with pytest.raises(UnknownEntry, match="nope"):
         build(tmp_path, only=["nope"])
-    result = subprocess.run(
-        [sys.executable, "-m", "predictors.zoo", "build", "--store", str(tmp_path)]
-        + ["--only", "nope"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = zoo_cli(tmp_path, "nope", timeout=60)
     assert result.returncode == 2 and "unknown zoo entry 'nope'" in result.stderr
     assert not any(tmp_path.iterdir())
 

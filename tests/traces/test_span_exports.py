@@ -1,5 +1,5 @@
 """Spans stored exactly once, for the attempt that holds the job, and counted on the evaluation:
-the hub's side of `predictors.agent.span_delivery` (`X-MLMS-Export`, `X-MLMS-Claim`) and the
+the hub's side of `predictors.tracing.delivery` (`X-MLMS-Export`, `X-MLMS-Claim`) and the
 evaluation's `spans` (sent by the agent, stored by the hub)."""
 
 from __future__ import annotations

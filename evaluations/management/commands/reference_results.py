@@ -32,18 +32,12 @@ class Command(BaseCommand):
     help = "Evaluate the built-in zoo on the live shared hosts and publish reference results."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument(
-            "--wait-for-host",
-            type=int,
-            default=600,
-            help="seconds to wait for a live host of the shared pool (default 600)",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=int,
-            default=1800,
-            help="seconds to wait for all the evaluations to finish (default 1800)",
-        )
+        for flag, default, what in (
+            ("--wait-for-host", 600, "a live host of the shared pool"),
+            ("--timeout", 1800, "all the evaluations to finish"),
+        ):
+            wait = f"seconds to wait for {what} (default {default})"
+            parser.add_argument(flag, type=int, default=default, help=wait)
         parser.add_argument(
             "--limit", type=int, default=None, help="inputs per evaluation (default: the split)"
         )

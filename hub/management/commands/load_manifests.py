@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from hub import actions, storage
 from hub.errors import DomainError
-from hub.models import Artifact, Manifest
+from hub.models import Artifact, Manifest, manifest_identity
 from predictors import manifests as spec
 
 
@@ -45,9 +45,7 @@ class Command(BaseCommand):
                     for e in error.errors
                 ]
                 continue
-            existing = Manifest.objects.filter(
-                kind=doc.kind, name=doc.name, version=doc.version, framework=doc.framework
-            ).first()
+            existing = Manifest.objects.filter(**manifest_identity(doc)).first()
             if existing is not None:
                 if existing.content_hash == doc.content_hash():
                     counts["unchanged"] += 1

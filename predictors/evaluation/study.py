@@ -3,7 +3,7 @@ metric as mean, standard deviation and 95 % confidence interval, with whether th
 bitwise identical across the runs and, where not, which inputs' top-1 class flips (the
 command, its report and plot: `predictors.cli.study`).
 
-A study is a grid of groups: every thread count of `threads` (pitfall 6 of seed `000`: the
+A study is a grid of groups: every thread count of `threads` (docs/pitfalls.md: the
 thread setting changes latency and, through the order of reductions, outputs) crossed with every
 seed of `seeds`; each group runs its `runs` evaluations one after another, each in a process of
 its own (`ProcessPoolExecutor` of one worker, one task per worker process, spawned: no
