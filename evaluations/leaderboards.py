@@ -30,7 +30,7 @@ from django.urls import reverse
 from evaluations.models import Evaluation, Result
 from hub.errors import Invalid, NotFound
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES
+from predictors.protocol import DEVICES, GPU
 from predictors.tasks import LOWER_IS_BETTER
 
 __all__ = [
@@ -185,7 +185,7 @@ def with_hardware(queryset: QuerySet[Evaluation]) -> QuerySet[Evaluation]:
     """`hardware`: the GPU's name for a GPU run, the CPU's for a CPU run."""
     return queryset.annotate(
         hardware=Case(
-            When(device="gpu", then=F("result__gpu_model")),
+            When(device=GPU, then=F("result__gpu_model")),
             default=F("result__cpu_model"),
         )
     )

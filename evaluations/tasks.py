@@ -4,8 +4,8 @@ The hub defines no task: the agents (`predictors.agent.daemon`) run `predictors.
 with the arguments [evaluation id, dispatch number]; everything else the agent learns from the
 hub over HTTP when it claims the job. A job is sent with the transport options of its host
 scope (with Redis: the scope's key prefix; see `evaluations.broker_access`). The Celery app is
-the project's (`mlmodelscope.celery`), which Celery's Django fix-up makes the default of every
-thread: `celery.current_app`.
+the project's (`mlmodelscope.celery`), which sets itself as the default of every thread
+(`app.set_default()`): `celery.current_app`.
 """
 
 from __future__ import annotations

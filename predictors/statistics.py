@@ -52,8 +52,9 @@ MIN_SEGMENTED = 20
 BOOTSTRAP_SAMPLES = 5000
 # A fixed seed: the same two runs always get the same interval.
 BOOTSTRAP_SEED = 20261127
-VERDICTS = ("faster", "slower", "no detectable difference")
-ACCURACY_VERDICTS = ("more accurate", "less accurate", "no detectable difference")
+NO_DIFFERENCE = "no detectable difference"
+VERDICTS = ("faster", "slower", NO_DIFFERENCE)
+ACCURACY_VERDICTS = ("more accurate", "less accurate", NO_DIFFERENCE)
 
 MEDIAN_INTERVAL = "distribution-free 95 % interval of the median (order statistics)"
 RATIO_INTERVAL = (
@@ -155,7 +156,7 @@ class Difference:
     @property
     def words(self) -> str:
         """The verdict as the pages print it."""
-        if self.verdict == "no detectable difference":
+        if self.verdict == NO_DIFFERENCE:
             return f"no detectable difference (±{self.detectable * 100:.1f} %)"
         return f"{self.verdict} (×{ratio(self.ratio)})"
 
@@ -241,12 +242,11 @@ def difference(
     low, high = _with_drift(ratio_value, low, high)
     half = max(ratio_value - low, high - ratio_value) / ratio_value
     upper, lower = 1 + noise, 1 / (1 + noise)
+    faster, slower, verdict = VERDICTS
     if p_value < ALPHA and low > upper:
-        verdict = "slower"
+        verdict = slower
     elif p_value < ALPHA and high < lower:
-        verdict = "faster"
-    else:
-        verdict = "no detectable difference"
+        verdict = faster
     return Difference(
         ratio=ratio_value,
         low=low,
@@ -294,9 +294,9 @@ def paired_accuracy(baseline_right: np.ndarray, other_right: np.ndarray) -> dict
     only_b = int(np.count_nonzero(b & ~a))
     discordant = only_a + only_b
     p_value = float(stats.binomtest(only_b, discordant, 0.5).pvalue) if discordant else 1.0
-    verdict = "no detectable difference"
+    more, less, verdict = ACCURACY_VERDICTS
     if p_value < ALPHA:
-        verdict = "more accurate" if only_b > only_a else "less accurate"
+        verdict = more if only_b > only_a else less
     return {
         "only_baseline": only_a,
         "only_other": only_b,
@@ -381,14 +381,6 @@ def p_value(value: float | None) -> str:
     if value is None:
         return "—"
     return "p < 0.001" if value < 0.001 else f"p = {value:.3f}"
-
-
-def interval_text(low: float | None, high: float | None, unit: str = "") -> str:
-    """An interval as printed, by `ms`'s rule for times and `ratio`'s for ratios."""
-    if low is None or high is None:
-        return "not bounded"
-    show = ms if unit == "ms" else ratio
-    return f"{show(low)}–{show(high)}"
 
 
 def per_second(value: float | None) -> str:

@@ -399,16 +399,16 @@ def test_no_class_restates_the_job_options() -> None:
     """A form, serializer or options class of its own that declares the job options field by
     field restates `JobOptions` (and drifts from it): the launch request's fields, the form, the
     CLI's flags and the loop's options are made from it. A class may name a few options (a
-    model's columns, a solver's constraints), not half of them."""
-    half = len(JobOptions.names()) / 2
+    model's columns, a solver's constraints; LoadGen's settings as it ran them), not a third of
+    them; the protocol's own records (the result's) are held to it too."""
+    third = len(JobOptions.names()) / 3
     found = [
         f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} ({len(fields)} options)"
         for path in _sources(*APPS)
-        if ROOT / "predictors" / "protocol" not in path.parents
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ClassDef)
+        if isinstance(node, ast.ClassDef) and node.name != "JobOptions"
         for fields in [_job_option_fields(node)]
-        if len(fields) >= half
+        if len(fields) >= third
     ]
     assert not found, "job options restated field by field:\n" + "\n".join(found)
 

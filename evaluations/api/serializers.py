@@ -25,7 +25,9 @@ from predictors import statistics
 from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.manifests.versioning import InvalidRange, validate_range
 from predictors.protocol import (
+    CPU,
     DEVICES,
+    GPU,
     LATENCY_KEYS,
     LOST,
     MAX_REASON,
@@ -122,7 +124,7 @@ class EvaluationRequestSerializer(KnownFields, metaclass=_JobOptionFields):
     )
     dataset = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$", help_text="dataset name")
     dataset_version = VersionRangeField(default="*")
-    device = serializers.ChoiceField(choices=list(DEVICES), default="cpu")
+    device = serializers.ChoiceField(choices=list(DEVICES), default=CPU)
     gpu_model = serializers.CharField(
         max_length=128, allow_blank=True, default="", help_text="a substring of the GPU's name"
     )
@@ -173,7 +175,7 @@ class EvaluationRequestSerializer(KnownFields, metaclass=_JobOptionFields):
             raise serializers.ValidationError(
                 {"host": ["names one host; hosts 'all' runs on every host that can"]}
             )
-        if attrs["gpu_model"] and attrs["device"] != "gpu":
+        if attrs["gpu_model"] and attrs["device"] != GPU:
             raise serializers.ValidationError({"gpu_model": ["needs device gpu"]})
         if "warmup" not in self.initial_data:  # none for a cold start (`predictors.protocol`)
             attrs["warmup"] = default_warmup(attrs["cold_start"])

@@ -60,12 +60,13 @@ def strict_strings() -> None:
 
 
 class KnownFields(serializers.Serializer[Any]):
-    """A request body of its fields and no other: an unknown one (a typo, a field the hub does
-    not take) is refused, naming it, rather than ignored."""
+    """A request body of its writable fields and no other: an unknown one (a typo, a field the
+    hub does not take, one it only shows) is refused, naming it, rather than ignored."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
+            writable = {name for name, field in self.fields.items() if not field.read_only}
+            unknown = sorted(set(data) - writable)
             if unknown:
                 raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
         return super().to_internal_value(data)

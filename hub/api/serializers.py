@@ -75,11 +75,6 @@ class HostFrameworkSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
-_PACKAGES = serializers.DictField(
-    child=serializers.CharField(max_length=256, allow_blank=True), required=False
-)
-
-
 class ImageEnvironmentSerializer(serializers.Serializer[dict[str, Any]]):
     """An image's software environment (`python -m predictors.host.environment`)."""
 

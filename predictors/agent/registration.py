@@ -87,7 +87,7 @@ def host_registration(
         | {
             "roofline": {
                 device: roofline.measure(device)
-                for device in ["cpu"] + (["cuda"] if stack["gpus"] else [])
+                for device in [CPU] + ([local_device(GPU)] if stack["gpus"] else [])
             }
         },
         "software": {
@@ -149,7 +149,7 @@ def _own_image(stack: dict[str, Any], frameworks: list[dict[str, Any]]) -> dict[
         "tags": [tag],
         "framework": framework["name"],
         "framework_version": framework["version"],
-        "device": "gpu" if str(tag).endswith("-gpu") else "cpu",
+        "device": GPU if str(tag).endswith("-gpu") else CPU,
         "labels": {},
         "environment": environment if isinstance(environment, dict) else {},
     }

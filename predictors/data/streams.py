@@ -1,6 +1,6 @@
-"""Sequence-labelling splits as streams for the streaming loop (`predictors.evaluation.streams`):
-rows of inputs grouped by stream (`StreamReader`), and audio clips framed into chunks
-(`ClipReader`, `ClipStreams`)."""
+"""Sequence-labelling splits as streams for the streaming loop
+(`predictors.evaluation.scenarios.streams`): rows of inputs grouped by stream (`StreamReader`),
+and audio clips framed into chunks (`ClipReader`, `ClipStreams`)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ class StreamReader(_Streams):
 
 def lockstep_calls(lengths: list[int], width: int) -> int:
     """How many calls run `lengths` streams side by side, `width` at a time, each slot taking
-    the next stream as soon as its stream ends (`predictors.evaluation.streams`)."""
+    the next stream as soon as its stream ends (`predictors.evaluation.scenarios.streams`)."""
     slots = [0] * min(width, len(lengths))
     heapq.heapify(slots)
     for length in lengths:

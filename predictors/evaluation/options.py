@@ -7,7 +7,7 @@ from typing import Any
 
 from predictors.evaluation.errors import EvaluationError
 from predictors.frameworks.predictor import DEVICES
-from predictors.protocol import TRACE_LEVELS, JobOptions, ProtocolError, cold_start_problem
+from predictors.protocol import JobOptions, ProtocolError
 
 # ONNX Runtime's graph optimization levels (`--graph-optimization`); None leaves its default.
 GRAPH_OPTIMIZATIONS = ("none", "basic", "extended", "all")
@@ -39,49 +39,23 @@ class EvaluationOptions(JobOptions):
         return cls(device=device, **values, **host)
 
     def __post_init__(self) -> None:
-        def positive(name: str, value: Any, minimum: int) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise EvaluationError(f"{name} must be an integer >= {minimum}; got {value!r}")
-
         for spec in fields(JobOptions):  # a list option may be given as a list
             if isinstance(getattr(self, spec.name), list):
                 object.__setattr__(self, spec.name, tuple(getattr(self, spec.name)))
-        if not self.batch_sizes:
-            raise EvaluationError("batch_sizes must name at least one batch size")
-        for size in self.batch_sizes:
-            positive("a batch size", size, 1)
-        if len(set(self.batch_sizes)) != len(self.batch_sizes):
-            raise EvaluationError(f"batch_sizes repeats a batch size: {list(self.batch_sizes)}")
-        if self.limit is not None:
-            positive("limit", self.limit, 1)
-        positive("warmup", self.warmup, 0)
-        positive("repeat", self.repeat, 1)
-        if self.threads is not None:
-            positive("threads", self.threads, 1)
-        positive("seed", self.seed, 0)
-        positive("stage_bytes", self.stage_bytes, 1)
-        if cold_start_problem(self):
-            raise EvaluationError(f"a cold start runs no warm-up; got warmup {self.warmup}")
-        if self.trace_level not in TRACE_LEVELS:
-            raise EvaluationError(
-                f"trace level must be one of {', '.join(TRACE_LEVELS)}; got {self.trace_level!r}"
-            )
+        # The job options' own checks (bounds, choices, the options that fit together), once.
+        try:
+            super().__post_init__()
+        except ProtocolError as error:
+            raise EvaluationError(f"{error.path} {error.message}") from None
+        # What only the host decides.
+        if isinstance(self.stage_bytes, bool) or not (
+            isinstance(self.stage_bytes, int) and self.stage_bytes >= 1
+        ):
+            raise EvaluationError(f"stage_bytes must be an integer >= 1; got {self.stage_bytes!r}")
         if self.graph_optimization not in (None, *GRAPH_OPTIMIZATIONS):
             raise EvaluationError(
                 f"graph optimization must be one of {', '.join(GRAPH_OPTIMIZATIONS)}; "
                 f"got {self.graph_optimization!r}"
             )
-        for name in ("target_qps", "latency_bound_ms"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not value > 0):
-                raise EvaluationError(f"{name} must be a number > 0; got {value!r}")
-        seconds = self.target_ci_seconds
-        if isinstance(seconds, bool) or not (isinstance(seconds, int | float) and seconds > 0):
-            raise EvaluationError(f"target_ci_seconds must be a number > 0; got {seconds!r}")
         if self.device not in DEVICES and not self.device.startswith("cuda:"):
             raise EvaluationError(f"device must be cpu, cuda or cuda:N; got {self.device!r}")
-        # The job options' own checks (bounds, choices, the options that fit together).
-        try:
-            super().__post_init__()
-        except ProtocolError as error:
-            raise EvaluationError(f"{error.path} {error.message}") from None

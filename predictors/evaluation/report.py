@@ -17,7 +17,7 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.summaries import trace_notes
 from predictors.frameworks.predictor import Predictor
-from predictors.protocol import ABSENT, Report, at_least
+from predictors.protocol import ABSENT, JobOptions, Report, at_least
 from predictors.protocol.accuracy import SequenceAccuracy, TaskAccuracy
 from predictors.protocol.records import read
 from predictors.protocol.report import (
@@ -29,7 +29,6 @@ from predictors.protocol.report import (
     ModelState,
     Overhead,
     Profiler,
-    RecordedOptions,
     Settings,
     Theoretical,
     Trace,
@@ -153,21 +152,9 @@ def _followed(followed: dict[str, Any]) -> dict[str, Any]:
     return {key: getattr(read_back, key) for key in followed}
 
 
-def _options(options: EvaluationOptions) -> RecordedOptions:
-    """The options the result records."""
-    return RecordedOptions(
-        batch_sizes=list(options.batch_sizes),
-        limit=options.limit,
-        warmup=options.warmup,
-        repeat=options.repeat,
-        cold_start=options.cold_start,
-        overrides=list(options.overrides),
-        trace_level=options.trace_level,
-        latency_only=options.latency_only,
-        scenario=options.scenario,
-        target_ci=options.target_ci,
-        target_ci_seconds=options.target_ci_seconds if options.target_ci else None,
-    )
+def _options(options: EvaluationOptions) -> dict[str, Any]:
+    """The job options the result records: every one, as the run had it."""
+    return {name: value for name, value in options.to_dict().items() if name in JobOptions.names()}
 
 
 def _trace(options: EvaluationOptions, measured: Measured, overhead: dict[str, Any]) -> Trace:

@@ -28,8 +28,8 @@ class TensorPreprocessor:
     of a `.npy` file.
     """
 
-    # `context` is the streaming loop's (`predictors.evaluation.streams`): it needs the input
-    # before in the stream.
+    # `context` is the streaming loop's (`predictors.evaluation.scenarios.streams`): it needs
+    # the input before in the stream.
     _KNOWN = ("element_type", "shape", "mean", "std", "context")
 
     def __init__(self, parameters: Mapping[str, Any]) -> None:

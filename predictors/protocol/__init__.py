@@ -27,9 +27,9 @@ to the evaluation loop by name. Each option has one default, here (`JOB_DEFAULTS
 entry point takes.
 
 Its modules: `vocabulary` (the shared words), `options` (the job options), `wire` (`Job`,
-`ResultUpload`), `report` (the loop's `Report`, section by section), `records` (`Record`: a
-frozen dataclass read strictly by its fields' types), `errors` (`ProtocolError` and the strict
-readers); import from the package.
+`ResultUpload`), `report` (the loop's `Report`, section by section), `accuracy` (its accuracy,
+per task), `records` (`Record`: a frozen dataclass read strictly by its fields' types),
+`errors` (`ProtocolError` and the strict readers); import from the package.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 scored, a classification's whole accuracy) and a record per task that adds its own metrics
 (`SequenceAccuracy`, `DetectionAccuracy`, `SegmentationAccuracy`, `MultiLabelAccuracy`,
 `RegressionAccuracy`). The JSON is flat, the task's metrics beside the headline ones; a
-`TaskAccuracy` is read as the first of `TASK_ACCURACIES` whose fields hold every key given."""
+`TaskAccuracy` is read as the first of its records whose fields hold every key given."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import TypeAlias
 from predictors.protocol.records import ABSENT, Maybe, Record
 
 __all__ = [
-    "TASK_ACCURACIES",
     "Accuracy",
     "DetectionAccuracy",
     "MultiLabelAccuracy",
@@ -133,12 +132,4 @@ TaskAccuracy: TypeAlias = (
     | SegmentationAccuracy
     | MultiLabelAccuracy
     | RegressionAccuracy
-)
-TASK_ACCURACIES: tuple[type[Accuracy], ...] = (
-    Accuracy,
-    SequenceAccuracy,
-    DetectionAccuracy,
-    SegmentationAccuracy,
-    MultiLabelAccuracy,
-    RegressionAccuracy,
 )

@@ -15,11 +15,6 @@ class ProtocolError(ValueError):
         self.message = message
 
 
-def missing(name: str) -> Any:
-    """Raise: the field `name` is required."""
-    raise ProtocolError(name, "is required")
-
-
 def mapping(data: Any, path: str) -> Mapping[str, Any]:
     """`data` as an object, or ProtocolError naming `path`."""
     if not isinstance(data, Mapping):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -43,7 +44,7 @@ Maybe: TypeAlias = T | Absent
 
 # The plural a list of one scalar type is refused with ("must hold numbers only").
 _PLURALS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
-_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+_NAMES = {bool: "a boolean", int: "an integer", float: "a finite number", str: "a string"}
 
 
 def _shown(value: Any) -> str:
@@ -57,8 +58,10 @@ def _where(path: str, key: str | int) -> str:
 
 def _is_scalar(kind: Any, value: Any) -> bool:
     """Whether `value` is of the scalar type `kind` (a bool is no number)."""
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is float:  # JSON has no NaN nor infinity
+        return (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        )
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
@@ -108,6 +111,9 @@ def read(value: Any, kind: Any, path: str) -> Any:
         return [read(element, item, _where(path, index)) for index, element in enumerate(value)]
     if origin is dict:
         _, item = typing.get_args(kind)
+        for key in mapping(value, path):
+            if not isinstance(key, str):  # JSON's keys are strings
+                raise ProtocolError(path, f"keys must be strings; got {_shown(key)}")
         return {
             key: read(element, item, _where(path, key))
             for key, element in mapping(value, path).items()
@@ -123,7 +129,7 @@ def _read_union(value: Any, kinds: list[Any], path: str) -> Any:
     if value is None:
         if type(None) in kinds:
             return None
-        raise ProtocolError(path, f"must be {' or '.join(_name(k) for k in kinds)}; got null")
+        raise ProtocolError(path, f"must be {_names(kinds)}; got null")
     kinds = [kind for kind in kinds if kind is not type(None)]
     if len(kinds) == 1:
         return read(value, kinds[0], path)
@@ -137,16 +143,21 @@ def _read_union(value: Any, kinds: list[Any], path: str) -> Any:
         if unknown:
             raise ProtocolError(_where(path, unknown[0]), "unknown field")
         # Every key is known to one of them, but no one holds them all.
-        return records[0].from_dict(value, path)
+        raise ProtocolError(
+            path, f"no one kind of object holds all of {', '.join(sorted(map(str, value)))}"
+        )
     for kind in kinds:
         try:
             return read(value, kind, path)
         except ProtocolError as error:
             if error.path != path:  # the value is of this kind; something inside it is not
                 raise
-    raise ProtocolError(
-        path, f"must be {' or '.join(_name(k) for k in kinds)}; got {_shown(value)}"
-    )
+    raise ProtocolError(path, f"must be {_names(kinds)}; got {_shown(value)}")
+
+
+def _names(kinds: list[Any]) -> str:
+    """The kinds a union takes, as a refusal names them, each once."""
+    return " or ".join(dict.fromkeys(_name(kind) for kind in kinds))
 
 
 # Each Record's fields, read once: each one's type, and whether it may be left out.

@@ -14,9 +14,11 @@ be left out (`ABSENT`): a result posted by hand, or by an older agent, holds wha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from predictors.protocol.accuracy import Accuracy, SequenceAccuracy, TaskAccuracy
-from predictors.protocol.records import ABSENT, Maybe, Record
+from predictors.protocol.options import JobOptions
+from predictors.protocol.records import ABSENT, Absent, Maybe, Record
 
 __all__ = [
     "Achieved",
@@ -41,7 +43,6 @@ __all__ = [
     "Peaks",
     "Profiler",
     "QpsSearch",
-    "RecordedOptions",
     "Report",
     "ReportedRun",
     "Roof",
@@ -110,23 +111,6 @@ class Settings(Record):
     matmul_allow_tf32: Maybe[bool] = ABSENT
     cudnn_benchmark: Maybe[bool] = ABSENT
     device: Maybe[str] = ABSENT
-
-
-@dataclass(frozen=True)
-class RecordedOptions(Record):
-    """The job options the result records (`predictors.protocol.JobOptions` names them)."""
-
-    batch_sizes: Maybe[list[int]] = ABSENT
-    limit: Maybe[int | None] = ABSENT
-    warmup: Maybe[int] = ABSENT
-    repeat: Maybe[int] = ABSENT
-    cold_start: Maybe[bool] = ABSENT
-    overrides: Maybe[list[str]] = ABSENT
-    trace_level: Maybe[str] = ABSENT
-    latency_only: Maybe[bool] = ABSENT
-    scenario: Maybe[str] = ABSENT
-    target_ci: Maybe[float | None] = ABSENT
-    target_ci_seconds: Maybe[float | None] = ABSENT
 
 
 @dataclass(frozen=True)
@@ -526,7 +510,8 @@ class Report(Record):
     device: Maybe[str] = ABSENT
     clock: Maybe[str] = ABSENT
     settings: Maybe[Settings] = ABSENT
-    options: Maybe[RecordedOptions] = ABSENT
+    # The job options as the run had them (`JobOptions.to_dict()`), each checked as a job's is.
+    options: Maybe[dict[str, Any]] = ABSENT
     load_ms: Maybe[float] = ABSENT
     hygiene: Maybe[list[HygieneWarning]] = ABSENT
     accuracy: Maybe[TaskAccuracy | None] = ABSENT
@@ -542,3 +527,7 @@ class Report(Record):
     trace_level_requested: Maybe[str] = ABSENT
     spans: Maybe[SpanCounts] = ABSENT
     trace_export: Maybe[str] = ABSENT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, Absent):
+            JobOptions.from_dict(self.options, path="options")  # names and bounds, as a job's

@@ -66,7 +66,7 @@ def _stored_nothing(evaluation_id: str) -> bool:
             "details.model.name",
             "must be a string",
         ),
-        (lambda b: b["accuracy"].update(top1="0.5"), "accuracy.top1", "must be a number"),
+        (lambda b: b["accuracy"].update(top1="0.5"), "accuracy.top1", "must be a finite number"),
     ],
 )
 def test_an_unknown_key_or_a_wrong_type_at_any_level_is_400_naming_its_path(

@@ -249,6 +249,9 @@ BIG = "x" * (64 * 1024)
         ({"software": {"blob": BIG}}, "software"),
         # A field the hub does not take: refused, naming it.
         ({"devices": ["cpu", "gpu:0"]}, "devices"),
+        # One the hub only shows (it decides them): refused too, not ignored.
+        ({"live": False}, "live"),
+        ({"scope": "pool"}, "scope"),
         ({"queues": [{"name": "q"}]}, "queues.0"),
         ({"queues": ["q"] * 65}, "queues"),
     ],

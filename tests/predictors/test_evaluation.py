@@ -497,12 +497,12 @@ def test_compare_reports_agreement_and_the_largest_difference(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"batch_sizes": (0,)}, "batch size must be an integer >= 1"),
-        ({"batch_sizes": ()}, "at least one batch size"),
-        ({"batch_sizes": (2, 2)}, "repeats a batch size"),
+        ({"batch_sizes": (0,)}, "batch_sizes must be at least 1"),
+        ({"batch_sizes": ()}, "batch_sizes must be a non-empty list"),
+        ({"batch_sizes": (2, 2)}, "batch_sizes names a value twice"),
         ({"repeat": 0}, "repeat must be"),
         ({"warmup": -1}, "warmup must be"),
-        ({"trace_level": "kernels"}, "trace level must be one of none, application, model"),
+        ({"trace_level": "kernels"}, "trace_level must be one of none, application, model"),
         ({"device": "tpu"}, "device must be cpu, cuda or cuda:N"),
     ],
 )

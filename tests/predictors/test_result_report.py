@@ -157,7 +157,7 @@ def test_an_unknown_key_is_refused_naming_its_path(
         (
             lambda d: d["batch_sizes"][0]["latency"].update(p50_ms="fast"),
             "batch_sizes.0.latency.p50_ms",
-            "must be a number; got 'fast'",
+            "must be a finite number; got 'fast'",
         ),
         (
             lambda d: d["batch_sizes"][1].update(batch_size=4.0),
@@ -169,6 +169,21 @@ def test_an_unknown_key_is_refused_naming_its_path(
         (lambda d: d.update(notes=["a", 2]), "notes", "must hold strings only; item 1 is 2"),
         (lambda d: d.update(state=[]), "state", "must be an object"),
         (lambda d: d["trace"].update(levels={"model": "12"}), "trace.levels.model", "integer"),
+        (
+            lambda d: d["batch_sizes"][0]["latency"].update(p50_ms=float("nan")),
+            "batch_sizes.0.latency.p50_ms",
+            "must be a finite number; got nan",
+        ),
+        (lambda d: d.update(load_ms=float("inf")), "load_ms", "must be a finite number; got inf"),
+        (lambda d: d["trace"].update(levels={1: 3}), "trace.levels", "keys must be strings"),
+        (
+            lambda d: d["accuracy"].update(map=0.5, miou=0.5),
+            "accuracy",
+            "no one kind of object holds all of count, map, miou",
+        ),
+        (lambda d: d.update(accuracy=3), "accuracy", "must be an object; got 3"),
+        (lambda d: d["options"].update(warmupp=1), "options.warmupp", "unknown job option"),
+        (lambda d: d["options"].update(warmup=-1), "options.warmup", "must be at least 0"),
     ],
 )
 def test_a_value_of_another_type_is_refused_naming_its_path(

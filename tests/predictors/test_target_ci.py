@@ -123,7 +123,7 @@ def test_a_streaming_model_is_timed_in_whole_passes_to_its_bound(
         ({"target_ci": -0.02}, "target_ci must be a share"),
         ({"target_ci": 1.0}, "target_ci must be a share"),
         ({"target_ci_seconds": 5.0}, "target_ci_seconds applies with target_ci only"),
-        ({"target_ci": 0.02, "target_ci_seconds": 0}, "target_ci_seconds must be a number > 0"),
+        ({"target_ci": 0.02, "target_ci_seconds": 0}, "target_ci_seconds must be at least 0.1"),
     ],
 )
 def test_the_loops_options_refuse_a_target_that_is_no_share(
