@@ -139,6 +139,10 @@ class Evaluation(models.Model):
     trace_parent_span_id = models.CharField(max_length=16, blank=True, default="", editable=False)
     # The evaluations launched by one request (`hosts: all` launches one per host).
     group = models.UUIDField(default=uuid.uuid4, db_index=True)
+    # The watch it is a run of (`evaluations.watches`): a re-run of a pinned request.
+    watch = models.ForeignKey(
+        "Watch", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -352,3 +356,92 @@ class LatencySamples(models.Model):
 
     def __str__(self) -> str:
         return f"samples of {self.batch_result}"
+
+
+class Watch(models.Model):
+    """A pinned launch request, re-run by hand or every `every` minutes: its runs are a series
+    that `evaluations.watches` labels regression, improvement or noise against the noise the
+    series itself shows. Private to its owner."""
+
+    # The schedule's bounds, in minutes: from five minutes to four weeks.
+    MIN_EVERY = 5
+    MAX_EVERY = 4 * 7 * 24 * 60
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="watches"
+    )
+    name = models.CharField(max_length=64)
+    # The launch request as `POST /api/v1/evaluations/` takes it, kept as given (checked when
+    # the watch is made and again at every run); the model's name again as a column (the model
+    # page lists them).
+    request = models.JSONField()
+    model_name = models.CharField(max_length=64)
+    # The batch size whose latency the series follows (one the request times).
+    batch_size = models.PositiveIntegerField()
+    # The host the request names (`request["host"]`), when it is pinned to one.
+    host = models.ForeignKey(
+        Host, null=True, blank=True, on_delete=models.SET_NULL, related_name="watches"
+    )
+    # Minutes between scheduled runs (None: run by hand only), and when the next one is due.
+    every = models.PositiveIntegerField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Why the last scheduled run could not be launched ("" once one was).
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="one_watch_name")]
+        indexes = [models.Index(fields=["user", "model_name"], name="watch_user_model")]
+
+    def __str__(self) -> str:
+        return f"watch {self.name} of {self.user_id}"
+
+
+class Divergence(models.Model):
+    """Where two evaluations of one model part: each re-run on a few chosen inputs with every
+    layer's output captured (`capture_a`, `capture_b`: evaluations launched with the job option
+    `capture_inputs`), then matched layer by layer (`evaluations.divergences`). Its owner's own,
+    like the evaluations it launched."""
+
+    PENDING, DONE, FAILED = "pending", "done", "failed"
+    STATUSES = [(PENDING, PENDING), (DONE, DONE), (FAILED, FAILED)]
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="divergences"
+    )
+    # The two evaluations compared (A the reference); null once deleted.
+    a = models.ForeignKey(
+        Evaluation, null=True, on_delete=models.SET_NULL, related_name="divergences_as_a"
+    )
+    b = models.ForeignKey(
+        Evaluation, null=True, on_delete=models.SET_NULL, related_name="divergences_as_b"
+    )
+    # The dataset indices whose layer outputs are compared, and why these ("disagreeing",
+    # "first" or "chosen", per input).
+    inputs = models.JSONField()
+    chosen_because = models.JSONField(default=list)
+    # The relative error a layer's output may reach before it diverges.
+    tolerance = models.FloatField()
+    capture_a = models.ForeignKey(
+        Evaluation, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    capture_b = models.ForeignKey(
+        Evaluation, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
+    reason = models.TextField(blank=True, default="")
+    # The comparison (`predictors.analysis.divergence.diverge`), with what differs between
+    # A and B (`evaluations.compare.differences`).
+    report = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"divergence {self.pk} ({self.status})"

@@ -11,12 +11,16 @@ detector `boxes` (each class's [x, y, w, h], list<list<float32>>), zstd-compress
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from django.conf import settings
 
 from hub import storage
+
+if TYPE_CHECKING:
+    from predictors.analysis.divergence import Capture
 
 __all__ = ["SCHEMA", "count", "page", "path_of", "read_all", "remove", "write"]
 
@@ -60,6 +64,46 @@ def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
 
 def remove(evaluation_id: Any) -> None:
     storage.remove(path_of(evaluation_id))
+    storage.remove(layers_path_of(evaluation_id))
+
+
+# -- the layer outputs of a job's `capture_inputs` --------------------------------------------
+
+
+def layers_path_of(evaluation_id: Any) -> str:
+    return f"results/{evaluation_id}/layers.npz"
+
+
+def read_capture(data: bytes, indices: list[int]) -> Capture:
+    """The capture file an agent sent, read strictly (no pickles, bounded) and checked against
+    the inputs the job named; ValueError saying what is wrong."""
+    from predictors.analysis.divergence import Capture
+
+    capture = Capture.from_bytes(data, max_bytes=settings.LAYER_OUTPUTS_MAX_BYTES)
+    if list(capture.indices) != list(indices):
+        raise ValueError(
+            f"holds the layer outputs of inputs {list(capture.indices)}; the job asked for "
+            f"{list(indices)}"
+        )
+    return capture
+
+
+def write_layers(evaluation_id: Any, data: bytes) -> str:
+    """Keep a result's capture file (as read by `read_capture`); the store path."""
+    path = layers_path_of(evaluation_id)
+    storage.write(path, [data])
+    return path
+
+
+def layers(evaluation_id: Any) -> Capture | None:
+    """A result's layer outputs; None where it kept none."""
+    path = layers_path_of(evaluation_id)
+    file = storage.resolve(path)
+    if not file.is_file():
+        return None
+    from predictors.analysis.divergence import Capture
+
+    return Capture.from_bytes(file.read_bytes(), max_bytes=settings.LAYER_OUTPUTS_MAX_BYTES)
 
 
 def count(path: str) -> int:

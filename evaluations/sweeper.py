@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from evaluations import actions, broker_access
+from evaluations import actions, broker_access, watches
 from traces import finishing
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ def sweep_once() -> int:
         broker_access.ensure_host_scopes()
         # Traces of finished evaluations that no finish has seen (a hub stopped first).
         finishing.sweep()
+        # Watches whose scheduled run is due (each launched once, whichever process sweeps).
+        watches.run_due()
     finally:
         close_old_connections()
     for evaluation in changed:

@@ -7,6 +7,8 @@ from evaluations.api import (
     cancel,
     claim,
     compare,
+    diff,
+    divergence,
     evaluations,
     images,
     leaderboards,
@@ -15,6 +17,7 @@ from evaluations.api import (
     result,
     sharing,
     status,
+    watches,
 )
 
 urlpatterns = [
@@ -41,6 +44,11 @@ urlpatterns = [
         name="api-evaluation-predictions",
     ),
     path(
+        "evaluations/<uuid:pk>/layers/",
+        predictions.EvaluationLayers.as_view(),
+        name="api-evaluation-layers",
+    ),
+    path(
         "evaluations/<uuid:pk>/publish/",
         sharing.EvaluationPublish.as_view(),
         name="api-evaluation-publish",
@@ -56,6 +64,13 @@ urlpatterns = [
         name="api-evaluation-share",
     ),
     path("compare/", compare.Compare.as_view(), name="api-compare"),
+    path("compare/traces/", diff.CompareTraces.as_view(), name="api-compare-traces"),
+    path("divergence/", divergence.DivergenceList.as_view(), name="api-divergence-list"),
+    path(
+        "divergence/<uuid:pk>/",
+        divergence.DivergenceDetail.as_view(),
+        name="api-divergence-detail",
+    ),
     path(
         "evaluations/<uuid:pk>/inputs/<int:index>/",
         compare.EvaluationInput.as_view(),
@@ -92,4 +107,7 @@ urlpatterns = [
         name="api-evaluation-result",
     ),
     path("agent/config/", agent_config.AgentConfig.as_view(), name="api-agent-config"),
+    path("watches/", watches.WatchList.as_view(), name="api-watch-list"),
+    path("watches/<uuid:pk>/", watches.WatchDetail.as_view(), name="api-watch-detail"),
+    path("watches/<uuid:pk>/runs/", watches.WatchRuns.as_view(), name="api-watch-runs"),
 ]

@@ -1,6 +1,16 @@
 from django.urls import path
 
-from frontend.views import catalog, compare, evaluations, groups, leaderboards, manifests, tokens
+from frontend.views import (
+    catalog,
+    compare,
+    divergence,
+    evaluations,
+    groups,
+    leaderboards,
+    manifests,
+    tokens,
+    watches,
+)
 
 urlpatterns = [
     path("", catalog.catalog, name="home"),
@@ -15,9 +25,13 @@ urlpatterns = [
     path("evaluations/<uuid:pk>/publish/", evaluations.publish, name="evaluation-publish"),
     path("evaluations/<uuid:pk>/share/", evaluations.share, name="evaluation-share"),
     path("compare/", compare.compare, name="compare"),
+    path("compare/traces/", compare.trace_diff, name="compare-traces"),
+    path("divergence/", divergence.launch, name="divergence-launch"),
+    path("divergence/<uuid:pk>/", divergence.divergence, name="divergence"),
     path("leaderboards/", leaderboards.index, name="leaderboards"),
     path("leaderboards/<str:task>/<str:dataset>/", leaderboards.board, name="leaderboard"),
     path("groups/", groups.group_list, name="groups"),
     path("groups/<str:name>/", groups.group, name="group"),
     path("tokens/", tokens.tokens, name="tokens"),
+    path("watches/<uuid:pk>/", watches.watch, name="watch"),
 ]

@@ -19,13 +19,18 @@ history, leaderboards and their CSV, the CLI and the API). Importable without Dj
 - **Accuracy**: top-1 with a Wilson score interval (`scipy.stats.binomtest`); two models on the
   same inputs are compared per input with the exact McNemar test (a binomial test on the
   inputs only one of them gets right).
+- **A series of re-runs** (a watch) labels each run regression, improvement or noise against
+  the noise the series itself shows (`series_verdicts`: a sequential change-point test, a
+  prediction interval from the spread of the runs' medians and the Mann–Whitney test of
+  `difference`), not against a fixed threshold.
 - **One rounding rule** (`ms`, `percent`): what a page, the CSV and the CLI print.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -62,6 +67,12 @@ RATIO_INTERVAL = (
     f"the stretches' medians), with ±{DRIFT:.0%} for the drift of a machine between two runs"
 )
 LATENCY_TEST = "Mann–Whitney U, two-sided, on the medians of ten consecutive stretches of each run"
+# Several runs a side (`difference(..., per_run=True)`): one value per run, each run's median.
+RUNS_TEST = "Mann–Whitney U, two-sided, on one value per run (each run's median)"
+RUNS_INTERVAL = (
+    f"95 % bootstrap interval of the ratio of the medians of the runs' values "
+    f"({BOOTSTRAP_RESAMPLES:,} resamples)"
+)
 ACCURACY_INTERVAL = "95 % Wilson score interval"
 ACCURACY_TEST = "exact McNemar test (binomial test on the inputs only one model gets right)"
 
@@ -83,11 +94,25 @@ def quantile_interval(
     array = _samples(values)
     if array.size < 2:
         return None, None
-    interval = stats.quantile_test(array, q=float(np.median(array)), p=p).confidence_interval(
+    low, high = _order_statistics(int(array.size), p, confidence)
+    ordered = np.sort(array)
+    return (
+        None if low is None else float(ordered[low]),
+        None if high is None else float(ordered[high]),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _order_statistics(size: int, p: float, confidence: float) -> tuple[int | None, int | None]:
+    """The ranks (from 0) of the order statistics that bound the p-quantile's interval of
+    `size` samples (`scipy.stats.quantile_test`, which depends on the ranks only: asked once
+    per size, of the ranks themselves); None for an end they cannot bound."""
+    ranks = np.arange(size, dtype=np.float64)
+    interval = stats.quantile_test(ranks, q=float(np.median(ranks)), p=p).confidence_interval(
         confidence
     )
     low, high = float(interval.low), float(interval.high)
-    return (None if math.isnan(low) else low), (None if math.isnan(high) else high)
+    return (None if math.isnan(low) else int(low)), (None if math.isnan(high) else int(high))
 
 
 def latency(durations_ns: Sequence[int] | np.ndarray, *, samples: bool = False) -> dict[str, Any]:
@@ -201,12 +226,17 @@ def difference(
     noise: float = NOISE,
     resamples: int = BOOTSTRAP_RESAMPLES,
     most: int = BOOTSTRAP_SAMPLES,
+    per_run: bool = False,
 ) -> Difference:
     """Whether `other`'s samples (latencies: lower is faster) differ from `baseline`'s: the
     ratio of medians with its bootstrap interval, the Mann–Whitney U test, and the verdict
     (see the module docstring). Needs at least two samples on each side. `resamples` and
     `most` (the samples of a side the bootstrap draws from, an even thinning) trade the
-    interval's precision for time where many differences are tested at once (per layer)."""
+    interval's precision for time where many differences are tested at once (per layer).
+
+    `per_run`: each sample is one run's value (its median of what is compared, runs of
+    several processes or machines): the runs are independent units as they are (no
+    stretches), and their spread holds the drift between runs already (no `DRIFT` term)."""
     a, b = _samples(baseline), _samples(other)
     if a.size < 2 or b.size < 2:
         raise ValueError("a comparison needs at least two samples on each side")
@@ -215,7 +245,7 @@ def difference(
     if not 0 <= noise < 1:
         raise ValueError(f"noise must be a share in [0, 1); got {noise!r}")
     ratio_value = float(np.median(b) / np.median(a))
-    if a.size >= MIN_SEGMENTED and b.size >= MIN_SEGMENTED:
+    if not per_run and a.size >= MIN_SEGMENTED and b.size >= MIN_SEGMENTED:
         a_units, b_units = segments(a), segments(b)
     else:
         a_units, b_units = a, b
@@ -239,7 +269,8 @@ def difference(
         high = max(float(boot.confidence_interval.high), ratio_value)
         p_value = float(stats.mannwhitneyu(a_units, b_units, alternative="two-sided").pvalue)
     sampling_low, sampling_high = low, high
-    low, high = _with_drift(ratio_value, low, high)
+    if not per_run:
+        low, high = _with_drift(ratio_value, low, high)
     half = max(ratio_value - low, high - ratio_value) / ratio_value
     upper, lower = 1 + noise, 1 / (1 + noise)
     faster, slower, verdict = VERDICTS
@@ -259,10 +290,20 @@ def difference(
         baseline_count=int(a.size),
         other_count=int(b.size),
         noise=noise,
-        interval=RATIO_INTERVAL
-        if resamples == BOOTSTRAP_RESAMPLES
-        else f"95 % bootstrap interval of the ratio of medians ({resamples:,} resamples), "
-        f"with ±{DRIFT:.0%} for the drift of a machine between two runs",
+        drift=0.0 if per_run else DRIFT,
+        test=RUNS_TEST if per_run else LATENCY_TEST,
+        interval=_interval_text(resamples, per_run),
+    )
+
+
+def _interval_text(resamples: int, per_run: bool) -> str:
+    if per_run:
+        return RUNS_INTERVAL.replace(f"{BOOTSTRAP_RESAMPLES:,}", f"{resamples:,}")
+    if resamples == BOOTSTRAP_RESAMPLES:
+        return RATIO_INTERVAL
+    return (
+        f"95 % bootstrap interval of the ratio of medians ({resamples:,} resamples), "
+        f"with ±{DRIFT:.0%} for the drift of a machine between two runs"
     )
 
 
@@ -410,3 +451,320 @@ def samples_to_bound(p: float, confidence: float = CONFIDENCE) -> int:
     if not 0 < p < 1:
         raise ValueError(f"p must be a share strictly between 0 and 1; got {p!r}")
     return math.ceil(math.log((1 - confidence) / 2) / math.log(max(p, 1 - p)))
+
+
+# -- a series of re-runs: regression, improvement or noise --------------------------------------
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+SERIES_NOISE = "noise"
+TOO_LITTLE_HISTORY = "too little history"
+SERIES_VERDICTS = (REGRESSION, IMPROVEMENT, SERIES_NOISE, TOO_LITTLE_HISTORY)
+# The runs a series needs before it calls anything: the first ones measure its noise.
+MIN_HISTORY = 3
+# The chance that a run with nothing changed lies beyond the prediction interval of its
+# segment (the interval is 1 − SERIES_ALPHA, two-sided): one in a thousand, so that a long
+# series of unchanged runs stays noise.
+SERIES_ALPHA = 0.001
+# The runs of a segment its level and reference samples are taken from: the latest ones.
+SERIES_WINDOW = 20
+# The bootstrap resamples of a run's ratio to its segment (evidence; the test decides): fewer
+# than a comparison's, so that a long series is read quickly.
+SERIES_RESAMPLES = 400
+SERIES_TEST = (
+    f"{(1 - SERIES_ALPHA) * 100:.1f} % prediction interval (Student's t) of a run's log median from the "
+    "spread of the runs' medians in the series' stable segments, widened by the run's own "
+    f"median interval and ±{DRIFT:.0%} for the drift of a machine between runs; and "
+    f"{LATENCY_TEST} (the run against its segment's runs)"
+)
+
+
+@dataclass(frozen=True)
+class SeriesVerdict:
+    """One run of a series (`series_verdicts`): its median with its interval and its verdict
+    against the stable segment before it, with the evidence.
+
+    `segment` holds the runs (indices) it was compared with and `reference` the latest of
+    them (what changed is named against it); `level_ms` is their level (the geometric mean of
+    their medians), `ratio` the run's median over it, `low`/`high` and `p_value` what the
+    test on the samples (`difference`) gives against the segment's samples, `noise` the
+    share beyond which a run is called (the prediction interval's half-width) and
+    `run_noise` the measured spread of the runs' medians (a standard deviation, as a share),
+    from `history` runs. What a later run showed of this one: `returned_at`, the run that
+    returned to the level (this one was an outlier), or `confirmed_by`, the run that
+    confirmed it as a new level; `level_since`, the run where the level this one is noise
+    against began; `hindsight`, one of the first runs judged against the runs after it.
+    `note` says it in words."""
+
+    index: int
+    verdict: str
+    median_ms: float
+    median_low_ms: float | None
+    median_high_ms: float | None
+    count: int
+    segment: tuple[int, ...] = ()
+    reference: int | None = None
+    level_ms: float | None = None
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    p_value: float | None = None
+    noise: float | None = None
+    run_noise: float | None = None
+    history: int = 0
+    returned_at: int | None = None
+    confirmed_by: int | None = None
+    level_since: int | None = None
+    hindsight: bool = False
+    test: str = SERIES_TEST
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "segment": list(self.segment),
+            "words": self.words,
+            "note": self.note(),
+        }
+
+    def note(self, number: Callable[[int], Any] = lambda index: index + 1) -> str:
+        """What later runs showed of this one, naming runs by `number` (by default their
+        place in the series, from 1)."""
+        if self.returned_at is not None:
+            return f"an outlier: run {number(self.returned_at)} returned to the level"
+        if self.confirmed_by is not None:
+            return f"a level shift, confirmed by run {number(self.confirmed_by)}"
+        if self.level_since is not None:
+            return f"noise against the new level since run {number(self.level_since)}"
+        if self.hindsight:
+            return (
+                "within the noise of the runs after it"
+                if self.verdict == SERIES_NOISE
+                else "beyond the noise of the runs after it"
+            )
+        return ""
+
+    @property
+    def words(self) -> str:
+        """The verdict as the pages print it."""
+        if self.verdict == TOO_LITTLE_HISTORY or self.ratio is None:
+            return f"{TOO_LITTLE_HISTORY} ({MIN_HISTORY} runs measure the noise)"
+        if self.noise is None:
+            return f"{self.verdict} (×{ratio(self.ratio)}, its median's interval not bounded)"
+        if self.verdict == SERIES_NOISE:
+            return f"noise (×{ratio(self.ratio)}, within ±{self.noise * 100:.1f} %)"
+        return (
+            f"{self.verdict} (×{ratio(self.ratio)}, beyond ±{self.noise * 100:.1f} %, "
+            f"{p_value(self.p_value)})"
+        )
+
+
+def _pooled_spread(logs: np.ndarray, segments_of: list[list[int]]) -> tuple[float, int]:
+    """The standard deviation of the runs' log medians about their segment's mean, pooled
+    over the segments (the latest `SERIES_WINDOW` runs of each), and its degrees of freedom."""
+    squares, freedom = 0.0, 0
+    for segment in segments_of:
+        values = logs[segment[-SERIES_WINDOW:]]
+        squares += float(np.sum((values - values.mean()) ** 2))
+        freedom += values.size - 1
+    return (math.sqrt(squares / freedom) if freedom > 0 else 0.0), freedom
+
+
+class _Series:
+    """The runs of a series as the test reads them: each run's samples, its median's log and
+    the log half-width of the median's interval (infinite where the samples cannot bound
+    it)."""
+
+    def __init__(self, runs: Sequence[Sequence[float] | np.ndarray]) -> None:
+        self.arrays = [_samples(run) for run in runs]
+        self.medians = np.asarray([float(np.median(array)) for array in self.arrays])
+        if np.any(self.medians <= 0):
+            raise ValueError("a series' medians must be positive")
+        self.logs = np.log(self.medians)
+        self.intervals = [quantile_interval(array, 0.5) for array in self.arrays]
+        self.halves = [
+            math.inf
+            if low is None or high is None or low <= 0
+            else max(math.log(median / low), math.log(high / median))
+            for (low, high), median in zip(self.intervals, self.medians, strict=True)
+        ]
+
+    def entry(self, index: int) -> dict[str, Any]:
+        low, high = self.intervals[index]
+        return {
+            "index": index,
+            "verdict": TOO_LITTLE_HISTORY,
+            "median_ms": float(self.medians[index]),
+            "median_low_ms": low,
+            "median_high_ms": high,
+            "count": int(self.arrays[index].size),
+        }
+
+    def against(self, segment: list[int], index: int, pooled: list[list[int]]) -> dict[str, Any]:
+        """Run `index` against the runs of `segment`, the noise measured over the segments
+        `pooled`: the evidence, and its `direction` (+1 slower, −1 faster, 0 within the
+        noise). Beyond the noise: the log median lies past the prediction interval of one
+        more run, t·s·√(1 + 1/n) combined in quadrature with the run's own median interval
+        and the drift of a machine between two runs (`DRIFT`), and the Mann–Whitney test of
+        `difference` rejects at ALPHA."""
+        spread, freedom = _pooled_spread(self.logs, pooled)
+        level = float(self.logs[segment].mean())
+        threshold = math.inf
+        if freedom > 0:
+            t = float(stats.t.ppf(1 - SERIES_ALPHA / 2, freedom))
+            # As every difference of two runs here (`difference`), the drift of one machine
+            # between runs (`DRIFT`) joins the interval: a series of a few very quiet runs
+            # would otherwise take a 2 % step of the clock for a change.
+            threshold = math.hypot(
+                t * spread * math.sqrt(1 + 1 / len(segment)),
+                self.halves[index],
+                math.log1p(DRIFT),
+            )
+        reference = np.concatenate([self.arrays[j] for j in segment])
+        tested = difference(reference, self.arrays[index], noise=0.0, resamples=SERIES_RESAMPLES)
+        shift = float(self.logs[index]) - level
+        direction = 0
+        if abs(shift) > threshold and tested.p_value < ALPHA:
+            direction = 1 if shift > 0 else -1
+        return {
+            "direction": direction,
+            "segment": tuple(segment),
+            "reference": segment[-1],
+            "level_ms": math.exp(level),
+            # The ratio its interval belongs to: the run's median over the median of the
+            # segment's samples (the threshold reads the run's log median against the level).
+            "ratio": tested.ratio,
+            "low": tested.low,
+            "high": tested.high,
+            "p_value": tested.p_value,
+            "noise": math.expm1(threshold) if math.isfinite(threshold) else None,
+            "run_noise": math.expm1(spread),
+            "history": sum(len(part[-SERIES_WINDOW:]) for part in pooled),
+        }
+
+
+def series_verdicts(runs: Sequence[Sequence[float] | np.ndarray]) -> list[SeriesVerdict]:
+    """Each run of a series of re-runs of one configuration (each run: its timed batches'
+    latencies in ms at one batch size, in the order timed; the runs in the order run)
+    labelled `regression`, `improvement` or `noise` against the noise the series itself
+    shows, or `too little history`.
+
+    A sequential change-point test. The series is cut into stable segments (runs at one
+    level). The noise is measured from the series: the standard deviation of the runs' log
+    medians about their segment's mean, pooled over the segments (the latest `SERIES_WINDOW`
+    runs of each). Each run is compared with the current segment: a regression (an
+    improvement) when its log median lies above (below) the segment's mean by more than the
+    `1 − SERIES_ALPHA` prediction interval of one more run (Student's t on the pooled degrees
+    of freedom, so that few runs give a wide interval), combined with the run's own median
+    interval, *and* the Mann–Whitney test of `difference` on the run's samples against the
+    segment's rejects at `ALPHA`.
+
+    The first `MIN_HISTORY` runs only measure. Once more runs joined the segments, each of
+    them is judged against the runs of its segment after and around it (leave one out); one
+    beyond their noise is labelled as such and left out of the segment, and the series is
+    read again without it (so that an early outlier does not widen the noise of all).
+
+    A run called out stays out of the segment. When the next run returns to the segment's
+    level, the called run was an outlier (`returned_at`) and the next is noise against the
+    segment; when the next run is called in the same direction and lies within the noise of
+    the called one, the level moved: the two start a new segment (the next is noise against
+    the new level, `level_since`; the called run keeps its verdict, `confirmed_by`)."""
+    series = _Series(runs)
+    skipped: set[int] = set()
+    for _ in range(MIN_HISTORY + 1):
+        found, stable = _sequential(series, skipped)
+        beyond = _hindsight(series, found, stable, skipped)
+        if beyond <= skipped:
+            break
+        skipped |= beyond
+    for entry in found:
+        entry.pop("direction", None)
+    return [SeriesVerdict(**entry) for entry in found]
+
+
+def _sequential(series: _Series, skipped: set[int]) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """One pass over the series (the runs in `skipped` left out): each run's verdict, and the
+    stable segments."""
+    found = [series.entry(index) for index in range(len(series.arrays))]
+    stable: list[list[int]] = []
+    called: list[int] = []  # the run called out just before, not (yet) in a segment
+    for index in range(len(series.arrays)):
+        if index in skipped:
+            continue
+        if sum(len(segment) for segment in stable) < MIN_HISTORY:
+            stable = stable or [[]]
+            stable[-1].append(index)
+            continue
+        entry = found[index]
+        entry.update(series.against(stable[-1][-SERIES_WINDOW:], index, stable))
+        direction = entry["direction"]
+        if direction == 0:
+            entry["verdict"] = SERIES_NOISE
+            stable[-1].append(index)
+            for earlier in called:
+                found[earlier]["returned_at"] = index
+            called = []
+            continue
+        if called and found[called[0]]["direction"] == direction:
+            again = series.against(called, index, stable)
+            if again["direction"] == 0:
+                entry.update(again, verdict=SERIES_NOISE, level_since=called[0])
+                found[called[0]]["confirmed_by"] = index
+                stable.append([*called, index])
+                called = []
+                continue
+        entry["verdict"] = REGRESSION if direction > 0 else IMPROVEMENT
+        called = [index]
+    return found, stable
+
+
+def _hindsight(
+    series: _Series, found: list[dict[str, Any]], stable: list[list[int]], skipped: set[int]
+) -> set[int]:
+    """The first `MIN_HISTORY` runs of the first segment, and those left out of it, judged
+    against the segment's other runs once later runs joined; the ones beyond their noise.
+    The runs they are judged against are the segment's earliest `SERIES_WINDOW` less the
+    outliers among them by the generalized extreme Studentized deviate test (Rosner, at
+    SERIES_ALPHA, on their log medians), so that a later outlier the widened noise let in
+    does not hide an early one."""
+    if sum(len(segment) for segment in stable) <= MIN_HISTORY:
+        return set()
+    rest = stable[1:]
+    window = stable[0][:SERIES_WINDOW]
+    outliers = _extreme_deviates(series.logs[window], len(window) - MIN_HISTORY)
+    kept = [index for place, index in enumerate(window) if place not in outliers]
+    beyond = set()
+    for index in sorted({*stable[0][:MIN_HISTORY], *skipped}):
+        others = [j for j in kept if j != index]
+        earlier = [j for j in others if j < index]
+        entry = found[index]
+        entry.update(series.against(others, index, [others, *rest]))
+        entry.update(hindsight=True, reference=earlier[-1] if earlier else None)
+        direction = entry["direction"]
+        entry["verdict"] = (SERIES_NOISE, REGRESSION, IMPROVEMENT)[direction]
+        if direction:
+            beyond.add(index)
+    return beyond
+
+
+def _extreme_deviates(values: np.ndarray, most: int) -> set[int]:
+    """The places of the outliers among `values`, at most `most` of them, by the generalized
+    extreme Studentized deviate test (Rosner 1983) at SERIES_ALPHA: the farthest from the
+    mean is taken out, `most` times over; the outliers are the first i taken out, i the last
+    step whose deviate exceeds its critical value (so that two outliers cannot mask each
+    other)."""
+    remaining = list(range(values.size))
+    taken: list[int] = []
+    count = 0
+    for step in range(1, min(most, values.size - 2) + 1):
+        subset = values[remaining]
+        spread = float(subset.std(ddof=1))
+        if spread == 0:
+            break
+        deviations = np.abs(subset - subset.mean()) / spread
+        farthest = int(np.argmax(deviations))
+        size = values.size - step + 1
+        t = float(stats.t.ppf(1 - SERIES_ALPHA / (2 * size), size - 2))
+        critical = (size - 1) * t / math.sqrt((size - 2 + t * t) * size)
+        taken.append(remaining.pop(farthest))
+        if deviations[farthest] > critical:
+            count = step
+    return set(taken[:count])

@@ -58,8 +58,9 @@ class Trace(models.Model):
 
 
 class SpanAggregate(models.Model):
-    """The durations of the spans of one trace with the same level, name, op type and batch
-    size (None: spans outside any batch), and for a layer the kernels run inside it."""
+    """The durations of the spans of one trace with the same level, name, op type, batch size
+    (None: spans outside any batch) and parent path, and for a layer the kernels run inside
+    it; for a hardware counter, the median of its sampled values."""
 
     trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="aggregates")
     level = models.CharField(max_length=32, blank=True, default="")
@@ -78,6 +79,13 @@ class SpanAggregate(models.Model):
     # their total time (None: none, or a row of a kernel level).
     kernel_count = models.PositiveBigIntegerField(null=True, blank=True)
     kernel_total_ns = models.BigIntegerField(null=True, blank=True)
+    # The names of the layer and op spans that enclose these spans, outermost first, joined by
+    # " › " (`traces.aggregates.PATH_SEPARATOR`); "" where none does (stages, batches,
+    # layers). A counter's row: the sampler that took it (its span's name).
+    parent = models.CharField(max_length=1024, blank=True, default="")
+    # A counter's row (level `hardware`, op type `counter`, named after the counter): the
+    # median of the values its samples carry; None for the rows of spans.
+    value_p50 = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "evaluations_spanaggregate"

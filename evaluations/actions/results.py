@@ -4,6 +4,8 @@ finished as succeeded."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import numpy as np
@@ -41,8 +43,11 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
             )
         # The per-input outputs go to the artifact store, and are removed again if the result
         # is not stored after all.
+        layers = _layer_outputs(evaluation, upload)
         predictions_path = outputs.write(evaluation.pk, upload.predictions.to_dict())
         try:
+            if layers is not None:
+                outputs.write_layers(evaluation.pk, layers)
             result = _store_result(evaluation, upload, predictions_path)
             evaluation.progress_done = evaluation.progress_total
             reason = _accuracy_words(result, evaluation.task)
@@ -54,6 +59,37 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
             outputs.remove(evaluation.pk)
             raise
     return result
+
+
+def _layer_outputs(evaluation: Evaluation, upload: ResultUpload) -> bytes | None:
+    """The capture file of a job that named `capture_inputs`, read and checked (Invalid naming
+    `layer_outputs`); None for any other job, which must send none."""
+    asked = list(evaluation.request.get("capture_inputs") or [])
+    sent = upload.layer_outputs
+    if not asked:
+        if sent is not ABSENT:
+            raise Invalid(
+                "must be left out: the job captured no layer outputs (capture_inputs is empty)",
+                path="layer_outputs",
+                code=EvaluationErrorCode.RESULT_MISMATCH,
+            )
+        return None
+    if sent is ABSENT:
+        raise Invalid(
+            f"is required: the job captured the layer outputs of inputs {asked}",
+            path="layer_outputs",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    try:
+        data = base64.b64decode(sent, validate=True)
+        outputs.read_capture(data, asked)
+    except (binascii.Error, ValueError) as error:
+        raise Invalid(
+            f"is not a capture file: {error}",
+            path="layer_outputs",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        ) from None
+    return data
 
 
 def _check_accuracy(evaluation: Evaluation, accuracy: Headline) -> None:

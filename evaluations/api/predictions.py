@@ -1,4 +1,5 @@
-"""`GET /api/v1/evaluations/<id>/predictions/`: a result's per-input outputs, a page at a time.
+"""`GET /api/v1/evaluations/<id>/predictions/`: a result's per-input outputs, a page at a time;
+and `GET /api/v1/evaluations/<id>/layers/`: the layer outputs it captured (`capture_inputs`).
 
 Each row: `index` (the input's position in the split), `label` (its class in the dataset),
 `classes` (the model's top-k classes) and `probabilities` (theirs). The rows live in a columnar
@@ -10,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.http import FileResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import generics, serializers
 from rest_framework.request import Request
@@ -18,6 +22,7 @@ from rest_framework.response import Response
 
 from evaluations import outputs
 from evaluations.api.evaluations import READ_SCOPES, visible_evaluations
+from hub import storage
 from hub.errors import NotFound
 
 ROW = inline_serializer(
@@ -69,3 +74,24 @@ class EvaluationPredictions(generics.GenericAPIView[Any]):
             raise NotFound(f"evaluation {pk} has no result yet", path="")
         page = self.paginate_queryset(_Rows(result.predictions_path))  # type: ignore[arg-type]
         return self.get_paginated_response(page)
+
+
+class EvaluationLayers(generics.GenericAPIView[Any]):
+    """`GET /api/v1/evaluations/<id>/layers/`: the layer outputs an evaluation launched with
+    `capture_inputs` kept (the `.npz` capture file that `mlms diverge a.npz b.npz` reads)."""
+
+    required_scopes = {"GET": READ_SCOPES, "HEAD": READ_SCOPES}
+    anonymous_methods = ("GET", "HEAD")
+
+    @extend_schema(
+        summary="The layer outputs an evaluation captured (capture_inputs), as a capture file",
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+    )
+    def get(self, request: Request, pk: UUID) -> HttpResponseBase:
+        evaluation = get_object_or_404(visible_evaluations(request), pk=pk)
+        file = storage.resolve(outputs.layers_path_of(evaluation.pk))
+        if not file.is_file():
+            raise NotFound(f"evaluation {pk} kept no layer outputs", path="")
+        response = FileResponse(file.open("rb"), content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="{pk}-layers.npz"'
+        return response

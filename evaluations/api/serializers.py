@@ -481,6 +481,13 @@ class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="the evaluation loop's report (`predictors.protocol.Report`): the keys it "
         "names and no other, at any level (an unknown key is refused, naming its path)"
     )
+    layer_outputs = serializers.CharField(
+        required=False,
+        trim_whitespace=False,
+        help_text="the layer outputs of the job's capture_inputs: the capture file "
+        "(`predictors.analysis.divergence.Capture`), base64; only for a job that named "
+        "capture_inputs",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if set(attrs["throughput"]) != set(attrs["latency"]):

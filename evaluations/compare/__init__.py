@@ -23,6 +23,9 @@ for the API (`GET /api/v1/compare/`) and the page (`/compare/`).
   the kernels added, removed, faster and slower across the whole trace.
 - **Across systems** (`latency`): when the evaluations ran one model, framework and dataset on
   different hosts, the latency per batch size normalised to the baseline's host.
+
+The diff of traces (`diff`, `GET /api/v1/compare/traces/`, `/compare/traces/`) compares two
+sides of up to 32 runs in all, item by item at every level of their traces, one value per run.
 """
 
 from __future__ import annotations
@@ -45,42 +48,53 @@ MAX_EVALUATIONS = 8
 
 def parse_ids(raw: str | None) -> list[uuid.UUID]:
     """`a,b,c` → the evaluation ids, 2 to 8 of them, each once; Invalid naming `evaluations`."""
+    return parse_id_list(raw, "evaluations", MIN_EVALUATIONS, MAX_EVALUATIONS)
+
+
+def parse_id_list(raw: str | None, path: str, least: int, most: int) -> list[uuid.UUID]:
+    """`a,b,c` (query parameter `path`) → the evaluation ids, `least` to `most` of them, each
+    once; Invalid naming `path`."""
     parts = [part.strip() for part in str(raw or "").split(",") if part.strip()]
-    if not MIN_EVALUATIONS <= len(parts) <= MAX_EVALUATIONS:
+    if not least <= len(parts) <= most:
         raise Invalid(
-            f"evaluations must list {MIN_EVALUATIONS} to {MAX_EVALUATIONS} evaluation ids "
-            f"separated by commas; got {len(parts)}",
-            path="evaluations",
+            f"{path} must list {least} to {most} evaluation ids separated by commas; "
+            f"got {len(parts)}",
+            path=path,
         )
     ids: list[uuid.UUID] = []
     for part in parts:
         try:
             value = uuid.UUID(part)
         except ValueError:
-            raise Invalid(
-                f"evaluations: {part[:40]!r} is not an evaluation id", path="evaluations"
-            ) from None
+            raise Invalid(f"{path}: {part[:40]!r} is not an evaluation id", path=path) from None
         if value in ids:
-            raise Invalid(f"evaluations: {value} is listed twice", path="evaluations")
+            raise Invalid(f"{path}: {value} is listed twice", path=path)
         ids.append(value)
     return ids
 
 
 def load(
-    user: AbstractBaseUser | AnonymousUser, ids: list[uuid.UUID], baseline: str | None = None
+    user: AbstractBaseUser | AnonymousUser,
+    ids: list[uuid.UUID],
+    baseline: str | None = None,
+    *,
+    path: str = "evaluations",
+    details: bool = True,
 ) -> list[Evaluation]:
-    """The evaluations in the order given, the baseline first; NotFound naming an id the user
-    may not read (as if it did not exist)."""
-    found = {
-        evaluation.pk: evaluation
-        for evaluation in Evaluation.objects.visible_to(user)
-        .filter(pk__in=ids)
-        .select_related("result", "result__image", "host", "model", "dataset")
-        .prefetch_related("result__batch_results__samples")
-    }
+    """The evaluations in the order given, the baseline first; NotFound naming `path` and an
+    id the user may not read (as if it did not exist). `details`: with their results' batch
+    rows and samples (what a side-by-side comparison reads; a diff of traces reads none)."""
+    queryset = Evaluation.objects.visible_to(user).filter(pk__in=ids)
+    if details:
+        queryset = queryset.select_related(
+            "result", "result__image", "host", "model", "dataset"
+        ).prefetch_related("result__batch_results__samples")
+    else:
+        queryset = queryset.select_related("result", "host")
+    found = {evaluation.pk: evaluation for evaluation in queryset}
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:
-        raise NotFound(f"no evaluation {missing[0]} that you may read", path="evaluations")
+        raise NotFound(f"no evaluation {missing[0]} that you may read", path=path)
     ordered = [found[pk] for pk in ids]
     if baseline:
         try:
@@ -121,7 +135,7 @@ def compare(
         "baseline": str(evaluations[0].pk),
         # The baseline's task: what its two accuracy columns (top1, top5) hold.
         "task": evaluations[0].task,
-        "evaluations": [_summary(evaluation) for evaluation in evaluations],
+        "evaluations": [summary(evaluation) for evaluation in evaluations],
         "differs": differences.compare(evaluations, show_all=show_all),
         "accuracy": accuracy.compare(evaluations),
         "latency": latency.compare(evaluations, noise),
@@ -131,7 +145,8 @@ def compare(
     }
 
 
-def _summary(evaluation: Evaluation) -> dict[str, Any]:
+def summary(evaluation: Evaluation) -> dict[str, Any]:
+    """What a comparison shows of an evaluation: its id, page, label and what it ran."""
     return {
         "id": str(evaluation.pk),
         "url": reverse("evaluation", kwargs={"pk": evaluation.pk}),

@@ -4,6 +4,8 @@ the baseline's and a verdict on its spans; the kernels added, removed, faster an
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,20 +68,16 @@ def compare(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> d
             sorted(layer_rows, key=lambda r: (r.layer_index is None, r.layer_index, r.name))
             for layer_rows in per_layer
         ]
-        queues = [_by_op_type(layer_rows) for layer_rows in ordered]
-        for row in ordered[0]:
-            op = _op_key(row.op_type)
-            cells: list[Any] = [row]
-            for queue in queues[1:]:
-                items = queue.get(op) or []
-                cells.append(items.pop(0) if items else None)
+        paired = [pair_by_op_type(ordered[0], layer_rows) for layer_rows in ordered[1:]]
+        for position, row in enumerate(ordered[0]):
+            cells: list[Any] = [row, *(pairs[position] for pairs in paired)]
             rows.append(_layer_row(row.name, row.op_type, cells, samples, noise))
     kernel_sets = [
-        {
-            r.name: r
+        _kernels_by_name(
+            r
             for r in rows_
             if r.level == "system_library" and r.op_type == "kernel" and r.batch_size == size
-        }
+        )
         for rows_ in every
     ]
     return {
@@ -121,11 +119,15 @@ def _op_key(op_type: str | None) -> str:
     return text
 
 
-def _by_op_type(rows: list[Any]) -> dict[str, list[Any]]:
+def pair_by_op_type(base: Sequence[Any], other: Sequence[Any]) -> list[Any]:
+    """Layers of two frameworks paired, best effort: for each of `base` (layers with an
+    `op_type`, in the order they run) the layer of `other` it pairs with, or None. Layers of
+    one op type (`conv`, `gemm`, …, each framework's spelling of it) pair up in the order they
+    run."""
     queues: dict[str, list[Any]] = {}
-    for row in rows:
+    for row in other:
         queues.setdefault(_op_key(row.op_type), []).append(row)
-    return queues
+    return [(queues.get(_op_key(row.op_type)) or [None]).pop(0) for row in base]
 
 
 def _layer_row(
@@ -201,6 +203,27 @@ def _layer_row(
             for cell in cells
         ],
     }
+
+
+@dataclass
+class _Kernel:
+    count: int
+    total_ns: int
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.count if self.count else 0.0
+
+
+def _kernels_by_name(rows: Iterable[Any]) -> dict[str, _Kernel]:
+    """{kernel name: its calls and time over the whole trace}: the aggregates keep a row per
+    kernel name and parent path (the op and layer that ran it), summed here."""
+    kernels: dict[str, _Kernel] = {}
+    for row in rows:
+        found = kernels.setdefault(row.name, _Kernel(0, 0))
+        found.count += row.count
+        found.total_ns += row.total_ns
+    return kernels
 
 
 def _kernel_diff(kernel_sets: list[dict[str, Any]]) -> list[dict[str, Any]]:

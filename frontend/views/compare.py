@@ -1,4 +1,5 @@
-"""The comparison page (`/compare/?evaluations=<id>,<id>,…`), built by `evaluations.compare`."""
+"""The comparison page (`/compare/?evaluations=<id>,<id>,…`), built by `evaluations.compare`,
+and the diff of many traces (`/compare/traces/?a=<id>,…&b=<id>,…`, `evaluations.compare.diff`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from evaluations import compare as comparison
+from evaluations.compare import diff
 from frontend import display
 from hub.errors import DomainError, NotFound
 
@@ -51,6 +54,43 @@ def compare(request: HttpRequest) -> HttpResponse:
                 for summary in report["evaluations"]
             ],
             "api_url": "/api/v1/compare/?" + urlencode({"evaluations": ids_text}),
+            # The same evaluations as two sides: the baseline against the others.
+            "diff_url": reverse("compare-traces")
+            + "?"
+            + urlencode(
+                {"a": str(evaluations[0].pk), "b": comparison.ids_text(evaluations[1:]), **kept}
+            ),
+        },
+    )
+
+
+def trace_diff(request: HttpRequest) -> HttpResponse:
+    """Two sides of runs, item by item down the levels of their traces; the page draws the
+    API's answer (the same function's) and asks it again to drill down."""
+    try:
+        report = diff.from_query(request.user, request.GET)
+    except DomainError as error:
+        return render(
+            request,
+            "frontend/trace_diff.html",
+            {"error": error.message, "path": error.errors[0]["path"]},
+            status=404 if isinstance(error, NotFound) else 400,
+        )
+    ids = [side["id"] for key in ("a", "b") for side in report["sides"][key]]
+    query = {
+        key: request.GET[key] for key in ("a", "b", "batch_size", "noise") if request.GET.get(key)
+    }
+    return render(
+        request,
+        "frontend/trace_diff.html",
+        {
+            "report": report,
+            "api_url": reverse("api-compare-traces") + "?" + urlencode(query),
+            # Side by side, where they are few enough to be.
+            "compare_url": reverse("compare") + "?" + urlencode({"evaluations": ",".join(ids)})
+            if len(ids) <= comparison.MAX_EVALUATIONS
+            else None,
+            "drills": diff.DRILLS,
         },
     )
 

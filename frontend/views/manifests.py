@@ -19,6 +19,7 @@ from evaluations import leaderboards
 from evaluations.models import Evaluation
 from frontend import display
 from frontend.forms import UploadForm
+from frontend.views import watches
 from frontend.views.catalog import entries
 from hub import actions
 from hub.errors import DomainError
@@ -89,6 +90,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
         for version in versions
     ]
     content = chosen.content
+    shown_watches = watches.of_model(request, chosen.name)
     dataset_name = (content.get("attributes") or {}).get("training_dataset")
     dataset_visible = bool(
         dataset_name
@@ -118,6 +120,8 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
             "framework_name": display.framework_name(chosen.framework),
             "task_name": display.task_name(chosen.task),
             "evaluations": _evaluations_of(request, chosen.name),
+            "watches": shown_watches,
+            "plots": [entry["plot"] for entry in shown_watches],
             "published": _published_of(chosen.name, chosen.task),
             "metric_heading": display.accuracy_headings(chosen.task)[0],
         },

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from dataclasses import replace
@@ -211,6 +212,11 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
                 for entry in entries
             ],
             trace_level_requested=job.options.trace_level,
+        ),
+        layer_outputs=(
+            base64.b64encode(evaluation.capture.to_bytes()).decode("ascii")
+            if evaluation.capture is not None
+            else ABSENT
         ),
     )
 

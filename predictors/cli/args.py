@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -88,11 +89,6 @@ def integers(
     if twice and len(set(values)) != len(values):
         raise UsageError(f"{flag}: {text!r} names {twice} twice")
     return values
-
-
-def batch_sizes(text: str) -> tuple[int, ...]:
-    """`--batch-sizes 1,8,32`."""
-    return tuple(integers(text, "--batch-sizes", example="1,32", twice="a batch size"))
 
 
 def dataset(text: str) -> tuple[str, str]:
@@ -178,3 +174,18 @@ def table(rows: list[list[str]], left: int = 2) -> str:
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def add_hub_arguments(parser: argparse.ArgumentParser, token_help: str) -> None:
+    """`--hub URL` and `--token T` (from $MLMS_HUB and $MLMS_TOKEN by default) and
+    `--format table|json`: what every command that talks to a hub takes."""
+    parser.add_argument(
+        "--hub", default=os.environ.get("MLMS_HUB"), metavar="URL", help="(default: $MLMS_HUB)"
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("MLMS_TOKEN"),
+        metavar="T",
+        help=f"API token: {token_help} (default: $MLMS_TOKEN)",
+    )
+    parser.add_argument("--format", choices=("table", "json"), default="table")

@@ -1,5 +1,5 @@
 """The `mlms` command line: its commands (`evaluate`, `evaluations`, `datasets`, `study`,
-`flops`, and `agent`, which is the agent's own), and `main`, which runs one and turns a user's
+`flops`, `diverge`, `watch`, and `agent`, which is the agent's own), and `main`, which runs one and turns a user's
 mistake into one line on stderr with exit status 1 (2 for malformed arguments), never a
 traceback."""
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from predictors.agent.hub_client import HubError, HubUnreachable
-from predictors.cli import datasets, evaluate, flops, history, study
+from predictors.cli import datasets, diverge, evaluate, flops, history, study, watch
 from predictors.cli.args import PROG, CommandError, Parser, UsageError
 from predictors.evaluation import USER_ERRORS, EvaluationCancelled
 from predictors.manifests.catalog import CatalogError
@@ -23,6 +23,8 @@ COMMANDS = {
     "datasets": datasets,
     "study": study,
     "flops": flops,
+    "diverge": diverge,
+    "watch": watch,
 }
 
 

@@ -90,6 +90,13 @@ def add_commands(commands: Any) -> None:
     command.add_argument(
         "--trace-file", type=Path, metavar="PATH", help="write the spans as a Chrome trace"
     )
+    command.add_argument(
+        "--capture-file",
+        type=Path,
+        metavar="PATH.npz",
+        help="write the layer outputs --capture-inputs captured (one framework: PATH; several: "
+        "PATH with the framework before .npz); compare two with mlms diverge A.npz B.npz",
+    )
     command.add_argument("--format", choices=("table", "json"), default="table")
     command.add_argument(
         "--manifests",
@@ -148,6 +155,13 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     """Find the manifests, evaluate each framework in turn, compare them; the JSON report."""
     # Every flag is checked before anything is looked up.
     options = local_options(args)
+    if options.capture_inputs and args.capture_file is None:
+        raise UsageError(
+            "--capture-inputs: locally the layer outputs need --capture-file PATH.npz to be "
+            "written to"
+        )
+    if args.capture_file is not None and not options.capture_inputs:
+        raise UsageError("--capture-file: name the inputs to capture with --capture-inputs")
     dataset_name, split = dataset(args.dataset)
     catalog = Catalog(args.manifests)
     names = frameworks(args.framework, catalog, args.model, args.version)
@@ -168,6 +182,12 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         with _progress_bar(model.framework, disable=args.no_progress) as progress:
             evaluations.append(evaluate(model, data, options, fetch, progress=progress))
     comparisons = [compare(a, b) for a, b in itertools.combinations(evaluations, 2)]
+    for model, evaluated in zip(models, evaluations, strict=True):
+        if evaluated.capture is not None:
+            path = args.capture_file
+            if len(models) > 1:
+                path = path.with_name(f"{path.stem}.{model.framework}.npz")
+            evaluated.capture.save(path)
     if args.trace_file is not None:
         spans = [span for e in evaluations for span in e.spans]
         document = chrome_trace(rows_of_spans(spans))
@@ -212,6 +232,7 @@ def remote_request(args: argparse.Namespace) -> dict[str, Any]:
     for flag, value in (
         ("--graph-optimization", args.graph_optimization),
         ("--trace-file", args.trace_file),
+        ("--capture-file", args.capture_file),
         ("--store", args.store),
     ):
         if value is not None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 from predictors import statistics
 from predictors.agent.hub_client import HubClient
+from predictors.cli.args import add_hub_arguments
 from predictors.tasks import metric_names, metric_text, metrics_text
 
 __all__ = ["add_commands", "run"]
@@ -63,17 +63,9 @@ def add_commands(commands: Any) -> None:
     share.add_argument("--group", required=True, help="the group's name")
     share.add_argument("--stop", action="store_true", help="stop sharing it with the group")
     for parser in (listing, show, publish, unpublish, share):
-        parser.add_argument(
-            "--hub", default=os.environ.get("MLMS_HUB"), metavar="URL", help="(default: $MLMS_HUB)"
+        add_hub_arguments(
+            parser, "'read' to list and show, 'evaluate' or 'write' to publish and share"
         )
-        parser.add_argument(
-            "--token",
-            default=os.environ.get("MLMS_TOKEN"),
-            metavar="T",
-            help="API token: 'read' to list and show, 'evaluate' or 'write' to publish and "
-            "share (default: $MLMS_TOKEN)",
-        )
-        parser.add_argument("--format", choices=("table", "json"), default="table")
 
 
 def run(args: argparse.Namespace) -> str:

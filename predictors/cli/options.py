@@ -8,7 +8,7 @@ import argparse
 from dataclasses import Field, fields
 from typing import Any
 
-from predictors.cli.args import UsageError, batch_sizes, count, positive_number, share
+from predictors.cli.args import UsageError, count, integers, positive_number, share
 from predictors.protocol import JobOptions, ProtocolError, describe
 
 # The CLI's group of the options in the launch form's LoadGen group.
@@ -82,6 +82,23 @@ def add_job_options(parser: argparse.ArgumentParser, *, leave_out: tuple[str, ..
     parser.set_defaults(job_option_flags=tuple(given))
 
 
+def integer_list(name: str, text: str) -> tuple[int, ...]:
+    """A list option's comma-separated integers (`--batch-sizes 1,8,32`; empty: none), each
+    within its bounds' minimum, none twice. UsageError naming the flag."""
+    if not text.strip():
+        return ()
+    meta = JobOptions.__dataclass_fields__[name].metadata
+    return tuple(
+        integers(
+            text,
+            flag(name),
+            minimum=meta.get("minimum", 1),
+            example="1,32",
+            twice="a batch size" if name == "batch_sizes" else "an input",
+        )
+    )
+
+
 def job_options(args: argparse.Namespace, split: str, *, overrides: bool = True) -> JobOptions:
     """The job options the command line spells, here and with --hub alike: each flag left out
     takes its one default (`predictors.protocol.JOB_DEFAULTS`; an option off `unless` another
@@ -96,7 +113,7 @@ def job_options(args: argparse.Namespace, split: str, *, overrides: bool = True)
             if spec.metadata.get("item") == "str":
                 value = tuple(value) if overrides else ()
             else:
-                value = batch_sizes(value)
+                value = integer_list(name, value)
         given[name] = value
     for name, value in list(given.items()):
         unless = JobOptions.__dataclass_fields__[name].metadata.get("unless")

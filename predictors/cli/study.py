@@ -102,6 +102,11 @@ def run(args: argparse.Namespace) -> str:
     """What `mlms study …` prints (and, with --plot, the page it writes)."""
     if "," in args.framework:
         raise UsageError("--framework: a study runs one framework")
+    if args.capture_inputs.strip():
+        raise UsageError(
+            "--capture-inputs: a study compares figures, not layer outputs; capture them with "
+            "mlms evaluate --capture-inputs … --capture-file F"
+        )
     catalog = Catalog(args.manifests or DEFAULT_ROOT)
     model = override(catalog.find_model(args.model, args.version, args.framework), args.overrides)
     dataset_name, split = dataset(args.dataset)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,30 @@ def batches(
             row += batch.num_rows
 
 
+def input_column(names: Iterable[str]) -> str:
+    """A split's input column: `image` (encoded images, or .npy tensors), or `input`."""
+    found = set(names)
+    return "image" if "image" in found or "input" not in found else "input"
+
+
+def rows_at(path: Path, indices: Sequence[int]) -> list[bytes]:
+    """The input column's values (`image`, else `input`) of the rows at `indices` (0-based,
+    in that order) of a Parquet split, read a batch at a time; IndexError naming the first
+    index beyond the split."""
+    schema, rows = open_split(Path(path))
+    column = input_column(schema.names)
+    beyond = [index for index in indices if not 0 <= index < rows]
+    if beyond:
+        raise IndexError(f"input {beyond[0]} is beyond the split's {rows} rows (0 to {rows - 1})")
+    wanted = set(indices)
+    found: dict[int, bytes] = {}
+    for first, (values,) in batches(Path(path), [column], 4096, rows=max(indices) + 1):
+        for offset, value in enumerate(values):
+            if first + offset in wanted:
+                found[first + offset] = value
+    return [found[index] for index in indices]
+
+
 class DatasetReader:
     """Streams `(images, labels)` batches from a Parquet dataset file.
 
@@ -186,8 +210,7 @@ class DatasetReader:
         self.classes = classes
         schema, self.rows = open_split(self.path)
         names = set(schema.names)
-        # The input column: `image` (encoded images, or .npy tensors), or `input`.
-        self.column = "image" if "image" in names or "input" not in names else "input"
+        self.column = input_column(names)
         # The labels' column: `label` (classes), `target` (values), none.
         self.label_column = {"values": "target", "none": None}.get(target, "label")
         needed = [self.column] + ([self.label_column] if self.label_column else [])

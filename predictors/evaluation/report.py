@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from predictors.protocol.report import (
 from predictors.tracing import Span
 from predictors.tracing.counters import CounterSampler
 
+if TYPE_CHECKING:
+    from predictors.analysis.divergence import Capture
+
 __all__ = ["Evaluation", "Measured", "compare", "result_of"]
 
 
@@ -44,7 +47,7 @@ class Evaluation:
     """What `evaluate` returns.
 
     `result` is the JSON-able summary, the typed report's dict (`report` reads it back).
-    `outputs` holds the model's raw outputs for every input (dataset order, float32, one row per
+    `capture` the layer outputs the job's `capture_inputs` asked for. `outputs` holds the model's raw outputs for every input (dataset order, float32, one row per
     input) at the first batch size, first pass; `labels` the dataset labels; `predictions` the
     top-k (class, label, probability) of every input at the first batch size (a detector's: its
     detections' classes and scores, best first, and `detections` their boxes); `spans` the
@@ -59,6 +62,8 @@ class Evaluation:
     # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
     # pixels), score, class, best first; None for other tasks.
     detections: list[np.ndarray] | None = None
+    # The layer outputs of the job's `capture_inputs` (`predictors.evaluation.capture`).
+    capture: Capture | None = None
 
     @functools.cached_property
     def report(self) -> Report:
@@ -77,6 +82,8 @@ class Measured:
     followed: dict[str, Any]  # a follow-up's answer under its key (LoadGen's), or nothing
     sampler: CounterSampler | None  # the hardware counters' sampler (trace level hardware)
     load_ns: int
+    # The layer outputs of the job's `capture_inputs` (None: none asked).
+    capture: Capture | None = None
 
 
 def result_of(

@@ -21,6 +21,7 @@ import numpy as np
 from predictors.analysis import flops, roofline
 from predictors.analysis.hygiene import Watch, overhead_warnings, tracing_overhead
 from predictors.evaluation.base import ModelSpec, Progress, Scenario, Setup
+from predictors.evaluation.capture import capture_layers, capture_problem
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.report import Evaluation, Measured, result_of
@@ -110,6 +111,7 @@ def evaluate(
         predictions=first.predictions,
         spans=kept.spans,
         detections=measured.loop.detections,
+        capture=measured.capture,
     )
 
 
@@ -140,6 +142,17 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     setup = Setup(
         model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
     )
+    if options.capture_inputs:
+        problem = capture_problem(model.data, preprocessor)
+        if problem:
+            raise EvaluationError(problem)
+        rows = int(split.get("count", 2**62))
+        beyond = [index for index in options.capture_inputs if index >= rows]
+        if beyond:
+            raise EvaluationError(
+                f"capture_inputs: input {beyond[0]} is beyond the {options.split} split's "
+                f"{split['count']} rows"
+            )
     readers, total = scenario.readers(setup)
     if readers[0].count == 0:
         raise EvaluationError(f"the {options.split} split of {dataset.name} has no rows")
@@ -236,6 +249,7 @@ def _measure(
         profiler = predictor.trace_summary()
         loop.flush()
         followed = _follow_up(loop, job, per_batch_size, cancelled)
+        captured = capture_layers(setup, predictor)
     except BaseException:
         # A cancelled or failed run: what it measured so far goes to the sink all the same.
         if loop is not None:
@@ -246,7 +260,7 @@ def _measure(
             sampler.stop()
         predictor.close()
     load_ns = loaded.end_ns - loaded.start_ns
-    return Measured(loop, per_batch_size, settings, profiler, followed, sampler, load_ns)
+    return Measured(loop, per_batch_size, settings, profiler, followed, sampler, load_ns, captured)
 
 
 def _batch_sizes(

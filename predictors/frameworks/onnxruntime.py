@@ -1,4 +1,11 @@
-"""The ONNX Runtime predictor: `.onnx` files on the CPU provider or the CUDA provider."""
+"""The ONNX Runtime predictor: `.onnx` files on the CPU provider or the CUDA provider.
+
+Its layer outputs (`layer_outputs`) come from a session of their own on a copy of the graph in
+which every node's output computed from the model's input is also a graph output, with the
+timed session's providers and options (graph optimizations cannot fuse away a node whose output
+is asked for, so the nodes are the graph's). Each is named by its node's module path where the
+exporter wrote one (`predictors.frameworks.layer_outputs`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,13 @@ import numpy as np
 import onnxruntime as ort
 
 from predictors.frameworks import cuda_index
+from predictors.frameworks.layer_outputs import (
+    MAX_CAPTURE_BYTES,
+    LayerOutput,
+    numbered,
+    onnx_layer_name,
+    size_refusal,
+)
 from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
@@ -44,6 +58,10 @@ class OnnxRuntimePredictor(Predictor):
         self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
         self._optimization: str | None = None
         self._level = "none"
+        # Layer outputs: how the timed session was made, and the capture session once made.
+        self._options: PredictorOptions | None = None
+        self._providers: list[Any] = []
+        self._capture: _EveryNode | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -62,16 +80,7 @@ class OnnxRuntimePredictor(Predictor):
 
     def load(self, manifest: Manifest, options: PredictorOptions) -> None:
         self.check_device(options.device)
-        session_options = ort.SessionOptions()
-        session_options.log_severity_level = 3  # errors only: warnings would clutter stderr
-        if options.threads is not None:
-            session_options.intra_op_num_threads = options.threads
-            session_options.inter_op_num_threads = 1
-        session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if options.graph_optimization is not None:
-            session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[
-                options.graph_optimization
-            ]
+        session_options = _session_options(options)
         self._optimization = options.graph_optimization
         self._level = options.trace_level
         if at_least(options.trace_level, "framework"):
@@ -90,9 +99,8 @@ class OnnxRuntimePredictor(Predictor):
                 str(options.graph_file), sess_options=session_options, providers=providers
             )
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PredictorError(
-                f"onnxruntime cannot load {options.graph_file.name}: {first}"
+                f"onnxruntime cannot load {options.graph_file.name}: {_first_line(exc)}"
             ) from exc
         if options.device != "cpu" and session.get_providers()[0] != "CUDAExecutionProvider":
             # ONNX Runtime falls back to the CPU silently when the CUDA provider fails to start.
@@ -107,6 +115,8 @@ class OnnxRuntimePredictor(Predictor):
                 + "; ".join(f"{path}: {message}" for path, message in found)
             )
         self._session = session
+        self._options = options
+        self._providers = providers
         # By the names the manifest declares (checked above to be the graph's).
         self._input = data_input_name(manifest.data)
         self._output = scored_output_name(manifest.data)
@@ -126,6 +136,14 @@ class OnnxRuntimePredictor(Predictor):
         assert self._session is not None, "load() first"
         outputs: list[np.ndarray] = self._session.run(list(names), feeds)
         return outputs
+
+    def layer_outputs(
+        self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
+    ) -> list[LayerOutput]:
+        assert self._options is not None, "load() first"
+        if self._capture is None:
+            self._capture = _EveryNode(self._options, self._providers)
+        return self._capture.run(self._input, batch, max_bytes)
 
     def take_layers(self) -> list[list[Layer]] | None:
         """The profiler's node events of every run, by run. Profiling ends here: runs after
@@ -151,10 +169,137 @@ class OnnxRuntimePredictor(Predictor):
         }
 
     def close(self) -> None:
-        self._session = None
+        self._session = self._capture = None
         if self._profile_dir is not None:
             self._profile_dir.cleanup()
             self._profile_dir = None
+
+
+def _session_options(options: PredictorOptions) -> ort.SessionOptions:
+    """The session options `options` ask for (profiling aside)."""
+    session_options = ort.SessionOptions()
+    session_options.log_severity_level = 3  # errors only: warnings would clutter stderr
+    if options.threads is not None:
+        session_options.intra_op_num_threads = options.threads
+        session_options.inter_op_num_threads = 1
+    session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if options.graph_optimization is not None:
+        session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[options.graph_optimization]
+    return session_options
+
+
+class _EveryNode:
+    """A session on a copy of the graph whose outputs are every node's outputs computed from
+    the model's inputs (nodes of constants only, such as the exporter's weight `Identity`s, are
+    left out), in the graph's order."""
+
+    def __init__(self, options: PredictorOptions, providers: list[Any]) -> None:
+        import onnx
+
+        model = onnx.load(str(options.graph_file))
+        graph = model.graph
+        initializers = {tensor.name for tensor in graph.initializer}
+        computed = {value.name for value in graph.input if value.name not in initializers}
+        found: list[tuple[str, str, str, str]] = []  # (layer name, op type, node, output)
+        for node in graph.node:
+            if not any(name in computed for name in node.input):
+                continue
+            outputs = [name for name in node.output if name]
+            computed.update(outputs)
+            layer = onnx_layer_name(node.name, outputs[0] if outputs else "")
+            for index, output in enumerate(outputs):
+                name = layer if index == 0 else f"{layer}:{index}"
+                found.append((name, node.op_type, node.name, output))
+        self._sizes = _sizes(model, [output for *_, output in found])
+        graph_outputs = {value.name for value in graph.output}
+        for *_, output in found:
+            if output not in graph_outputs:
+                graph.output.append(onnx.ValueInfoProto(name=output))
+        names = numbered(name for name, *_ in found)
+        self._layers = [
+            (name, op_type, node, output)
+            for name, (_, op_type, node, output) in zip(names, found, strict=True)
+        ]
+        try:
+            self._session = ort.InferenceSession(
+                model.SerializeToString(),
+                sess_options=_session_options(options),
+                providers=providers,
+            )
+        except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            raise PredictorError(
+                f"onnxruntime cannot make a session that outputs every node of "
+                f"{options.graph_file.name}: {_first_line(exc)}"
+            ) from exc
+
+    def run(self, input_name: str, batch: np.ndarray, max_bytes: int) -> list[LayerOutput]:
+        rows = len(batch) if batch.ndim else 1
+        estimate = sum(size * (rows if per_row else 1) for size, per_row in self._sizes.values())
+        if estimate > max_bytes:
+            raise PredictorError(
+                size_refusal(
+                    "onnxruntime",
+                    estimate,
+                    max_bytes,
+                    f"{len(self._sizes)} of {len(self._layers)} node outputs, sized by shape "
+                    "inference before the run",
+                    at_least=True,
+                )
+            )
+        try:
+            arrays = self._session.run([output for *_, output in self._layers], {input_name: batch})
+        except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            raise PredictorError(
+                f"onnxruntime failed to capture the layer outputs: {_first_line(exc)}"
+            ) from exc
+        total = sum(int(np.asarray(array).nbytes) for array in arrays)
+        if total > max_bytes:
+            raise PredictorError(
+                size_refusal(
+                    "onnxruntime", total, max_bytes, f"{len(arrays)} node outputs", at_least=False
+                )
+            )
+        return [
+            LayerOutput(name, op_type, np.asarray(array), node)
+            for (name, op_type, node, _), array in zip(self._layers, arrays, strict=True)
+        ]
+
+
+def _sizes(model: Any, outputs: list[str]) -> dict[str, tuple[int, bool]]:
+    """The bytes of each output that shape inference can size, and whether per row of the
+    batch (its first axis is the input's batch axis): a lower bound of a capture's size, an
+    output it cannot size counting for nothing."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a model shape inference cannot read is sized after its run
+        return {}
+    graph = inferred.graph
+    batch_axes = {
+        value.type.tensor_type.shape.dim[0].dim_param
+        for value in graph.input
+        if value.type.tensor_type.shape.dim
+    } - {""}
+    types = {value.name: value.type for value in [*graph.value_info, *graph.output]}
+    sizes: dict[str, tuple[int, bool]] = {}
+    for output in outputs:
+        kind = types.get(output)
+        if kind is None or not kind.HasField("tensor_type") or not kind.tensor_type.elem_type:
+            continue
+        dims = list(kind.tensor_type.shape.dim)
+        per_row = bool(dims) and dims[0].dim_param in batch_axes
+        if per_row:
+            dims = dims[1:]
+        if not all(dim.HasField("dim_value") for dim in dims):
+            continue
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(kind.tensor_type.elem_type).itemsize
+        sizes[output] = (itemsize * int(np.prod([dim.dim_value for dim in dims])), per_row)
+    return sizes
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _runs(events: list[dict[str, Any]], kernels: bool = False) -> list[list[Layer]]:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from predictors.frameworks.layer_outputs import MAX_CAPTURE_BYTES, LayerOutput
 from predictors.manifests import Manifest
 from predictors.protocol import LOCAL_DEVICES, cuda_index
 from predictors.tracing import Layer
@@ -106,9 +107,10 @@ class Predictor(ABC):
     """One model loaded in one framework.
 
     Usage: `predictor.load(manifest, options)`, then `predictor.predict(batch)` any number of
-    times, then `predictor.close()`. `predict` takes the batch the manifest's preprocessing
-    produces (a NumPy array, batch axis first) and returns the model's first output as a NumPy
-    array on the host, batch axis first.
+    times (and `predictor.layer_outputs(batch)` to see inside the model), then
+    `predictor.close()`. `predict` takes the batch the manifest's preprocessing produces (a
+    NumPy array, batch axis first) and returns the model's first output as a NumPy array on the
+    host, batch axis first.
     """
 
     framework: ClassVar[str]
@@ -142,6 +144,16 @@ class Predictor(ABC):
             f"the {self.framework} predictor feeds one input; models with constant or state "
             "inputs run in ONNX Runtime or PyTorch"
         )
+
+    def layer_outputs(
+        self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
+    ) -> list[LayerOutput]:
+        """Every layer's output for `batch`, in the order the model computes them
+        (`predictors.frameworks.layer_outputs`), on the host. Called after `load`; it runs a
+        copy of the model of its own, made on the first call, so that the timed model is left
+        as it was. PyTorch, ONNX Runtime and Keras capture; PredictorError where the predictor
+        cannot, or where the outputs would take more than `max_bytes`."""
+        raise PredictorError(f"the {self.framework} predictor does not capture layer outputs")
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
         """The loaded model's input (shape with None for free dimensions, element type), where

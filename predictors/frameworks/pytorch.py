@@ -9,6 +9,9 @@ Tracing (`PredictorOptions.trace_level`), two ways:
   `record_function` annotation; at `system_library` or finer with CUDA activities (CUPTI) too
   on a GPU, and at `full` with input shapes. `take_layers` cuts the profiler's trace into each
   call's layers, ops, runtime calls and GPU kernels (`predictors.frameworks.torch_trace`).
+
+Its layer outputs (`layer_outputs`) come from a second copy of the TorchScript module whose
+graphs record every module's output (`predictors.frameworks.torch_capture`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from predictors.frameworks.layer_outputs import MAX_CAPTURE_BYTES, LayerOutput
 from predictors.frameworks.predictor import (
     LayerTimingPredictor,
     PredictorError,
@@ -34,6 +39,7 @@ from predictors.frameworks.predictor import (
     StateReset,
     cuda_device,
 )
+from predictors.frameworks.torch_capture import TorchCapture
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
 from predictors.protocol import Attr, at_least
@@ -71,6 +77,9 @@ class PyTorchPredictor(LayerTimingPredictor):
         self._profile_level: str | None = None
         self._profiler: Any = None
         self._stopped: Any = None  # the profiler after stop_tracing, for take_layers
+        # Layer outputs: the model's file, and its rewritten copy once `layer_outputs` made it.
+        self._graph_file: Path | None = None
+        self._capture: TorchCapture | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -129,6 +138,7 @@ class PyTorchPredictor(LayerTimingPredictor):
             parameter.requires_grad_(False)
         self._model = model.eval()
         self._run = self._model
+        self._graph_file = options.graph_file
         # `run` calls the module with the inputs in the manifest's order and reads its outputs
         # (a tensor, or a tuple or list of them) in the manifest's order.
         self._input_names = [str(entry["name"]) for entry in manifest.data["inputs"]]
@@ -215,6 +225,16 @@ class PyTorchPredictor(LayerTimingPredictor):
             )
         by_name = dict(zip(self._output_names, outputs, strict=True))
         return [by_name[name].detach().cpu().numpy() for name in names]
+
+    def layer_outputs(
+        self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
+    ) -> list[LayerOutput]:
+        """Every module's output, from a rewritten copy of the TorchScript module
+        (`predictors.frameworks.torch_capture`)."""
+        assert self._graph_file is not None, "load() first"
+        if self._capture is None:
+            self._capture = TorchCapture(self._graph_file, self._device)
+        return self._capture.run(batch, max_bytes)
 
     def _run_layers(self, inputs: torch.Tensor) -> torch.Tensor:
         """The model run layer by layer, each layer timed (trace level framework).
@@ -348,7 +368,8 @@ class PyTorchPredictor(LayerTimingPredictor):
         if self._profiler is not None:
             self._profiler.stop()
             self._profiler = None
-        self._model = self._run = self._layers = None
+        self._model = self._run = self._layers = self._capture = None
+        self._graph_file = None
         self.__dict__.pop("predict", None)
         if self._device.type == "cuda":
             torch.cuda.empty_cache()

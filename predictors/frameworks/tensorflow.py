@@ -10,6 +10,10 @@ layers and ops come from its trace (`predictors.frameworks.tf_trace`). At trace 
 or a functional model that runs each layer once on the previous layer's output) runs instead
 in one graph with a `tf.timestamp()` reading between layers (`take_layers`; clock
 `CLOCK_TF_LAYERS`).
+
+Its layer outputs (`layer_outputs`) come from a second Keras model on the same layers, whose
+outputs are every layer's (a functional or Sequential model only: Keras records no layer
+outputs of a subclassed model's Python `call`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from predictors.frameworks import cuda_index  # noqa: E402
+from predictors.frameworks.layer_outputs import (  # noqa: E402
+    MAX_CAPTURE_BYTES,
+    LayerOutput,
+    numbered,
+    size_refusal,
+)
 from predictors.frameworks.predictor import (  # noqa: E402
     LayerTimingPredictor,
     PredictorError,
@@ -90,6 +100,8 @@ class TensorFlowPredictor(LayerTimingPredictor):
         self._profile_dir: tempfile.TemporaryDirectory[str] | None = None
         self._profiling = False
         self._stopped = False  # the profiler ran and was stopped: take_layers reads its trace
+        # Layer outputs: a model whose outputs are every layer's, once `layer_outputs` made it.
+        self._capture: tuple[Any, list[tuple[str, str]]] | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -190,6 +202,51 @@ class TensorFlowPredictor(LayerTimingPredictor):
         elif isinstance(outputs, dict):
             outputs = next(iter(outputs.values()))
         return outputs.numpy()
+
+    def layer_outputs(
+        self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
+    ) -> list[LayerOutput]:
+        """Every layer's output, from a second Keras model on the same layers whose outputs are
+        theirs (`_every_layer`)."""
+        assert self._model is not None, "load() first"
+        if self._capture is None:
+            self._capture = _every_layer(self._model)
+        model, layers = self._capture
+        # Sized before the run by the outputs' shapes (a free axis other than the batch's
+        # counts for nothing there), and after it exactly.
+        rows = len(batch)
+        shapes = [tuple(output.shape[1:]) for output in model.outputs]
+        estimate = sum(
+            rows * int(np.prod([d or 0 for d in shape])) * np.dtype(output.dtype).itemsize
+            for shape, output in zip(shapes, model.outputs, strict=True)
+        )
+        unsized = any(None in shape for shape in shapes)
+        if estimate > max_bytes:
+            raise PredictorError(
+                size_refusal(
+                    "tensorflow",
+                    estimate,
+                    max_bytes,
+                    f"{len(layers)} layer outputs",
+                    at_least=unsized,
+                )
+            )
+        with tf.device(self._device):
+            arrays = model(tf.convert_to_tensor(batch), training=False)
+        if not isinstance(arrays, list | tuple):
+            arrays = [arrays]
+        arrays = [np.asarray(array) for array in arrays]
+        total = sum(array.nbytes for array in arrays)
+        if total > max_bytes:
+            raise PredictorError(
+                size_refusal(
+                    "tensorflow", total, max_bytes, f"{len(layers)} layer outputs", at_least=False
+                )
+            )
+        return [
+            LayerOutput(name, op_type, array)
+            for (name, op_type), array in zip(layers, arrays, strict=True)
+        ]
 
     def _run_layers(self, batch: np.ndarray) -> tf.Tensor:
         """The model's layers in one graph, timed between layers (trace level framework).
@@ -308,7 +365,7 @@ class TensorFlowPredictor(LayerTimingPredictor):
             self._profile_dir = None
         self._model = None
         self._function = self._run = self._layers = None
-        self._timed = None
+        self._timed = self._capture = None
         self._calls = []
         keras.backend.clear_session()
 
@@ -320,6 +377,42 @@ def _all_layers(model: keras.layers.Layer) -> list[keras.layers.Layer]:
         found.append(layer)
         found.extend(_all_layers(layer))
     return found
+
+
+def _every_layer(model: keras.Model) -> tuple[keras.Model, list[tuple[str, str]]]:
+    """A Keras model on `model`'s input whose outputs are the output of each of its layers, in
+    the order of its layers (a nested model counts as one layer), and each output's (layer
+    name, layer class); a layer with several outputs gives each, the second `name:1`, and a
+    layer the model calls more than once the output of its first call. Keras records the
+    outputs of a functional model's layers (a `Sequential` is one); a subclassed model's `call`
+    is Python, whose layer outputs Keras does not record: refused."""
+    if not isinstance(model, keras.src.models.functional.Functional) or not model.inputs:
+        raise PredictorError(
+            f"the Keras model {model.name!r} ({type(model).__name__}) is no built functional or "
+            "Sequential model: Keras records the layer outputs of those only (a subclassed "
+            "model's call is Python)"
+        )
+    outputs: list[Any] = []
+    layers: list[tuple[str, str]] = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        try:
+            output = layer.output
+        except (AttributeError, ValueError) as exc:  # a layer Keras never called
+            raise PredictorError(
+                f"the Keras layer {layer.name!r} has no output to capture: {exc}"
+            ) from exc
+        found = list(output) if isinstance(output, list | tuple) else [output]
+        for index, tensor in enumerate(found):
+            outputs.append(tensor)
+            layers.append(
+                (layer.name if index == 0 else f"{layer.name}:{index}", type(layer).__name__)
+            )
+    inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs
+    names = numbered(name for name, _ in layers)
+    capture = keras.Model(inputs, outputs, name=f"{model.name}_layer_outputs")
+    return capture, [(name, op_type) for name, (_, op_type) in zip(names, layers, strict=True)]
 
 
 def _timed_chain(layers: list[keras.layers.Layer], signature: tf.TensorSpec) -> Any:

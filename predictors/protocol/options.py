@@ -17,6 +17,8 @@ from predictors.protocol.vocabulary import TRACE_LEVEL_MEANINGS, TRACE_LEVELS
 
 
 MAX_BATCH_SIZE = 65536
+# The most inputs whose layer outputs one evaluation captures (`capture_inputs`).
+MAX_CAPTURED_INPUTS = 16
 # How an evaluation drives the model: the fixed batches alone, or after them an MLPerf LoadGen
 # scenario (`predictors.evaluation.scenarios.loadgen`).
 SCENARIOS = ("fixed", "single_stream", "multi_stream", "server", "offline")
@@ -363,6 +365,19 @@ class JobOptions:
         bounds=(0, 600_000),
     )
 
+    # The first divergence (`predictors.analysis.divergence`): every layer's output of a few
+    # chosen inputs, kept with the result.
+    capture_inputs: tuple[int, ...] = _option(
+        (),
+        "dataset indices (from 0) of inputs whose every layer's output is captured after the "
+        "timed batches and kept with the result, to find where two runs part",
+        label="Capture layer outputs of inputs",
+        metavar="I[,I...]",
+        bounds=(0, 2**31 - 1),
+        min_items=0,
+        max_items=MAX_CAPTURED_INPUTS,
+    )
+
     def __post_init__(self) -> None:
         for spec in fields(JobOptions):  # a subclass's own fields are its own to check
             _check_option(spec, getattr(self, spec.name))
@@ -399,6 +414,31 @@ class JobOptions:
 JOB_DEFAULTS: Mapping[str, Any] = MappingProxyType(
     {spec.name: spec.default for spec in fields(JobOptions)}
 )
+
+
+# The options that shape what the model computes, kept when a job is run again to capture its
+# layer outputs (`capture_run`); every other option only drives or times it.
+COMPUTING_OPTIONS = (
+    "split",
+    "seed",
+    "threads",
+    "overrides",
+    "allow_label_mismatch",
+    "latency_only",
+)
+
+
+def capture_run(options: Mapping[str, Any], inputs: tuple[int, ...]) -> JobOptions:
+    """The job options that run a job again to capture the layer outputs of `inputs`: its
+    `COMPUTING_OPTIONS` as it ran, one input timed at batch size 1 with no warm-up and no
+    trace, and every other option its default. ProtocolError naming an option at fault."""
+    kept: dict[str, Any] = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in options.items()
+        if name in COMPUTING_OPTIONS
+    }
+    kept.update(batch_sizes=(1,), limit=1, warmup=0, trace_level="none", capture_inputs=inputs)
+    return JobOptions(**kept)
 
 
 def default_warmup(cold_start: bool) -> int:

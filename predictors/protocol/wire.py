@@ -156,6 +156,9 @@ class ResultUpload(Record):
     content_hash: str
     stack: dict[str, Any]
     details: Report
+    # The layer outputs of the job's `capture_inputs`: the capture file
+    # (`predictors.analysis.divergence.Capture`), base64.
+    layer_outputs: Maybe[str] = ABSENT
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "") -> ResultUpload:

@@ -58,7 +58,7 @@ from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 from schemathesis.core.failures import Failure, FailureGroup
 
-from evaluations.models import Evaluation
+from evaluations.models import Divergence, Evaluation, Watch
 from hub.models import ApiToken, Manifest, hash_token
 from tests.evaluations.factories import (
     catalog_manifests,
@@ -166,6 +166,17 @@ def seeded(make_client, django_user_model) -> Seeded:  # type: ignore[no-untyped
     exported = user.post("/v1/traces", _spans(trace), format="json")
     assert exported.status_code == 200, exported.content
 
+    divergence = Divergence.objects.create(
+        user=alice, a_id=finished, b_id=running, inputs=[0], tolerance=1e-4
+    )
+    watch = Watch.objects.create(
+        user=alice,
+        name="nightly",
+        request=Evaluation.objects.get(pk=finished).request,
+        model_name="m",
+        batch_size=1,
+    )
+
     def ids(kind: str) -> list[int]:
         return list(Manifest.objects.filter(kind=kind).values_list("pk", flat=True))
 
@@ -178,6 +189,8 @@ def seeded(make_client, django_user_model) -> Seeded:  # type: ignore[no-untyped
             "hosts": [host.pk for host in hosts.values()],
             "tokens": [spare.pk],
             "evaluations": [finished, running, queued],
+            "divergence": [divergence.pk],
+            "watches": [watch.pk],
             "traces": list(
                 Evaluation.objects.filter(pk__in=[finished, running]).values_list(
                     "trace_id", flat=True

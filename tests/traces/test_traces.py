@@ -402,6 +402,7 @@ def test_layer_aggregates(bob_client) -> None:  # type: ignore[no-untyped-def]
         "op_type": "Conv",
         "batch_size": None,
         "layer_index": 0,
+        "parent": "",
         "count": 5,
         "total_ns": 200,
         "mean_ns": 40.0,

@@ -43,6 +43,7 @@ class TraceLayers(TraceView):
                 "op_type": row.op_type,
                 "batch_size": row.batch_size,
                 "layer_index": row.layer_index,
+                "parent": row.parent,
                 "count": row.count,
                 "total_ns": row.total_ns,
                 "mean_ns": row.mean_ns,
@@ -55,20 +56,29 @@ class TraceLayers(TraceView):
                 aggregate["kernel_count"] = row.kernel_count
                 aggregate["kernel_total_ns"] = row.kernel_total_ns
             aggregates.append(aggregate)
-        top: dict[int | None, list[dict[str, Any]]] = {}
-        for row in rows:  # ordered by batch size, then total time
+        # A kernel's calls and time over the whole trace, per batch size: the aggregates keep
+        # a row per kernel and parent path (the op and layer that ran it).
+        summed: dict[tuple[int | None, str], list[int]] = {}
+        for row in rows:
             if row.level == "system_library" and row.op_type == "kernel":
-                kernels = top.setdefault(row.batch_size, [])
-                if len(kernels) < TOP_KERNELS:
-                    kernels.append(
-                        {
-                            "name": row.name,
-                            "batch_size": row.batch_size,
-                            "count": row.count,
-                            "total_ns": row.total_ns,
-                            "mean_ns": row.mean_ns,
-                        }
-                    )
+                found = summed.setdefault((row.batch_size, row.name), [0, 0])
+                found[0] += row.count
+                found[1] += row.total_ns
+        top: dict[int | None, list[dict[str, Any]]] = {}
+        for (batch_size, name), (count, total) in sorted(
+            summed.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0, -item[1][1])
+        ):
+            kernels = top.setdefault(batch_size, [])
+            if len(kernels) < TOP_KERNELS:
+                kernels.append(
+                    {
+                        "name": name,
+                        "batch_size": batch_size,
+                        "count": count,
+                        "total_ns": total,
+                        "mean_ns": total / count if count else 0.0,
+                    }
+                )
         return Response(
             {
                 "trace_id": trace_id,

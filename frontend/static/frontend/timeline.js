@@ -994,7 +994,9 @@
       var tr = document.createElement("tr");
       tr.dataset.name = row.name;
       tr.dataset.level = row.level;
-      [row.level || "—", row.name, row.op_type || "—"].forEach(function (text) {
+      // An op or kernel is one row per enclosing layer and op (its parent path), named with it.
+      var named = row.parent ? row.name + " ‹ " + row.parent : row.name;
+      [row.level || "—", named, row.op_type || "—"].forEach(function (text) {
         var td = document.createElement("td");
         td.textContent = text;
         tr.appendChild(td);
