@@ -128,7 +128,12 @@ def format_report(report: dict[str, Any]) -> str:
     rows = [
         [
             str(index),
-            row["name"],
+            row["name"]
+            + (
+                f" ↔ {row['b']['name']}"
+                if row.get("b", {}).get("name", row["name"]) != row["name"]
+                else ""
+            ),
             row.get("op_type") or "",
             f"{row['max_abs_error']:.3g}",
             f"{row['relative_error']:.3g}",

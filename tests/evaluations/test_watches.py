@@ -304,6 +304,8 @@ def test_a_run_body_must_be_an_object(alice_evaluator_client, hosts) -> None:
     assert response.status_code == 400 and error_of(response)["path"] == ""
 
 
+# The sweep runs outside any transaction, as in a hub process (it closes old connections).
+@pytest.mark.django_db(transaction=True)
 def test_the_sweep_launches_a_due_watch_once(alice_evaluator_client, hosts) -> None:
     watch_id = _watch(alice_evaluator_client, every=60)
     created = Watch.objects.get(pk=watch_id)
