@@ -74,6 +74,18 @@ def test_the_model_page_plots_a_watch_and_marks_its_regression(
     page.locator(f"#watch-{watch_id}-heading a").click()
     expect(page).to_have_url(f"/watches/{watch_id}/")
     expect(page.locator(f"#watch-plot-{watch_id}")).to_have_attribute("data-marked", "1")
+    # On a phone: the series' table scrolls in its frame; nothing runs past the page.
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in (f"/watches/{watch_id}/", "/models/m/"):
+        page.goto(path)
+        expect(page.locator(f"#watch-plot-{watch_id}")).to_have_attribute("data-marked", "1")
+        wide = page.evaluate(
+            """() => [...document.querySelectorAll('body *')]
+                .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('.table-frame, .scroll-x'))
+                .map((e) => e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 8)"""
+        )
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, (path, wide)
+    shoot(page, "model-watch-390px")
     assert not errors
 
 
