@@ -65,6 +65,7 @@ TASK_NAMES = {
     "image_classification": "Image classification",
     "multi_label_classification": "Multi-label classification",
     "regression": "Regression",
+    "text_recognition": "Text recognition",
     "feature_extraction": "Feature extraction",
     "sequence_labelling": "Sequence labelling",
     "object_detection": "Object detection",
@@ -81,7 +82,8 @@ def accuracy_headings(task: str) -> tuple[str, str]:
     """The headings of a result's `top1` and `top5` for a task: top-1 and top-5 accuracy for
     classification, frame accuracy for sequence labelling, COCO's mAP (IoU .50:.95) and mAP at
     IoU .50 for detection, mean IoU and pixel accuracy for segmentation, mAP and micro F1 for
-    multi-label classification, the mean absolute and root mean squared errors for regression."""
+    multi-label classification, the mean absolute and root mean squared errors for regression,
+    the character and word error rates for text recognition."""
     return metric_names(task)
 
 
@@ -168,9 +170,17 @@ def _file_fields(content: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         if model.get(f"{key}_path"):
             fields.append((f"model.{key}_path", model[f"{key}_path"], model.get(f"{key}_sha256")))
     for i, output in enumerate(content.get("outputs") or []):
-        labels = (output.get("parameters") or {}).get("labels_path")
-        if labels:
-            fields.append((f"outputs.{i}.parameters.labels_path", labels, None))
+        parameters = output.get("parameters") or {}
+        if parameters.get("labels_path"):
+            fields.append((f"outputs.{i}.parameters.labels_path", parameters["labels_path"], None))
+        if parameters.get("charset_path"):  # a ctc output's charset file
+            fields.append(
+                (
+                    f"outputs.{i}.parameters.charset_path",
+                    parameters["charset_path"],
+                    parameters.get("charset_sha256"),
+                )
+            )
     return fields
 
 

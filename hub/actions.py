@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
@@ -22,8 +24,10 @@ from hub.errors import Conflict, Forbidden, Invalid
 from hub.models import ApiToken, Artifact, ContainerImage, Host, Manifest, manifest_identity
 from predictors import manifests as spec
 from predictors.data import split_problems, target_of
+from predictors.frameworks import probe
 from predictors.manifests import graph_check
 from predictors.manifests.versioning import is_valid_version
+from predictors.processing import custom_code
 from predictors.processing.labels import labels_from_text
 from predictors.protocol import capability, capability_queue, host_queue, host_scope
 
@@ -133,7 +137,8 @@ def register_manifest(
             artifact = _store_file(doc, item, owner, written)
             if artifact is not None:
                 artifacts.append(artifact)
-        _check_graph(doc)
+        _check_code_files(doc)  # sizes first: no model is loaded for an upload refused anyway
+        _check_graph(doc, load=not builtin)
         _check_splits(doc)
         with transaction.atomic():
             manifest = Manifest.objects.create(
@@ -161,24 +166,82 @@ def register_manifest(
     return manifest
 
 
-def _check_graph(doc: spec.Manifest) -> None:
-    """An ONNX model's declared inputs and outputs must be its graph's (names, ranks, element
-    types: `predictors.manifests.graph_check`): Invalid naming each field that does not fit. Files the
+def _check_graph(doc: spec.Manifest, *, load: bool = True) -> None:
+    """A model's files must load as its `model.format` says, and what they declare of their
+    inputs and outputs must be the manifest's (`predictors.frameworks.probe`: loaded in a
+    process of its own, with limits): Invalid naming each field that does not fit. Files the
     hub does not hold (https://, a built-in model the zoo has not built yet) are checked by the
-    agent that loads them."""
-    if doc.kind != "model" or doc.framework != "onnxruntime":
+    agent that loads them; so is a format whose framework this hub has not installed. Without
+    `load` (the built-in manifests, whose files the zoo builder made and checked), an ONNX
+    graph is read, not loaded."""
+    if doc.kind != "model":
         return
-    graph_path = str((doc.data.get("model") or {}).get("graph_path") or "")
-    if not graph_path.startswith("repo://"):
+    if not load:
+        graph_path = str((doc.data.get("model") or {}).get("graph_path") or "")
+        if doc.framework != "onnxruntime" or not graph_path.startswith("repo://"):
+            return
+        file = storage.resolve(graph_path.removeprefix("repo://"))
+        if file.is_file():
+            found = graph_check.onnx_problems(doc.data, file)
+            if found:
+                raise Invalid(
+                    [{"path": path, "message": message} for path, message in found],
+                    code=HubErrorCode.GRAPH_MISMATCH,
+                )
         return
-    file = storage.resolve(graph_path.removeprefix("repo://"))
-    if not file.is_file():
+    files = doc.data.get("model") or {}
+    stored: dict[str, Path | None] = {}
+    for field in ("graph_path", "weights_path"):
+        path = str(files.get(field) or "")
+        if not path:
+            stored[field] = None
+            continue
+        if not path.startswith("repo://"):
+            return
+        file = storage.resolve(path.removeprefix("repo://"))
+        if not file.is_file():
+            return
+        stored[field] = file
+    graph = stored["graph_path"]
+    if graph is None:
         return
-    found = graph_check.onnx_problems(doc.data, file)
+    try:
+        found = probe.check_model_files(
+            doc.data, graph, stored["weights_path"], seconds=settings.MODEL_CHECK_SECONDS
+        )
+    except probe.ProbeUnavailable:
+        return
     if found:
         raise Invalid(
             [{"path": path, "message": message} for path, message in found],
             code=HubErrorCode.GRAPH_MISMATCH,
+        )
+
+
+def _check_code_files(doc: spec.Manifest) -> None:
+    """The custom code's files (`code_files`) within their limits
+    (`predictors.processing.custom_code.code_files_problems`): Invalid naming each file's path
+    over one. Files the hub does not hold (https://) are checked by the agent that fetches
+    them."""
+    if doc.kind != "model":
+        return
+    sizes = []
+    for index, entry in enumerate(doc.data.get("code_files") or []):
+        path = str(entry.get("path") or "")
+        if path.startswith("repo://"):
+            file = storage.resolve(path.removeprefix("repo://"))
+            if file.is_file():
+                sizes.append((index, file.stat().st_size))
+    found = custom_code.code_files_problems(sizes)
+    if found:
+        raise Invalid(
+            [
+                {
+                    "path": f"code_files.{index}.path",
+                    "message": f"{doc.data['code_files'][index]['path']}: {problem}",
+                }
+                for index, problem in found
+            ]
         )
 
 

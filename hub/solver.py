@@ -33,7 +33,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from hub import trust
 from hub.models import Host, Manifest
 from predictors.manifests.versioning import InvalidRange, satisfies, validate_range, version_key
-from predictors.processing.custom_code import fields_with_code
+from predictors.processing.custom_code import code_in
 from predictors.protocol import DEVICES, GPU
 
 __all__ = ["DEVICES", "InvalidConstraint", "Match", "Request", "Solution", "Unsatisfiable", "solve"]
@@ -457,12 +457,12 @@ def _custom_code(matches: list[Match]) -> list[Match]:
     kept = [
         match
         for match in matches
-        if not fields_with_code(match.manifest.content or {}) or _runs_custom_code(match.host)
+        if not code_in(match.manifest.content or {}) or _runs_custom_code(match.host)
     ]
     if kept or not matches:
         return kept
     manifest = matches[0].manifest
-    fields = " and ".join(fields_with_code(manifest.content or {}))
+    fields = " and ".join(code_in(manifest.content or {}))
     raise Unsatisfiable(
         "custom_code",
         f"{manifest.name} {manifest.version} has custom {fields} code, which runs only inside a "

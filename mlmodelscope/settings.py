@@ -239,6 +239,9 @@ RESULT_MAX_BYTES = envint("RESULT_MAX_BYTES", 256 * 1024**2, minimum=1024 * 1024
 # The layer outputs a result may keep (`capture_inputs`), uncompressed: the agent's bound on
 # the layers (128 MiB, `predictors.frameworks.layer_outputs.MAX_CAPTURE_BYTES`) and the input.
 LAYER_OUTPUTS_MAX_BYTES = envint("LAYER_OUTPUTS_MAX_BYTES", 192 * 1024**2, minimum=1024 * 1024)
+# How long the upload check may take to load a model file in its own process
+# (`predictors.frameworks.probe`): a file that takes longer is refused, naming the limit.
+MODEL_CHECK_SECONDS = envint("MODEL_CHECK_SECONDS", 180, minimum=5)
 # One OTLP/HTTP trace export (POST /v1/traces), after any gzip is undone.
 TRACE_MAX_BYTES = envint("TRACE_MAX_BYTES", 16 * 1024**2, minimum=1024)
 # Processes that store OTLP exports beside daphne's (traces.ingest_processes): one per core, up to

@@ -20,6 +20,7 @@ __all__ = [
     "LOADGEN_TASKS",
     "LOWER_IS_BETTER",
     "METRIC_NAMES",
+    "PERCENT_ERRORS",
     "SCORED_TASKS",
     "data_input_name",
     "latency_only_problem",
@@ -40,11 +41,15 @@ SCORED_TASKS = (
     "sequence_labelling",
     "object_detection",
     "semantic_segmentation",
+    "text_recognition",
 )
 DETECTION_OUTPUTS = ("boxes", "scores", "classes")
-# Tasks whose headline metrics (a result's `top1` and `top5`) are errors in the target's units,
-# lower is better (every other task's are fractions from 0 to 1, higher is better).
-LOWER_IS_BETTER = ("regression",)
+# Tasks whose headline metrics (a result's `top1` and `top5`) are errors (in the target's units,
+# or error rates), lower is better (every other task's are fractions from 0 to 1, higher is better).
+LOWER_IS_BETTER = ("regression", "text_recognition")
+# Of those, the tasks whose errors are rates shown in percent (a text's character and word
+# error rates: 0 is perfect, and insertions can take them past 100 %).
+PERCENT_ERRORS = ("text_recognition",)
 
 
 # What a result's two headline metrics (`top1`, `top5`) hold, by task (top-1 and top-5 accuracy
@@ -55,6 +60,7 @@ METRIC_NAMES = {
     "semantic_segmentation": ("mIoU", "Pixel accuracy"),
     "multi_label_classification": ("mAP", "F1 (micro)"),
     "regression": ("MAE", "RMSE"),
+    "text_recognition": ("CER", "WER"),
 }
 # Tasks whose scored results hold both metrics (where `top5` is never null).
 BOTH_METRICS = (
@@ -62,6 +68,7 @@ BOTH_METRICS = (
     "semantic_segmentation",
     "multi_label_classification",
     "regression",
+    "text_recognition",
 )
 
 
@@ -71,10 +78,12 @@ def metric_names(task: str) -> tuple[str, str]:
 
 
 def metric_text(task: str, value: float | None) -> str:
-    """A headline metric in words: a percentage, or a regression's error as the number it is;
-    "-" where there is none."""
+    """A headline metric in words: a percentage (an error rate too), or a regression's error as
+    the number it is; "-" where there is none."""
     if value is None:
         return "-"
+    if task in PERCENT_ERRORS:
+        return f"{value:.2%}"
     return f"{value:.4g}" if task in LOWER_IS_BETTER else f"{value:.2%}"
 
 
@@ -108,6 +117,8 @@ _SCORED_OUTPUTS = {
     # Each class through its own sigmoid (logits), or its own probability.
     "multi_label_classification": ("logits", "probabilities"),
     "regression": ("values",),
+    # Per-timestep class scores decoded by CTC into a text (`predictors.processing.ctc`).
+    "text_recognition": ("ctc",),
 }
 DATA_INPUTS = ("image", "tensor", "audio")
 
@@ -187,7 +198,15 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
     if task == "semantic_segmentation":
         problem = _image_task_problem(str(name), task, "masks", data, inputs)
         return problem or _unsupported_segmenter(str(name), outputs)
-    scored = [o for o in outputs if o.get("type") not in ("state", "tensor")]
+    # Custom postprocess code takes every output that is not a state by name where there are
+    # several (`predictors.processing.custom_code.named_outputs`): its scores are read as the
+    # first one's type.
+    read = [o for o in outputs if o.get("type") != "state"]
+    code = data.get("postprocess")
+    by_name = len(read) > 1 and isinstance(code, str) and bool(code.strip())
+    scored = (
+        read[:1] if by_name else [o for o in outputs if o.get("type") not in ("state", "tensor")]
+    )
     if len(scored) != 1:
         names = ", ".join(str(o.get("name")) for o in scored)
         return (
@@ -217,12 +236,18 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             "it in a stream: only sequence_labelling models run on streams"
         )
     if task != "sequence_labelling":
-        if stateful or len(outputs) != 1:
+        if stateful or len(outputs) != (len(read) if by_name else 1):
             return (
                 f"{name} is an {task} model with constant or state inputs or state outputs "
                 f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "
                 "sequence_labelling models, which run on ordered streams"
             )
+    if task == "text_recognition" and isinstance(code, str) and code.strip():
+        return (
+            f"{name} is a text_recognition model with custom postprocess code, which returns "
+            "(N, classes) scores; its ctc output is decoded as the model gives it: leave the "
+            "code out"
+        )
     output_type = str(scored[0].get("type"))
     readable = _SCORED_OUTPUTS.get(str(task), _SCORED_OUTPUTS["image_classification"])
     if output_type not in readable:

@@ -142,6 +142,8 @@ def _accuracy_words(result: Result, task: str) -> str:
         return f"mAP {result.top1:.4f}, F1 {result.top5:.4f} (micro) on {result.count} inputs"
     if task == "regression":
         return f"MAE {result.top1:.4g}, RMSE {result.top5:.4g} on {result.count} inputs"
+    if task == "text_recognition":
+        return f"CER {result.top1:.2%}, WER {result.top5:.2%} on {result.count} lines"
     if task == "sequence_labelling":
         words = f"accuracy {result.top1:.2%}"
         reset = details.get("accuracy_state_reset")

@@ -108,9 +108,10 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     detector = base.dataset is not None and base.dataset.task == "object_detection"
     # Scores that are no distribution over the classes: a multi-label classifier's (each class
     # its own probability) and a regression's values (the agreement of a "best" value means
-    # nothing there: only the values' differences are compared).
+    # nothing there: only the values' differences are compared); a text recognizer's one
+    # confidence per line (its decoded text is not stored: only the confidences are compared).
     task = base.dataset.task if base.dataset is not None else ""
-    independent = task in ("multi_label_classification", "regression")
+    independent = task in ("multi_label_classification", "regression", "text_recognition")
     # Tasks whose top-1 is the share of inputs whose best class is their label: an interval
     # of that share, and a per-input test of two models on the same inputs.
     shares = task in PROPORTION_TASKS
@@ -165,7 +166,7 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                     p = _stored(base_predicted[1][:n], base_predicted[2][:n], width)
                     q = _stored(predicted[1][:n], predicted[2][:n], width)
                     row["max_abs_difference"] = float(np.abs(p - q).max())
-                    if task == "regression":
+                    if task in ("regression", "text_recognition"):
                         row["agreement"] = row["disagreeing_inputs"] = None
                     rows.append(row)
                     continue
@@ -192,6 +193,9 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         if task == "multi_label_classification"
         else "none: a regression's values are compared by their largest difference"
         if task == "regression"
+        else "none: a text recognizer's confidences (one per line) are compared by their "
+        "largest difference"
+        if task == "text_recognition"
         else "exact"
         if exact
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",

@@ -8,7 +8,7 @@ from django import template
 
 from predictors import statistics
 from predictors.protocol import FINISHED
-from predictors.tasks import LOWER_IS_BETTER, metric_names
+from predictors.tasks import LOWER_IS_BETTER, PERCENT_ERRORS, metric_names
 
 register = template.Library()
 
@@ -23,11 +23,12 @@ def percent(fraction: Any, digits: int = 2) -> str:
 
 @register.filter
 def metric(value: Any, task: str = "") -> str:
-    """A result's headline metric for its task: a percentage (accuracies, mAP, mIoU), or for a
-    task whose metric is an error in the target's units (regression) the number itself."""
+    """A result's headline metric for its task: a percentage (accuracies, mAP, mIoU, error
+    rates), or for a task whose metric is an error in the target's units (regression) the
+    number itself."""
     if not isinstance(value, int | float):
         return "—"
-    if task in LOWER_IS_BETTER:
+    if task in LOWER_IS_BETTER and task not in PERCENT_ERRORS:
         return f"{value:.4g}"
     return percent(value)
 
@@ -43,7 +44,7 @@ def metric_delta(delta: Any, task: str = "") -> str:
     """A difference of two headline metrics (`metric`): percentage points, or the error's."""
     if not isinstance(delta, int | float):
         return "—"
-    if task in LOWER_IS_BETTER:
+    if task in LOWER_IS_BETTER and task not in PERCENT_ERRORS:
         sign = "+" if delta > 0 else ("−" if delta < 0 else "±")
         return f"{sign}{abs(delta):.4g}"
     return percent_points(delta)

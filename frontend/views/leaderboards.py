@@ -15,7 +15,7 @@ from frontend import display
 from hub.errors import Invalid
 from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.protocol import DEVICES
-from predictors.tasks import LOWER_IS_BETTER
+from predictors.tasks import LOWER_IS_BETTER, PERCENT_ERRORS
 
 # The most points the accuracy-against-latency plot draws (the most accurate first).
 PLOT_POINTS = 2000
@@ -124,9 +124,11 @@ def _columns(params: dict[str, str], ordering: str, task: str) -> list[dict[str,
 
 def _plot(entries: Any, task: str) -> dict[str, Any]:
     """The accuracy-against-latency plot: a point per row (p50 at batch size 1, top-1 in
-    percent; a regression's MAE as it is), by framework, and the Pareto front."""
+    percent, a text recognizer's CER too; a regression's MAE as it is), by framework, and the
+    Pareto front."""
     errors = task in LOWER_IS_BETTER
-    scale = 1 if errors else 100
+    percent = not errors or task in PERCENT_ERRORS
+    scale = 100 if percent else 1
     points = list(
         entries.filter(result__p50_ms_at_1__isnull=False)
         .order_by("result__top1" if errors else "-result__top1", "result__p50_ms_at_1")
@@ -154,6 +156,6 @@ def _plot(entries: Any, task: str) -> dict[str, Any]:
         "shown": len(points),
         # The vertical axis: the board's first accuracy column, in percent unless an error.
         "metric": display.accuracy_headings(task)[0],
-        "unit": "" if errors else "%",
+        "unit": "%" if percent else "",
         "lower_is_better": errors,
     }

@@ -55,9 +55,10 @@ from predictors.agent.relay import (
     JobCalls,
     Relay,
     RunFolders,
+    reported,
 )
 from predictors.evaluation import EvaluationCancelled, EvaluationError
-from predictors.processing.custom_code import DEFAULT_CALL_SECONDS, RUNS_WHERE, fields_with_code
+from predictors.processing.custom_code import DEFAULT_CALL_SECONDS, RUNS_WHERE, code_in
 from predictors.protocol import GPU, Job, ResultUpload
 from predictors.tracing import Span
 
@@ -289,9 +290,8 @@ class Runner:
             cpus=config["NanoCpus"] / 1e9 if config.get("NanoCpus") else None,
             memory=int(config["Memory"]) if config.get("Memory") else None,
         )
-        said = relay.outcome
-        if said is not None and said["op"] == "result":
-            upload = ResultUpload.from_dict(said["upload"])
+        upload = reported(relay)
+        if upload is not None:
             upload.stack["container"] = {
                 "image": reference,
                 "digest": image.id,
@@ -299,12 +299,6 @@ class Runner:
                 "limits": applied.describe(),
             }
             return upload
-        if said is not None and said["op"] == "cancelled":
-            raise EvaluationCancelled()
-        if said is not None and said["op"] == "failed":
-            if said.get("user"):
-                raise EvaluationError(str(said["message"]))
-            raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
         if relay.timed_out:
             raise EvaluationError(relay.timed_out)
         if state.get("OOMKilled"):
@@ -337,7 +331,7 @@ def _code_fields(job: Job) -> list[str]:
         data = manifests.load(job.model.source, kind="model").data
     except manifests.ManifestError:
         return []  # the container reports the manifest's own error
-    return fields_with_code(data)
+    return code_in(data)
 
 
 def _gpus() -> list[Any]:

@@ -35,6 +35,10 @@ the reports. The final report (result, failure or
 cancellation) is retried for `REPORT_RETRY_SECONDS` while the hub does not answer, so a hub
 restart during a job loses neither its spans nor its result.
 
+Without `--docker`, evaluations run in the agent's own process, except a job whose settings
+this process can no longer take (TensorFlow's thread pools, sized once per process, and a job
+asking for other `threads`): it runs in a fresh process of its own (`predictors.agent.process`).
+
 With `--docker`, each evaluation runs in the predictor image its model manifest names for the
 host's architecture and the job's device (`predictors.agent.containers`): the agent offers the
 frameworks of the images it has (not those installed beside it), registers each image with its
@@ -61,6 +65,7 @@ from typing import Any
 from predictors import manifests
 from predictors.agent.containers import ContainerLost, Runner
 from predictors.agent.hub_client import HubClient, HubError, HubUnreachable, retries_within
+from predictors.agent.process import ProcessRunner, fresh_process_reason
 from predictors.agent.registration import AgentError, host_registration
 from predictors.agent.results import (
     SPAN_RETRY_SECONDS,
@@ -299,28 +304,49 @@ class Agent:
         spans: dict[str, Any] | None = None
         tracer = self._open_trace(job)
         try:
-            upload = self._evaluate(job, reporter, tracer)
-            if tracer is not None:
-                opened = tracer
-                tracer = None
-                spans = close_trace(job, opened)
-        except EvaluationCancelled:
-            outcome = (CANCELLED, "")
-        except ContainerLost as exc:
-            outcome = (LOST, str(exc))
-        except USER_ERRORS as exc:
-            outcome = (FAILED, " ".join(str(exc).split()))
-        except Exception as exc:
-            logger.exception("evaluation %s failed unexpectedly", evaluation_id)
-            outcome = (FAILED, f"the agent hit an unexpected error: {type(exc).__name__}: {exc}")
-        finally:
+            try:
+                upload = self._evaluate(job, reporter, tracer)
+                if tracer is not None:
+                    opened = tracer
+                    tracer = None
+                    spans = close_trace(job, opened)
+            except EvaluationCancelled:
+                outcome = (CANCELLED, "")
+            except ContainerLost as exc:
+                outcome = (LOST, str(exc))
+            except USER_ERRORS as exc:
+                outcome = (FAILED, " ".join(str(exc).split()))
+            except Exception as exc:
+                logger.exception("evaluation %s failed unexpectedly", evaluation_id)
+                outcome = (
+                    FAILED,
+                    f"the agent hit an unexpected error: {type(exc).__name__}: {exc}",
+                )
+            finally:
+                if tracer is not None:
+                    # A failed or cancelled run: what it measured is delivered all the same.
+                    close_trace(job, tracer)
+        except BaseException:
             reporter.stop()
-            if tracer is not None:
-                # A failed or cancelled run: what it measured is delivered all the same.
-                close_trace(job, tracer)
-        if reporter.lost:
-            logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
-            return "lost"
+            raise
+        # The reporter goes on until the outcome is posted: a large result takes a while to
+        # send and to store, and a job that said nothing meanwhile would be taken for lost.
+        try:
+            if reporter.lost:
+                logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
+                return "lost"
+            return self._post_outcome(job, outcome, upload, spans)
+        finally:
+            reporter.stop(last_report=False)
+
+    def _post_outcome(
+        self,
+        job: Job,
+        outcome: tuple[str, str] | None,
+        upload: ResultUpload | None,
+        spans: dict[str, Any] | None,
+    ) -> str:
+        evaluation_id, claim = job.id, job.claim
         retries = retries_within(REPORT_RETRY_SECONDS)
         try:
             if outcome is not None:
@@ -366,6 +392,17 @@ class Agent:
                 reporter.progress,
                 reporter.cancelled.is_set,
                 tracer.write if tracer is not None else None,
+            )
+        why = fresh_process_reason(job)
+        if why is not None:
+            logger.info("evaluation %s runs in a fresh process: %s", job.id, why)
+            return ProcessRunner(self.cache_dir or default_cache_dir()).run(
+                job,
+                data.fetch,
+                reporter.progress,
+                reporter.cancelled.is_set,
+                tracer.write if tracer is not None else None,
+                why=why,
             )
         model = manifests.load(job.model.source, kind="model")
         dataset = manifests.load(job.dataset.source, kind="dataset")

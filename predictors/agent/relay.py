@@ -22,11 +22,11 @@ from typing import Any
 
 from predictors import manifests
 from predictors.agent.images import first_line
-from predictors.evaluation import EvaluationError
-from predictors.protocol import Job
+from predictors.evaluation import EvaluationCancelled, EvaluationError
+from predictors.protocol import Job, ResultUpload
 from predictors.tracing import Span
 
-__all__ = ["FILES_MOUNT", "SOCKET", "Deadline", "JobCalls", "Relay", "RunFolders"]
+__all__ = ["FILES_MOUNT", "SOCKET", "Deadline", "JobCalls", "Relay", "RunFolders", "reported"]
 
 logger = logging.getLogger("mlmodelscope.containers")
 
@@ -103,6 +103,9 @@ class Relay(threading.Thread):
         # Why the agent stopped listening to the container (it broke the protocol), if it did.
         self.refused = ""
         self.container: Any = None
+        # Where the evaluation sees the job's files: the container's mount, or the folder
+        # itself for an evaluation in a process on this host (`predictors.agent.process`).
+        self.files_root = FILES_MOUNT
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         path = work.socket / SOCKET
         self._server.bind(str(path))
@@ -192,7 +195,7 @@ class Relay(threading.Thread):
                 except OSError:  # another file system, or no hard links: a copy
                     shutil.copyfile(path, target)
                     os.chmod(target, 0o644)
-            return {"path": f"{FILES_MOUNT}/{name}"}
+            return {"path": f"{self.files_root}/{name}"}
         if op == "progress":
             self.calls.progress(int(message["done"]), int(message["total"]))
             cancelled = self.calls.cancelled()
@@ -209,6 +212,22 @@ class Relay(threading.Thread):
             self.outcome = message
             return {}
         raise ValueError(f"unknown request {op!r}")
+
+
+def reported(relay: Relay) -> ResultUpload | None:
+    """What the evaluation said of its end over the socket: its result; EvaluationCancelled
+    for a cancel, EvaluationError for a failure (the user's, or an unexpected one); None when
+    it said nothing (it was stopped, or it died)."""
+    said = relay.outcome
+    if said is None:
+        return None
+    if said["op"] == "result":
+        return ResultUpload.from_dict(said["upload"])
+    if said["op"] == "cancelled":
+        raise EvaluationCancelled()
+    if said.get("user"):
+        raise EvaluationError(str(said["message"]))
+    raise EvaluationError(f"the evaluation hit an unexpected error: {said['message']}")
 
 
 class Deadline(threading.Thread):

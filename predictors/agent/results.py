@@ -86,11 +86,14 @@ class Reporter(threading.Thread):
         except HubUnreachable as exc:
             logger.warning("progress of %s not sent: %s", self.evaluation_id, exc)
 
-    def stop(self) -> None:
-        """Stop reporting, after a last report of where the job ended."""
+    def stop(self, *, last_report: bool = True) -> None:
+        """Stop reporting, after a last report of where the job ended (unless the job's
+        outcome was posted already: the hub takes no progress after it)."""
+        if self._finished.is_set():
+            return
         self._finished.set()
         self.join()
-        if not self.lost:
+        if last_report and not self.lost:
             self.report()
 
 

@@ -45,6 +45,12 @@ def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
             f"{accuracy['rmse']:.4g}",
             "-" if r2 is None else f"{r2:.4f}",
         ]
+    if task == "text_recognition":
+        return [
+            f"{accuracy['cer']:.2%}",
+            f"{accuracy['wer']:.2%}",
+            f"{accuracy['exact_match']:.2%}",
+        ]
     if task != "sequence_labelling":
         top5 = accuracy.get("top5")
         return [f"{accuracy['top1']:.2%}", "-" if top5 is None else f"{top5:.2%}"]
@@ -72,7 +78,8 @@ def format_table(report: dict[str, Any]) -> str:
     # Sequence labelling: frame accuracy with the state carried (and reset at every call, for
     # a stateful model), F1 and ROC AUC, in place of top-1 and top-5.
     # Object detection: COCO's mAP (IoU .50:.95), mAP at IoU .50, and the input sizes.
-    # Multi-label: mAP, micro F1 and exact matches; regression: MAE, RMSE and R².
+    # Multi-label: mAP, micro F1 and exact matches; regression: MAE, RMSE and R²; text
+    # recognition: CER, WER (jiwer's, in percent) and the lines read exactly.
     task = first["model"].get("task")
     scores = (
         ["accuracy"]
@@ -87,6 +94,8 @@ def format_table(report: dict[str, Any]) -> str:
         if task == "multi_label_classification"
         else ["MAE", "RMSE", "R2"]
         if task == "regression"
+        else ["CER", "WER", "exact"]
+        if task == "text_recognition"
         else ["top1", "top5"]
     )
     rows = [

@@ -24,14 +24,29 @@ class DatasetError(ValueError):
 
 # What a dataset's rows are labelled with (`DatasetReader`'s `target`), by task: a class index
 # (`label`, an integer), a set of classes (`label`, a list of class indices: multi-label
-# classification), values (`target`, a number or a list of numbers: regression), or nothing
-# (latency-only evaluations read no labels).
-TARGETS = ("class", "classes", "values", "none")
+# classification), values (`target`, a number or a list of numbers: regression), a text (`text`,
+# a string: the line's true text, text recognition), or nothing (latency-only evaluations read
+# no labels).
+TARGETS = ("class", "classes", "values", "text", "none")
+# The column of each target's labels (the others': `label`).
+_LABEL_COLUMNS = {"values": "target", "text": "text", "none": None}
 
 
 def target_of(task: str | None) -> str:
     """The `TARGETS` entry a task's rows carry."""
-    return {"multi_label_classification": "classes", "regression": "values"}.get(str(task), "class")
+    return {
+        "multi_label_classification": "classes",
+        "regression": "values",
+        "text_recognition": "text",
+    }.get(str(task), "class")
+
+
+def text_problem(text: str) -> str | None:
+    """What is wrong with a row's true text, in words: a line without a character (or with
+    only whitespace, which the error rates strip) has no characters or words to be wrong on."""
+    if not text.strip():
+        return f"text {text!r} is empty: a text line has at least one character"
+    return None
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -130,6 +145,8 @@ def label_type_problem(target: str, kind: pa.DataType) -> str | None:
         return f"is {kind}, not a list of class indices (integers)"
     if target == "values" and not (_is_number(kind) or _is_list(kind, _is_number)):
         return f"is {kind}, not a number or a list of numbers"
+    if target == "text" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return f"is {kind}, not a string (the line's text, UTF-8)"
     return None
 
 
@@ -179,10 +196,11 @@ class DatasetReader:
     The file has an `image` column (binary: the encoded file bytes) and the labels `target`
     says (`TARGETS`): a `label` column of integers (class indices, yielded as (N,) int64), of
     lists of class indices (yielded as (N, classes) 0/1 uint8, `classes` given), a `target`
-    column of numbers or of lists of `classes` numbers (yielded as (N, classes) float64), or
-    none (yielded as (N,) int64 of -1). Rows are read with `ParquetFile.iter_batches`, a batch at
-    a time, never the whole file; every batch holds `batch_size` rows except possibly the last.
-    `limit` reads only the first rows. The reader can be iterated more than once.
+    column of numbers or of lists of `classes` numbers (yielded as (N, classes) float64), a
+    `text` column of strings (yielded as (N,) object of str, none empty), or none (yielded as
+    (N,) int64 of -1). Rows are read with `ParquetFile.iter_batches`, a batch at a time, never
+    the whole file; every batch holds `batch_size` rows except possibly the last. `limit`
+    reads only the first rows. The reader can be iterated more than once.
     """
 
     def __init__(
@@ -211,8 +229,8 @@ class DatasetReader:
         schema, self.rows = open_split(self.path)
         names = set(schema.names)
         self.column = input_column(names)
-        # The labels' column: `label` (classes), `target` (values), none.
-        self.label_column = {"values": "target", "none": None}.get(target, "label")
+        # The labels' column: `label` (classes), `target` (values), `text`, none.
+        self.label_column = _LABEL_COLUMNS.get(target, "label")
         needed = [self.column] + ([self.label_column] if self.label_column else [])
         if not all(name in names for name in needed):
             raise DatasetError(
@@ -245,6 +263,7 @@ class DatasetReader:
             return
         images: list[bytes] = []
         labels = self._labels(None, 0)
+        row = 0
         columns = [self.column] + ([self.label_column] if self.label_column else [])
         with pq.ParquetFile(self.path) as parquet:
             for record_batch in parquet.iter_batches(batch_size=self.batch_size, columns=columns):
@@ -255,7 +274,10 @@ class DatasetReader:
                 if image_column.null_count or label_column is not None and label_column.null_count:
                     raise DatasetError(f"{self.path} has rows without an image or a label")
                 images.extend(image_column.to_pylist())
-                labels = np.concatenate([labels, self._labels(label_column, record_batch.num_rows)])
+                labels = np.concatenate(
+                    [labels, self._labels(label_column, record_batch.num_rows, row)]
+                )
+                row += record_batch.num_rows
                 while len(images) >= self.batch_size:
                     yield images[: self.batch_size], labels[: self.batch_size]
                     images, labels = images[self.batch_size :], labels[self.batch_size :]
@@ -264,10 +286,19 @@ class DatasetReader:
         if images:
             yield images, labels
 
-    def _labels(self, column: pa.Array | None, rows: int) -> np.ndarray:
-        """A batch's labels as `target` says (see the class docstring)."""
+    def _labels(self, column: pa.Array | None, rows: int, first: int = 0) -> np.ndarray:
+        """A batch's labels as `target` says (see the class docstring); `first`: the index of
+        its first row."""
         if self.target == "none":
             return np.full(rows, -1, np.int64)
+        if self.target == "text":
+            texts = np.empty(rows, object)
+            texts[:] = [] if column is None else column.to_pylist()
+            for offset, text in enumerate(texts):
+                problem = text_problem(text)
+                if problem:
+                    raise DatasetError(f"{self.path}: row {first + offset}'s {problem}")
+            return texts
         if self.target == "class":
             return np.empty(0, np.int64) if column is None else column.to_numpy().astype(np.int64)
         classes = int(self.classes or 0)

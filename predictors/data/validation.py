@@ -24,6 +24,7 @@ from predictors.data.readers import (
     annotation_problem,
     batches,
     decode_mask,
+    text_problem,
 )
 from predictors.data.streams import ClipReader, StreamReader, segment_problem
 
@@ -46,10 +47,11 @@ def split_problems(
 ) -> list[str]:
     """What is wrong with a split file as its dataset manifest describes it, in words: the
     columns `image` (binary) and the labels of `target` (`TARGETS`: `label`, an integer or a
-    list of them; `target`, a number or a list of `labels` numbers; none) without nulls, every
-    class index below `labels`, every value finite, every image starting as `encoding` says
-    (PNG or JPEG magic bytes), and `count` rows when the manifest states a count. Read a row
-    group at a time; at most _MAX_PROBLEMS problems, each naming the row."""
+    list of them; `target`, a number or a list of `labels` numbers; `text`, a string with a
+    character other than whitespace; none) without nulls, every class index below `labels`,
+    every value finite, every image starting as `encoding` says (PNG or JPEG magic bytes), and
+    `count` rows when the manifest states a count. Read a row group at a time; at most
+    _MAX_PROBLEMS problems, each naming the row."""
     magic = MAGIC.get(encoding or "")
     if detection:
         return _problems(
@@ -245,8 +247,9 @@ def _row_problems(
             images = batch.column(0)
             classes = batch.column(1) if label_column else None
             if images.null_count or classes is not None and classes.null_count:
+                what = "text" if reader.target == "text" else "label"
                 problems.append(
-                    f"rows {row} to {row + batch.num_rows - 1} include a null image or label"
+                    f"rows {row} to {row + batch.num_rows - 1} include a null image or {what}"
                 )
             if classes is not None:
                 problems += _label_problems(reader.target, classes, row, labels)
@@ -267,6 +270,14 @@ def _row_problems(
 def _label_problems(target: str, column: pa.Array, row: int, labels: int | None) -> list[str]:
     """The rows of a batch (the first is `row`) whose labels are wrong for `target`."""
     problems = []
+    if target == "text":
+        for index, text in enumerate(column.to_pylist()):
+            problem = text_problem(text) if text is not None else None
+            if problem:
+                problems.append(f"row {row + index}'s {problem}")
+                if len(problems) >= _MAX_PROBLEMS:
+                    break
+        return problems
     if target == "values":
         lists = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
         if lists:

@@ -28,6 +28,7 @@ from predictors.frameworks.predictor import Predictor, PredictorError
 from predictors.manifests import Manifest
 from predictors.processing.custom_code import CustomCode
 from predictors.protocol import Attr, at_least
+from predictors.tasks import data_input_name
 from predictors.tracing import Layer, Span
 
 __all__ = [
@@ -161,6 +162,12 @@ class Scenario:
         # What a timed call runs on a batch: the predictor's `predict` (one input, one output);
         # a scenario that feeds or reads more sets its own.
         self.call: Callable[[np.ndarray], Any] = predictor.predict
+        # Custom postprocess code that takes several outputs by name: each call computes them
+        # all, in the order `custom_outputs` names them.
+        named = self.custom_postprocess.outputs if self.custom_postprocess is not None else ()
+        if named:
+            feed, run = data_input_name(self.model.data), predictor.run
+            self.call = lambda batch: run({feed: batch}, named)
         self.keep_inputs = False
         spec = setup.spec
         # A binary classifier's one number per input, read as both labels' probabilities.
@@ -195,6 +202,13 @@ class Scenario:
         self.gpu_spans = 0
         # perf_counter has no epoch; spans are anchored to the wall clock once.
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
+        if named and self.layers and self.model.framework != "onnxruntime":
+            raise EvaluationError(
+                f"trace level {options.trace_level}: {self.what}'s custom postprocess takes its "
+                f"outputs by name ({', '.join(named)}), and the {self.model.framework} "
+                "predictor traces the layers of one-output calls only; ask for trace level "
+                "model or coarser"
+            )
         self.configure()
 
     def configure(self) -> None:

@@ -184,9 +184,9 @@ def _trace(options: EvaluationOptions, measured: Measured, overhead: dict[str, A
 
 def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     """How far two evaluations of the same inputs agree: the share of inputs with the same
-    top-1 class (None for a regression's values and a latency-only run's outputs, which have
-    no best class), and the largest absolute difference between their raw outputs (None where
-    a latency-only run kept no output)."""
+    top-1 class (a text recognizer's: the same decoded text; None for a regression's values
+    and a latency-only run's outputs, which have no best class), and the largest absolute
+    difference between their raw outputs (None where a latency-only run kept no output)."""
     names = [e.result["framework"]["name"] for e in (a, b)]
     if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
         raise EvaluationError(
@@ -199,6 +199,11 @@ def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     if output_type == "detections":
         # Each image's best detection (x, y, w, h, score, class): the same class.
         same = a.outputs[:, 5] == b.outputs[:, 5]
+    elif output_type == "frame_confidences":
+        # A text recognizer's: each input's decoded text, (0, text, confidence).
+        same = np.array(
+            [x[0][1] == y[0][1] for x, y in zip(a.predictions, b.predictions, strict=True)], bool
+        )
     elif output_type not in ("values", "tensor"):
         same = a.outputs.argmax(axis=1) == b.outputs.argmax(axis=1)
     return {

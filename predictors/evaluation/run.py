@@ -35,10 +35,14 @@ from predictors.frameworks.predictor import (
 )
 from predictors.manifests import Manifest, apply_overrides, versioning
 from predictors.processing import load_labels, preprocessor_for
+from predictors.processing.ctc import load_charset
 from predictors.processing.custom_code import (
+    MAX_CODE_FILES,
     RUNS_WHERE,
     CustomCode,
     CustomPreprocessor,
+    code_files_problems,
+    code_in,
     fields_with_code,
 )
 from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
@@ -132,7 +136,7 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     software = predictor_type.software()
     _check_version(model, software["version"])
     predictor_type.check_device(options.device)
-    custom = _custom_code(model, options)
+    custom = _custom_code(model, options, fetch)
     preprocessor: Any = preprocessor_for(spec.input)
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
@@ -170,7 +174,12 @@ def _labels(
     def fetch_labels(url: str) -> Path:
         return fetch(url, None)
 
-    labels = load_labels(spec.output_parameters, fetch_labels)
+    # A ctc output's labels are its charset's symbols (`predictors.processing.ctc`).
+    labels = (
+        load_charset(spec.output_parameters, fetch)
+        if spec.output_type == "ctc"
+        else load_labels(spec.output_parameters, fetch_labels)
+    )
     dataset_labels = (
         load_labels(dataset.data, fetch_labels)
         if "labels" in dataset.data or "labels_path" in dataset.data
@@ -396,10 +405,11 @@ def _model_spec(model: Manifest, latency_only: bool = False) -> ModelSpec:
     )
 
 
-def _custom_code(model: Manifest, options: EvaluationOptions) -> CustomCode | None:
-    """The manifest's custom processing code, compiled in the sandbox; None when it has none.
-    Refused where it would not run (outside a container whose agent opts in)."""
-    fields = fields_with_code(model.data)
+def _custom_code(model: Manifest, options: EvaluationOptions, fetch: Fetch) -> CustomCode | None:
+    """The manifest's custom processing code, compiled in the sandbox with its files
+    (`_code_files`); None when it has none. Refused where it would not run (outside a
+    container whose agent opts in)."""
+    fields = code_in(model.data)
     if not fields:
         return None
     if not options.custom_code:
@@ -408,7 +418,29 @@ def _custom_code(model: Manifest, options: EvaluationOptions) -> CustomCode | No
             f"{RUNS_WHERE}; here it would not run, so the evaluation is refused rather than "
             "run without it"
         )
-    return CustomCode(model.data, call_seconds=options.custom_code_seconds)
+    if not fields_with_code(model.data):
+        return None  # a state dict's module source only: the predictor runs it
+    return CustomCode(
+        model.data, call_seconds=options.custom_code_seconds, files=_code_files(model, fetch)
+    )
+
+
+def _code_files(model: Manifest, fetch: Fetch) -> dict[str, str]:
+    """The manifest's `code_files`, fetched: the local path of each, by name. A file over the
+    limits (`custom_code.code_files_problems`: an https:// file the hub could not measure) is
+    refused, naming its field."""
+    entries = [entry for entry in model.data.get("code_files") or [] if isinstance(entry, dict)]
+    if len(entries) > MAX_CODE_FILES:
+        raise EvaluationError(
+            f"code_files: {model.name} {model.version} names {len(entries)} code files; at "
+            f"most {MAX_CODE_FILES} are allowed"
+        )
+    paths = [fetch(str(entry["path"]), entry.get("sha256")) for entry in entries]
+    problems = code_files_problems([(i, path.stat().st_size) for i, path in enumerate(paths)])
+    if problems:
+        index, problem = problems[0]
+        raise EvaluationError(f"code_files.{index}.path ({entries[index]['path']}): {problem}")
+    return {str(entry["name"]): str(path) for entry, path in zip(entries, paths, strict=True)}
 
 
 def _check_labels(

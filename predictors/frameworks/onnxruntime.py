@@ -5,6 +5,12 @@ which every node's output computed from the model's input is also a graph output
 timed session's providers and options (graph optimizations cannot fuse away a node whose output
 is asked for, so the nodes are the graph's). Each is named by its node's module path where the
 exporter wrote one (`predictors.frameworks.layer_outputs`).
+
+A graph whose weights lie beside it (ONNX external data) comes with the manifest's
+`weights_path`, the one file its tensors name. The agent's cache names files after their
+content, not as the graph names them, so the session loads the graph from a temporary folder
+of its own where the weights sit under the name the graph gives (`_Staged`: hard links where
+it can, symbolic links or copies otherwise), removed at `close`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +42,7 @@ from predictors.frameworks.predictor import (
     cuda_device,
 )
 from predictors.manifests import Manifest, graph_check
+from predictors.manifests.formats import model_format
 from predictors.protocol import Attr, at_least
 from predictors.tasks import data_input_name, scored_output_name
 from predictors.tracing import CLOCK_ORT_PROFILER, Layer
@@ -62,6 +70,8 @@ class OnnxRuntimePredictor(Predictor):
         self._options: PredictorOptions | None = None
         self._providers: list[Any] = []
         self._capture: _EveryNode | None = None
+        # The graph beside its external data, where it has some.
+        self._staged: _Staged | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -80,6 +90,13 @@ class OnnxRuntimePredictor(Predictor):
 
     def load(self, manifest: Manifest, options: PredictorOptions) -> None:
         self.check_device(options.device)
+        fmt = model_format(manifest.data)
+        if fmt != "onnx":
+            raise PredictorError(f"onnxruntime reads model.format onnx only, not {fmt}")
+        graph = options.graph_file
+        if options.weights_file is not None:
+            self._staged = _Staged(options.graph_file, options.weights_file)
+            graph = self._staged.graph
         session_options = _session_options(options)
         self._optimization = options.graph_optimization
         self._level = options.trace_level
@@ -96,13 +113,26 @@ class OnnxRuntimePredictor(Predictor):
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
         try:
             session = ort.InferenceSession(
-                str(options.graph_file), sess_options=session_options, providers=providers
+                str(graph), sess_options=session_options, providers=providers
             )
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            self.close()
+            problem = _first_line(exc)
+            if options.weights_file is None:  # external data the manifest does not give?
+                found = graph_check.external_data_problems(options.graph_file, None)
+                problem = (
+                    "; ".join(
+                        f"{path}: {message}"
+                        for path, message in found
+                        if "external data" in message
+                    )
+                    or problem
+                )
             raise PredictorError(
-                f"onnxruntime cannot load {options.graph_file.name}: {_first_line(exc)}"
+                f"onnxruntime cannot load {options.graph_file.name}: {problem}"
             ) from exc
         if options.device != "cpu" and session.get_providers()[0] != "CUDAExecutionProvider":
+            self.close()
             # ONNX Runtime falls back to the CPU silently when the CUDA provider fails to start.
             raise PredictorError(
                 f"onnxruntime could not start the CUDA provider for {options.device} "
@@ -110,6 +140,7 @@ class OnnxRuntimePredictor(Predictor):
             )
         found = list(graph_check.problems(manifest.data, graph_check.session_signature(session)))
         if found:
+            self.close()
             raise PredictorError(
                 f"{manifest.name} {manifest.version}: the manifest does not fit its ONNX graph: "
                 + "; ".join(f"{path}: {message}" for path, message in found)
@@ -142,8 +173,13 @@ class OnnxRuntimePredictor(Predictor):
     ) -> list[LayerOutput]:
         assert self._options is not None, "load() first"
         if self._capture is None:
-            self._capture = _EveryNode(self._options, self._providers)
+            self._capture = _EveryNode(self._options, self._providers, self._staged)
         return self._capture.run(self._input, batch, max_bytes)
+
+    def signature(self) -> graph_check.Signature | None:
+        """The session's inputs and outputs (`graph_check.session_signature`)."""
+        assert self._session is not None, "load() first"
+        return graph_check.session_signature(self._session)
 
     def take_layers(self) -> list[list[Layer]] | None:
         """The profiler's node events of every run, by run. Profiling ends here: runs after
@@ -173,6 +209,9 @@ class OnnxRuntimePredictor(Predictor):
         if self._profile_dir is not None:
             self._profile_dir.cleanup()
             self._profile_dir = None
+        if self._staged is not None:
+            self._staged.cleanup()
+            self._staged = None
 
 
 def _session_options(options: PredictorOptions) -> ort.SessionOptions:
@@ -188,15 +227,74 @@ def _session_options(options: PredictorOptions) -> ort.SessionOptions:
     return session_options
 
 
+class _Staged:
+    """An ONNX graph and its external-data file in a temporary folder, the weights under the
+    name the graph's tensors give (`location`); PredictorError where the two do not fit
+    (`graph_check.external_files_problems`)."""
+
+    def __init__(self, graph_file: Path, weights_file: Path) -> None:
+        where = f"onnxruntime cannot load {graph_file.name} with its external data"
+        try:
+            files = graph_check.external_data(graph_file)
+        except graph_check.GraphError as error:
+            raise PredictorError(f"onnxruntime cannot load {graph_file.name}: {error}") from None
+        found = graph_check.external_files_problems(files, weights_file)
+        if found:
+            raise PredictorError(
+                f"{where} {weights_file.name}: "
+                + "; ".join(f"{path}: {message}" for path, message in found)
+            )
+        location = files[0].location
+        self._folder = tempfile.TemporaryDirectory(prefix="mlms-onnx-")
+        self.folder = Path(self._folder.name)
+        # Names of its own for the graph (and the capture's graph), which no location takes.
+        self.graph = self.folder / f"{_free_name(location)}.onnx"
+        weights = self.folder / location
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        _place(graph_file, self.graph)
+        _place(weights_file, weights)
+
+    def cleanup(self) -> None:
+        self._folder.cleanup()
+
+
+def _free_name(location: str) -> str:
+    """A file name stem that neither `location` nor `<stem>.every-node.onnx` is."""
+    stem = "graph"
+    while location.startswith(stem):
+        stem = f"_{stem}"
+    return stem
+
+
+def _place(source: Path, target: Path) -> None:
+    """`source` at `target`: a hard link where the file system allows one, else a symbolic
+    link, else a copy."""
+    try:
+        os.link(source, target)
+        return
+    except OSError:
+        pass
+    try:
+        os.symlink(source.resolve(), target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 class _EveryNode:
     """A session on a copy of the graph whose outputs are every node's outputs computed from
     the model's inputs (nodes of constants only, such as the exporter's weight `Identity`s, are
-    left out), in the graph's order."""
+    left out), in the graph's order. A graph with external data (`staged`) is written beside
+    it, its weights read from there rather than copied into the session's graph."""
 
-    def __init__(self, options: PredictorOptions, providers: list[Any]) -> None:
+    def __init__(
+        self, options: PredictorOptions, providers: list[Any], staged: _Staged | None = None
+    ) -> None:
         import onnx
 
-        model = onnx.load(str(options.graph_file))
+        if staged is not None:
+            model = onnx.load(str(staged.graph), load_external_data=False)
+        else:
+            model = onnx.load(str(options.graph_file))
         graph = model.graph
         initializers = {tensor.name for tensor in graph.initializer}
         computed = {value.name for value in graph.input if value.name not in initializers}
@@ -220,9 +318,13 @@ class _EveryNode:
             (name, op_type, node, output)
             for name, (_, op_type, node, output) in zip(names, found, strict=True)
         ]
+        if staged is not None:
+            capture = staged.graph.with_suffix(".every-node.onnx")
+            onnx.save_model(model, str(capture))
+        source = str(capture) if staged is not None else model.SerializeToString()
         try:
             self._session = ort.InferenceSession(
-                model.SerializeToString(),
+                source,
                 sess_options=_session_options(options),
                 providers=providers,
             )

@@ -23,6 +23,7 @@ import numpy as np
 
 from predictors.frameworks.layer_outputs import MAX_CAPTURE_BYTES, LayerOutput
 from predictors.manifests import Manifest
+from predictors.manifests.graph_check import Signature
 from predictors.protocol import LOCAL_DEVICES, cuda_index
 from predictors.tracing import Layer
 
@@ -158,6 +159,12 @@ class Predictor(ABC):
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
         """The loaded model's input (shape with None for free dimensions, element type), where
         the framework records it; the evaluation loop checks the first batch against it."""
+        return None
+
+    def signature(self) -> Signature | None:
+        """The loaded model's inputs and outputs (names, element types, ranks) as the file
+        declares them, where it declares them; checked against the manifest at upload (a
+        sandboxed load) and at load. None where the framework records none (the default)."""
         return None
 
     def inference_context(self) -> AbstractContextManager[object]:

@@ -1,21 +1,30 @@
-"""The PyTorch predictor: TorchScript files (`torch.jit.load`) on the CPU or a CUDA device.
+"""The PyTorch predictor, on the CPU or a CUDA device: TorchScript files (`torch.jit.load`),
+torch.export programs and state dicts with their module's source, as the manifest's
+`model.format` says (`predictors.frameworks.torch_formats`).
 
 Tracing (`PredictorOptions.trace_level`), two ways:
 
-- at `framework`, a model whose TorchScript module is a `Sequential` runs layer by layer, each
-  layer timed with perf_counter (`_run_layers`): cheap, and enough for a chain of layers;
+- at `framework`, a model whose module is a `Sequential` (TorchScript or a state dict's) runs
+  layer by layer, each layer timed with perf_counter (`_run_layers`): cheap, and enough for a
+  chain of layers;
 - any other model at `framework`, and every model at `ml_library` or finer, runs under
-  torch.profiler (Kineto) with the TorchScript module hierarchy recorded, each call wrapped in a
+  torch.profiler (Kineto) with its module hierarchy recorded, each call wrapped in a
   `record_function` annotation; at `system_library` or finer with CUDA activities (CUPTI) too
   on a GPU, and at `full` with input shapes. `take_layers` cuts the profiler's trace into each
   call's layers, ops, runtime calls and GPU kernels (`predictors.frameworks.torch_trace`).
+  Kineto records the hierarchy of TorchScript modules itself; other modules annotate each of
+  their module calls (`ModuleAnnotations`, `annotate_hierarchy`), a torch.export program
+  unflattened into its modules for it (`torch_formats.unflattened`).
 
 Its layer outputs (`layer_outputs`) come from a second copy of the TorchScript module whose
-graphs record every module's output (`predictors.frameworks.torch_capture`).
+graphs record every module's output (`predictors.frameworks.torch_capture`), or from forward
+hooks on a copy of any other module (`torch_formats.ModuleCapture`).
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import json
 import os
 import shutil
@@ -40,18 +49,37 @@ from predictors.frameworks.predictor import (
     cuda_device,
 )
 from predictors.frameworks.torch_capture import TorchCapture
+from predictors.frameworks.torch_formats import (
+    ModuleCapture,
+    error_line,
+    load_program,
+    load_state_dict_module,
+    misread,
+    module_type,
+    program_input,
+    program_signature,
+    unflattened,
+)
 from predictors.frameworks.torch_trace import CALL_PREFIX, call_name, module_label, steps_by_call
 from predictors.manifests import Manifest
+from predictors.manifests.formats import FORMATS, model_format
+from predictors.manifests.graph_check import Signature
 from predictors.protocol import Attr, at_least
+from predictors.tasks import data_input_name
 from predictors.tracing import CLOCK_TORCH_LAYERS, Layer
 
 # Where to keep a copy of torch.profiler's own Chrome trace of each profiled evaluation.
 KEEP_TRACE_VARIABLE = "MLMS_TORCH_TRACE_DIR"
 
-# The methods of a TorchScript module that reset a state it keeps inside itself (buffers or
-# attributes its `forward` updates), in the order they are looked for: exported with
-# `@torch.jit.export`, taking no argument (Silero VAD's TorchScript model has `reset_states`).
+# The methods of a module that reset a state it keeps inside itself (buffers or attributes its
+# `forward` updates), in the order they are looked for, taking no argument: in TorchScript
+# exported with `@torch.jit.export` (Silero VAD's TorchScript model has `reset_states`).
 RESET_METHODS = ("reset_state", "reset_states", "reset")
+
+# The prefix of the profiler annotation around each module call (`ModuleAnnotations`), and
+# the categories of Kineto's events that take a module hierarchy.
+MODULE_ANNOTATION = "mlms.module#"
+_HOST_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
 
 # One traced layer of one call: (layer index, offset from the call's start, duration, output
 # shape); turned into `Layer`s after the timed loop, by `take_layers`.
@@ -64,7 +92,12 @@ class PyTorchPredictor(LayerTimingPredictor):
 
     def __init__(self) -> None:
         super().__init__()
-        self._model: torch.jit.ScriptModule | None = None
+        self._model: torch.nn.Module | None = None
+        self._format = "torchscript"
+        # The module as messages name it, and a torch.export model's program.
+        self._what = "the TorchScript module"
+        self._program: torch.export.ExportedProgram | None = None
+        self._data_index = 0
         self._input_names: list[str] = []
         self._output_names: list[str] = []
         self._run: Callable[[torch.Tensor], Any] | None = None
@@ -77,9 +110,11 @@ class PyTorchPredictor(LayerTimingPredictor):
         self._profile_level: str | None = None
         self._profiler: Any = None
         self._stopped: Any = None  # the profiler after stop_tracing, for take_layers
-        # Layer outputs: the model's file, and its rewritten copy once `layer_outputs` made it.
+        # A module that is no TorchScript annotates its module calls for the profiler.
+        self._annotations: ModuleAnnotations | None = None
+        # Layer outputs: the model's file, and its capturing copy once `layer_outputs` made it.
         self._graph_file: Path | None = None
-        self._capture: TorchCapture | None = None
+        self._capture: TorchCapture | ModuleCapture | None = None
 
     @classmethod
     def check_device(cls, device: str) -> None:
@@ -119,30 +154,42 @@ class PyTorchPredictor(LayerTimingPredictor):
             torch.manual_seed(options.seed)
         self._device = torch.device(options.device)
         self._on_host = self._device.type == "cpu"
-        try:
-            with warnings.catch_warnings():
-                # TorchScript is the manifests' PyTorch format; torch 2.13 deprecates
-                # torch.jit.load in favour of torch.export, and says so on every load.
-                warnings.filterwarnings("ignore", message=".*torch.jit.load.* is deprecated")
-                model = torch.jit.load(str(options.graph_file), map_location=self._device)
-        except (RuntimeError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._format = model_format(manifest.data)
+        files = manifest.data.get("model") or {}
+        if self._format == "torchscript":
+            model: torch.nn.Module = _load_torchscript(options.graph_file, self._device)
+        elif self._format == "torch_export":
+            self._program = load_program(options.graph_file, self._device)
+            self._what = "the torch.export program"
+            model = self._program.module()
+        elif self._format == "state_dict":
+            entry = str(files.get("entry") or "")
+            model = load_state_dict_module(
+                options.graph_file, options.weights_file, entry, self._device
+            )
+            self._what = f"the module {entry}()"
+        else:
             raise PredictorError(
-                f"pytorch cannot load {options.graph_file.name} as TorchScript: {first}"
-            ) from exc
+                f"pytorch cannot read model.format {self._format}; it reads "
+                + ", ".join(FORMATS["pytorch"])
+            )
         # No parameter needs a gradient, so no call builds an autograd graph, whichever thread
         # makes it; the loop's runs also hold torch.inference_mode() (`inference_context`),
         # which skips autograd's dispatch altogether. Entering it on every call instead costs a
         # small TorchScript model about a tenth of its latency.
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        self._model = model.eval()
+        if self._program is None:  # a program runs as exported: its module has no eval()
+            model.eval()
+        self._model = model
         self._run = self._model
         self._graph_file = options.graph_file
         # `run` calls the module with the inputs in the manifest's order and reads its outputs
         # (a tensor, or a tuple or list of them) in the manifest's order.
         self._input_names = [str(entry["name"]) for entry in manifest.data["inputs"]]
         self._output_names = [str(entry["name"]) for entry in manifest.data["outputs"]]
+        data = data_input_name(manifest.data)
+        self._data_index = self._input_names.index(data) if data in self._input_names else 0
         if at_least(options.trace_level, "ml_library"):
             self._profile(options)
         elif at_least(options.trace_level, "framework"):
@@ -154,8 +201,14 @@ class PyTorchPredictor(LayerTimingPredictor):
 
     def _profile(self, options: PredictorOptions) -> None:
         """Trace through torch.profiler: every call annotated once the loop has started
-        tracing (`start_tracing`, after the warm-up)."""
+        tracing (`start_tracing`, after the warm-up); a module that is no TorchScript runs
+        with its module calls annotated too (a program unflattened into its modules)."""
         self._profile_level = options.trace_level
+        if self._format != "torchscript":
+            assert self._model is not None
+            traced = self._model if self._program is None else unflattened(self._program)
+            self._annotations = ModuleAnnotations(traced)
+            self._run = traced
         # The whole call is annotated, copies to and from the device included.
         self.predict = self._predict_profiled  # type: ignore[method-assign]
 
@@ -166,6 +219,8 @@ class PyTorchPredictor(LayerTimingPredictor):
         if level is None or self._profiler is not None:
             return
         self.synchronize()
+        if self._annotations is not None:
+            self._annotations.install()
         activities = [ProfilerActivity.CPU]
         if self._device.type == "cuda" and at_least(level, "system_library"):
             activities.append(ProfilerActivity.CUDA)
@@ -209,18 +264,21 @@ class PyTorchPredictor(LayerTimingPredictor):
         assert model is not None, "load() first"
         device = self._device
         outputs = model(*(torch.from_numpy(feeds[name]).to(device) for name in self._input_names))
+        if isinstance(outputs, dict) and set(outputs) == set(self._output_names):
+            outputs = tuple(outputs[name] for name in self._output_names)  # by name
         if isinstance(outputs, torch.Tensor):
             outputs = (outputs,)
         if not isinstance(outputs, tuple | list) or not all(
             isinstance(output, torch.Tensor) for output in outputs
         ):
             raise PredictorError(
-                f"the TorchScript module returned {type(outputs).__name__}; the loop reads a "
-                "tensor or a tuple of tensors, in the order of the manifest's outputs"
+                f"{self._what} returned {type(outputs).__name__}; the loop reads a tensor, a "
+                "tuple of tensors in the order of the manifest's outputs, or a dict of them by "
+                "the manifest's output names"
             )
         if len(outputs) != len(self._output_names):
             raise PredictorError(
-                f"the TorchScript module returned {len(outputs)} outputs; the manifest declares "
+                f"{self._what} returned {len(outputs)} outputs; the manifest declares "
                 f"{len(self._output_names)} ({', '.join(self._output_names)})"
             )
         by_name = dict(zip(self._output_names, outputs, strict=True))
@@ -230,19 +288,35 @@ class PyTorchPredictor(LayerTimingPredictor):
         self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
     ) -> list[LayerOutput]:
         """Every module's output, from a rewritten copy of the TorchScript module
-        (`predictors.frameworks.torch_capture`)."""
-        assert self._graph_file is not None, "load() first"
+        (`predictors.frameworks.torch_capture`), or from hooks on a copy of any other module
+        (a program unflattened into its modules)."""
+        assert self._graph_file is not None and self._model is not None, "load() first"
         if self._capture is None:
-            self._capture = TorchCapture(self._graph_file, self._device)
+            if self._format == "torchscript":
+                self._capture = TorchCapture(self._graph_file, self._device)
+            elif self._program is not None:
+                self._capture = ModuleCapture(unflattened(self._program), self._device)
+            else:
+                self._capture = ModuleCapture(copy.deepcopy(self._model), self._device)
         return self._capture.run(batch, max_bytes)
+
+    def signature(self) -> Signature | None:
+        """A torch.export program's inputs and outputs (`torch_formats.program_signature`);
+        None for TorchScript and state dicts, whose files do not record them."""
+        return program_signature(self._program) if self._program is not None else None
+
+    def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:
+        if self._program is None:
+            return None
+        return program_input(self._program, self._data_index)
 
     def _run_layers(self, inputs: torch.Tensor) -> torch.Tensor:
         """The model run layer by layer, each layer timed (trace level framework).
 
         TorchScript modules take no forward hooks (`register_forward_pre_hook is not supported
-        on ScriptModules`), so a model whose TorchScript module is a `Sequential` is run as its
-        compiled `forward` runs it: each (compiled) layer in turn on the previous one's output.
-        The outputs are the same; the optimizations TorchScript makes across layers are not."""
+        on ScriptModules`), so a model whose module is a `Sequential` is run as its `forward`
+        runs it: each (compiled) layer in turn on the previous one's output. The outputs are
+        the same; the optimizations TorchScript makes across layers are not."""
         assert self._layers is not None
         perf = time.perf_counter_ns
         marks: list[_Mark] = []
@@ -288,6 +362,8 @@ class PyTorchPredictor(LayerTimingPredictor):
             with _quiet_stderr():
                 profiler.stop()
             self._stopped = profiler
+        if self._annotations is not None:
+            self._annotations.remove()
 
     def _take_profiled(self) -> list[list[Layer]]:
         """Stop the profiler; each call's steps from its trace (warm-up calls: none)."""
@@ -306,6 +382,8 @@ class PyTorchPredictor(LayerTimingPredictor):
             profiler.export_chrome_trace(path)
             with open(path, encoding="utf-8") as file:
                 trace = json.load(file)
+            if self._annotations is not None:
+                annotate_hierarchy(trace)
             keep = os.environ.get(KEEP_TRACE_VARIABLE)
             if keep:  # torch.profiler's own trace, for Perfetto or TensorBoard
                 os.makedirs(keep, exist_ok=True)
@@ -340,11 +418,16 @@ class PyTorchPredictor(LayerTimingPredictor):
         assert model is not None, "load() first"
         for name in RESET_METHODS:
             method = getattr(model, name, None)
-            schema = getattr(method, "schema", None)
-            # A compiled method of the module itself, whose only argument is the module.
-            if method is None or schema is None or len(schema.arguments) != 1:
+            if method is None:
                 continue
-            return StateReset(f"the TorchScript module's {name}()", method)
+            if self._format == "torchscript":
+                # A compiled method of the module itself, whose only argument is the module.
+                schema = getattr(method, "schema", None)
+                if schema is None or len(schema.arguments) != 1:
+                    continue
+            elif not inspect.ismethod(method) or not _takes_no_argument(method):
+                continue
+            return StateReset(f"{self._what}'s {name}()", method)
         return None
 
     def synchronize(self) -> None:
@@ -368,11 +451,95 @@ class PyTorchPredictor(LayerTimingPredictor):
         if self._profiler is not None:
             self._profiler.stop()
             self._profiler = None
+        if self._annotations is not None:
+            self._annotations.remove()
         self._model = self._run = self._layers = self._capture = None
+        self._program = self._annotations = None
         self._graph_file = None
         self.__dict__.pop("predict", None)
         if self._device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _frame_name(text: str) -> str:
+    """A name as a frame of Kineto's module hierarchy takes it (no dots, no parentheses)."""
+    return "".join(c for c in text if c not in ".()") or "_"
+
+
+class ModuleAnnotations:
+    """A `record_function` annotation around every call of every module of `model`, itself
+    included, from `install` to `remove`: named `mlms.module#conv1(Conv2d)` after the module's
+    attribute name and class, the model itself `mlms.module#TOP(Net)`."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._model = model
+        self._handles: list[Any] = []
+        self._open: list[Any] = []
+
+    def install(self) -> None:
+        if self._handles:
+            return
+        for path, module in self._model.named_modules():
+            attribute = path.rsplit(".", 1)[-1] if path else "TOP"
+            name = (
+                f"{MODULE_ANNOTATION}{_frame_name(attribute)}({_frame_name(module_type(module))})"
+            )
+            self._handles.append(module.register_forward_pre_hook(self._enter(name)))
+            self._handles.append(module.register_forward_hook(self._leave, always_call=True))
+
+    def _enter(self, name: str) -> Any:
+        def enter(module: torch.nn.Module, args: Any) -> None:
+            annotation = torch.autograd.profiler.record_function(name)
+            annotation.__enter__()
+            self._open.append(annotation)
+
+        return enter
+
+    def _leave(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._open:
+            self._open.pop().__exit__(None, None, None)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        while self._open:
+            self._open.pop().__exit__(None, None, None)
+
+
+def annotate_hierarchy(trace: dict[str, Any]) -> None:
+    """Give each host op and CUDA runtime call of a Kineto trace the module hierarchy of the
+    `ModuleAnnotations` around it, in the form Kineto records for TorchScript
+    (`TOP(Net)::forward.block(Block)::forward.conv(Conv2d)::forward.`, in
+    `args["Module Hierarchy"]`), so that `torch_trace.steps_by_call` cuts each call into the
+    same layers."""
+    by_thread: dict[tuple[Any, Any], list[tuple[float, int, float, int, dict[str, Any]]]] = {}
+    for index, raw in enumerate(trace.get("traceEvents", ())):
+        if raw.get("ph") != "X" or not isinstance(raw.get("ts"), int | float):
+            continue
+        name = str(raw.get("name", ""))
+        category = raw.get("cat", "")
+        if category == "user_annotation" and name.startswith(MODULE_ANNOTATION):
+            order = 0  # an annotation opens before an op that starts with it
+        elif category in _HOST_CATEGORIES:
+            order = 1
+        else:
+            continue
+        start = float(raw["ts"])
+        end = start + float(raw.get("dur", 0))
+        thread = (raw.get("pid"), raw.get("tid"))
+        by_thread.setdefault(thread, []).append((start, order, -end, index, raw))
+    for items in by_thread.values():
+        items.sort(key=lambda item: item[:4])
+        stack: list[tuple[float, str]] = []  # (end, frame) of the annotations open
+        for start, order, negative_end, _, raw in items:
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if order == 0:
+                stack.append((-negative_end, f"{raw['name'][len(MODULE_ANNOTATION) :]}::forward."))
+            elif stack:
+                args = raw.setdefault("args", {})
+                args["Module Hierarchy"] = "".join(frame for _, frame in stack)
 
 
 @contextmanager
@@ -393,6 +560,35 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _load_torchscript(graph_file: Path, device: torch.device) -> torch.nn.Module:
+    """The TorchScript module in `graph_file`; a file that is something else (a state dict, a
+    torch.export program) is refused naming the `model.format` that reads it."""
+    try:
+        with warnings.catch_warnings():
+            # torch 2.13 deprecates torch.jit.load in favour of torch.export, and says so on
+            # every load.
+            warnings.filterwarnings("ignore", message=".*torch.jit.load.* is deprecated")
+            module: torch.nn.Module = torch.jit.load(str(graph_file), map_location=device)
+    except (RuntimeError, ValueError) as exc:
+        # torch calls every file it cannot read a corrupted checkpoint: say what it is.
+        what = misread(graph_file, "torchscript") or error_line(exc)
+        raise PredictorError(
+            f"pytorch cannot load {graph_file.name} as TorchScript: {what}"
+        ) from exc
+    return module
+
+
+def _takes_no_argument(method: Callable[..., Any]) -> bool:
+    """Whether a bound method can be called with no argument."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters
+    )
+
+
 def _first(outputs: Any) -> torch.Tensor:
     """The first output of a model that returns several (a tuple, list or dict of tensors)."""
     if isinstance(outputs, dict):
@@ -405,10 +601,17 @@ def _first(outputs: Any) -> torch.Tensor:
 
 
 def _sequential_layers(model: torch.nn.Module) -> list[tuple[str, str, torch.nn.Module]] | None:
-    """The layers (qualified name, type, module) of a TorchScript `Sequential`, nested
+    """The layers (qualified name, type, module) of a `Sequential` (TorchScript or not), nested
     `Sequential`s flattened, in the order its `forward` runs them; None for any other module,
     whose `forward` cannot be run layer by layer from Python."""
-    if getattr(model, "original_name", None) != "Sequential":
+    is_sequential = (
+        type(model) is torch.nn.Sequential  # its forward is the chain (a subclass may not be)
+        or (
+            isinstance(model, torch.jit.ScriptModule)
+            and getattr(model, "original_name", None) == "Sequential"
+        )
+    )
+    if not is_sequential:
         return None
     layers: list[tuple[str, str, torch.nn.Module]] = []
     for name, child in model.named_children():
@@ -416,5 +619,5 @@ def _sequential_layers(model: torch.nn.Module) -> list[tuple[str, str, torch.nn.
         if inner is not None:
             layers.extend((f"{name}.{n}", t, m) for n, t, m in inner)
         else:
-            layers.append((name, str(getattr(child, "original_name", "")), child))
+            layers.append((name, module_type(child), child))
     return layers

@@ -10,15 +10,20 @@ on the session it loads (a file given by https://, which the hub never reads). W
 - the rank: an image input is a batch of images, rank 4 (NCHW or NHWC); a tensor or state
   input with a `shape` has rank 1 + len(shape) (with its batch axis); a constant input has
   its value's rank (it is not batched);
-- the element type: the input's `element_type` is the graph input's type.
+- the element type: the input's `element_type` is the graph input's type;
+- a ctc output's rank: 3, (N, T, C) or (T, N, C).
 
 TorchScript and Keras files carry no such names and types without loading them in their
 framework; they are checked when an agent loads them (the first batch's shape and type,
 `FixedBatches.check_input`).
+
+An ONNX graph whose weights lie beside it (external data) names the one file that holds them;
+`external_data_problems` checks the manifest's `weights_path` against what the graph names.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,14 +168,23 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
             "the graph takes inputs the manifest does not declare, which could not be fed: "
             + ", ".join(port.show() for port in undeclared),
         )
-    outputs = {port.name for port in signature.outputs}
+    outputs = {port.name: port for port in signature.outputs}
     shown_outputs = ", ".join(port.show() for port in signature.outputs) or "none"
     for index, entry in enumerate(data.get("outputs") or []):
-        if isinstance(entry, Mapping) and str(entry.get("name")) not in outputs:
+        if not isinstance(entry, Mapping):
+            continue
+        output = outputs.get(str(entry.get("name")))
+        if output is None:
             yield (
                 f"outputs.{index}.name",
                 f"'{entry.get('name')}' is not an output of the graph (its outputs: "
                 f"{shown_outputs})",
+            )
+        elif entry.get("type") == "ctc" and output.rank is not None and output.rank != 3:
+            yield (
+                f"outputs.{index}",
+                f"the graph's output '{output.name}' has rank {output.rank}, but a ctc output "
+                "is (N, T, C) or (T, N, C): rank 3",
             )
 
 
@@ -189,3 +203,122 @@ def onnx_problems(data: Mapping[str, Any], path: Path) -> list[tuple[str, str]]:
     except GraphError as error:
         return [("model.graph_path", str(error))]
     return list(problems(data, signature))
+
+
+@dataclass(frozen=True)
+class ExternalFile:
+    """One external-data file an ONNX graph names (`location`, relative to the graph's
+    folder): the tensors it holds, and the bytes it must hold at least (`end`: the largest
+    offset + length a tensor declares, its size by shape where it declares no length; `last`
+    the tensor that reads furthest)."""
+
+    location: str
+    tensors: int
+    end: int
+    last: str
+
+
+def external_data(path: Path) -> list[ExternalFile]:
+    """The external-data files of an ONNX file, in the order its tensors name them, read with
+    the `onnx` package without loading them; GraphError where the graph does not parse."""
+    import numpy as np
+    import onnx
+    from onnx import external_data_helper
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # a protobuf that does not parse
+        raise GraphError(f"not a readable ONNX model: {exc}") from None
+    found: dict[str, ExternalFile] = {}
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        length = info.length
+        if length is None and tensor.data_type != onnx.TensorProto.STRING:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            length = itemsize * int(np.prod(tensor.dims, dtype=np.int64))
+        end = (info.offset or 0) + (length or 0)
+        known = found.get(info.location)
+        if known is None:
+            found[info.location] = ExternalFile(info.location, 1, end, tensor.name)
+        else:
+            furthest = end > known.end
+            found[info.location] = ExternalFile(
+                info.location,
+                known.tensors + 1,
+                end if furthest else known.end,
+                tensor.name if furthest else known.last,
+            )
+    return list(found.values())
+
+
+def external_data_problems(graph_file: Path, weights_file: Path | None) -> list[tuple[str, str]]:
+    """(field path, message) for every way an ONNX graph and the manifest's `weights_path`
+    (its external data, the one file its tensors name) do not fit: external data and no
+    weights_path, a weights_path and no external data, several files, a location outside the
+    graph's folder, a weights file shorter than the graph reads."""
+    try:
+        files = external_data(graph_file)
+    except GraphError as error:
+        return [("model.graph_path", str(error))]
+    return external_files_problems(files, weights_file)
+
+
+def external_files_problems(
+    files: list[ExternalFile], weights_file: Path | None
+) -> list[tuple[str, str]]:
+    """`external_data_problems` of a graph's external-data files (`external_data`)."""
+    shown = ", ".join(f"{f.location} ({f.tensors} tensors)" for f in files)
+    if not files:
+        if weights_file is None:
+            return []
+        return [
+            (
+                "model.weights_path",
+                "ONNX external data: the graph holds its weights itself (no tensor names an "
+                "external-data file); drop model.weights_path",
+            )
+        ]
+    found: list[tuple[str, str]] = []
+    outside = [
+        f.location
+        for f in files
+        if os.path.isabs(f.location) or ".." in Path(f.location).parts or not f.location
+    ]
+    if outside:
+        found.append(
+            (
+                "model.graph_path",
+                "ONNX external data: the graph names external-data files outside its own "
+                f"folder ({', '.join(outside)}); save it with a plain file name as location",
+            )
+        )
+    if len(files) > 1:
+        found.append(
+            (
+                "model.graph_path",
+                f"ONNX external data: the graph's tensors name {len(files)} external-data files "
+                f"({shown}); model.weights_path gives one: save the graph with "
+                "all_tensors_to_one_file=True",
+            )
+        )
+    if weights_file is None:
+        found.append(
+            (
+                "model.weights_path",
+                f"ONNX external data: the graph keeps its weights in {shown} beside it; give "
+                "that file as model.weights_path",
+            )
+        )
+    elif len(files) == 1 and weights_file.stat().st_size < files[0].end:
+        (file,) = files
+        found.append(
+            (
+                "model.weights_path",
+                f"ONNX external data: {weights_file.name} holds {weights_file.stat().st_size} "
+                f"bytes, but the graph reads {file.location} up to byte {file.end} (tensor "
+                f"{file.last}): is it truncated, or the weights of another graph?",
+            )
+        )
+    return found

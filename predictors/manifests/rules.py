@@ -2,8 +2,8 @@
 
 The cross-field rules are those a schema cannot express: semver versions and npm version
 ranges, repo:// paths inside the manifest's own folder, sha256 for https:// files, custom code,
-crop, resize and per-channel rules of image inputs, labels of outputs, state and constant
-inputs. docs/manifest.md describes them.
+crop, resize and per-channel rules of image inputs, labels of outputs (a ctc output's charset),
+state and constant inputs. docs/manifest.md describes them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from predictors.manifests import versioning
+from predictors.manifests import formats, versioning
 from predictors.manifests.errors import (
     FieldPath,
     by_line,
@@ -150,6 +150,9 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                 yield from _image_problems(parameters, ("inputs", index, "parameters"))
         for index, entry in _entries(data.get("outputs")):
             parameters = entry.get("parameters")
+            if entry.get("type") == "ctc":  # a charset, not labels
+                yield from _ctc_problems(data, parameters, ("outputs", index))
+                continue
             if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
                 for key, task, what in _TASK_PARAMETERS:
@@ -172,6 +175,16 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                     )
                     yield ("outputs", index, "parameters", "labels"), message
         yield from _port_problems(data)
+        yield from formats.format_problems(data)
+        yield from _code_file_problems(data.get("code_files"))
+    elif data.get("task") == "text_recognition":
+        for key in ("labels", "labels_path"):
+            if key in data:
+                yield (
+                    (key,),
+                    "a text_recognition dataset names no labels: each row's text column holds "
+                    "its truth (leave labels and labels_path out)",
+                )
     else:
         yield from _labels_problems(data, ())
     namespace = None
@@ -252,6 +265,20 @@ def _port_problems(data: dict[str, Any]) -> Iterator[tuple[FieldPath, str]]:
             )
 
 
+def _code_file_problems(entries: Any) -> Iterator[tuple[FieldPath, str]]:
+    """Each name of `code_files` once: the code opens a file by its name."""
+    seen: dict[str, int] = {}
+    for index, entry in _entries(entries):
+        name = entry.get("name")
+        if isinstance(name, str):
+            if name in seen:
+                yield (
+                    ("code_files", index, "name"),
+                    f"'{name}' names code_files.{seen[name]} already; each file has its own name",
+                )
+            seen.setdefault(name, index)
+
+
 def _constant_problem(value: Any, element_type: Any) -> str | None:
     def numbers(item: Any) -> bool:
         if isinstance(item, list):
@@ -297,6 +324,41 @@ def _labels_problems(where: dict[str, Any], path: FieldPath) -> Iterator[tuple[F
     elif "labels" not in where and "labels_path" not in where:
         message = "'labels' (or 'labels_path') is required: the class names, by class index"
         yield (*path, "labels"), message
+
+
+def _ctc_problems(
+    data: dict[str, Any], parameters: Any, path: FieldPath
+) -> Iterator[tuple[FieldPath, str]]:
+    """The rules of a ctc output beyond the schema: a text_recognition model's; exactly one of
+    its charset and charset file; its blank within the charset's classes; beam_width read with
+    beam decoding only."""
+    if data.get("task") != "text_recognition":
+        yield (
+            (*path, "type"),
+            "is read by text_recognition models only (per-timestep scores decoded by CTC into "
+            f"text); this is a {data.get('task')} model",
+        )
+    if not isinstance(parameters, dict):
+        return
+    where = (*path, "parameters")
+    if "charset" in parameters and "charset_path" in parameters:
+        message = "charset and charset_path are exclusive: give the symbols inline or in a file"
+        yield (*where, "charset_path"), message
+    elif "charset" not in parameters and "charset_path" not in parameters:
+        message = (
+            "'charset' (or 'charset_path') is required: the symbols of the classes other than "
+            "the blank, in class-index order"
+        )
+        yield (*where, "charset"), message
+    charset, blank = parameters.get("charset"), parameters.get("blank")
+    if isinstance(charset, list) and isinstance(blank, int) and blank > len(charset):
+        yield (
+            (*where, "blank"),
+            f"is {blank}, but the charset's {len(charset)} symbols and the blank make "
+            f"{len(charset) + 1} classes: the blank is a class index from 0 to {len(charset)}",
+        )
+    if "beam_width" in parameters and parameters.get("decoding") != "beam":
+        yield (*where, "beam_width"), "is read with decoding beam only"
 
 
 def _is_number(value: Any) -> TypeGuard[int | float]:
@@ -417,6 +479,22 @@ def file_refs(
             if isinstance(parameters, dict) and "labels_path" in parameters:
                 path = ("outputs", index, "parameters", "labels_path")
                 yield path, parameters["labels_path"], None, None
+            if isinstance(parameters, dict) and "charset_path" in parameters:
+                where = ("outputs", index, "parameters")
+                yield (
+                    (*where, "charset_path"),
+                    parameters["charset_path"],
+                    (*where, "charset_sha256"),
+                    parameters.get("charset_sha256"),
+                )
+        for index, entry in _entries(data.get("code_files")):
+            if "path" in entry:
+                yield (
+                    ("code_files", index, "path"),
+                    entry["path"],
+                    ("code_files", index, "sha256"),
+                    entry.get("sha256"),
+                )
     else:
         if "labels_path" in data:
             yield ("labels_path",), data["labels_path"], None, None

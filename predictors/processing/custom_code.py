@@ -12,6 +12,23 @@ Both run after what the manifest's parameters describe, never instead of it: a p
 always applied, and the code continues from there (`docs/manifest.md` shows how to hand the
 code the decoded pixels untouched).
 
+Every output, by name. A manifest with `postprocess` code that declares more than one output
+that is not a state output (`named_outputs`) has each call compute all of them, and
+`postprocess` receives a dict {output name: batch array (N first)} in the manifest's order;
+it returns the (N, classes) scores, read as the type of the first of them (the scored
+output). With one such output it receives that output's batch array, as before. The timed
+call computes the extra outputs only then; otherwise it is the one-output call.
+
+Files. The manifest's `code_files` ({name, path, sha256} each) are fetched with the job, and
+the code finds them in a read-only mapping `files` in its namespace, {name: local path (a
+str)}: `open(files["charset.txt"])`; in a predictor container they lie in the job's read-only
+files folder (`predictors.agent.relay.FILES_MOUNT`), where the agent puts every file of the
+job's manifests. They are read-only: reading them is allowed (as reading anything is), writing
+to them is refused like a write outside the sandbox folder. At most MAX_CODE_FILES
+files, each at most MAX_CODE_FILE_BYTES, all together at most MAX_CODE_FILES_BYTES
+(`code_files_problems`: the hub refuses an upload over a limit, naming `code_files.N.path`; the
+evaluation refuses an https:// file over it once fetched).
+
 Where it runs. Only inside a predictor container (`predictors.agent.contained`) started by an agent
 that opts in (`mlms agent --docker --allow-custom-code`). The container is the boundary: no
 network at all, a read-only root file system and read-only mounts, no capabilities, a process
@@ -36,6 +53,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -43,6 +61,10 @@ import numpy as np
 FIELDS = ("preprocess", "postprocess")
 # The most source a field may hold.
 MAX_SOURCE_BYTES = 64 * 1024
+# The files the code may read (`code_files`): how many, the most bytes of one, and of all.
+MAX_CODE_FILES = 16
+MAX_CODE_FILE_BYTES = 16 * 1024 * 1024
+MAX_CODE_FILES_BYTES = 64 * 1024 * 1024
 # The longest one call may take (seconds), unless the host sets its own.
 DEFAULT_CALL_SECONDS = 60.0
 # Where the code may write: the container's private /tmp (a tmpfs, gone with the container).
@@ -67,6 +89,68 @@ class SandboxViolation(PermissionError):
 def fields_with_code(data: Mapping[str, Any]) -> list[str]:
     """The manifest's fields that hold code, in order."""
     return [field for field in FIELDS if isinstance(data.get(field), str) and data[field].strip()]
+
+
+def code_in(data: Mapping[str, Any]) -> list[str]:
+    """What of the manifest is code an evaluation runs: its processing fields, and the module
+    source of a state dict (`model.format: state_dict`, `predictors.manifests.formats`), which
+    builds the module the weights are loaded into. Each runs only where custom code runs."""
+    found = fields_with_code(data)
+    files = data.get("model")
+    if isinstance(files, Mapping) and files.get("format") == "state_dict":
+        found.append("module")
+    return found
+
+
+def named_outputs(data: Mapping[str, Any]) -> list[str]:
+    """The outputs `postprocess` receives by name, in the manifest's order: every output that
+    is not a state output, where the manifest has postprocess code and declares more than one;
+    none otherwise (postprocess receives the scored output's batch array)."""
+    if "postprocess" not in fields_with_code(data):
+        return []
+    names = [
+        str(entry.get("name"))
+        for entry in data.get("outputs") or []
+        if isinstance(entry, Mapping) and entry.get("type") != "state"
+    ]
+    return names if len(names) > 1 else []
+
+
+def code_files_problems(sizes: Sequence[tuple[int, int]]) -> list[tuple[int, str]]:
+    """The code files over their limits: `sizes` holds (index in `code_files`, size in bytes)
+    of the files whose size is known; answers (index, problem in words) for each file over
+    MAX_CODE_FILE_BYTES, and for the file at which all of them together pass
+    MAX_CODE_FILES_BYTES."""
+    problems: list[tuple[int, str]] = []
+    total = 0
+    for index, size in sizes:
+        if size > MAX_CODE_FILE_BYTES:
+            problems.append(
+                (
+                    index,
+                    f"the file is {_mib(size)}, over the limit of "
+                    f"{_mib(MAX_CODE_FILE_BYTES)} for one code file",
+                )
+            )
+        before, total = total, total + size
+        if before <= MAX_CODE_FILES_BYTES < total:
+            problems.append(
+                (
+                    index,
+                    f"with this file the code files come to {_mib(total)}, over the limit of "
+                    f"{_mib(MAX_CODE_FILES_BYTES)} for all of them together",
+                )
+            )
+    return problems
+
+
+def _mib(size: int) -> str:
+    """A size in bytes, in MiB (KiB and bytes for small ones)."""
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.4g} MiB"
+    if size >= 1024:
+        return f"{size / 1024:.4g} KiB"
+    return f"{size} bytes"
 
 
 def check_source(field: str, source: Any) -> str | None:
@@ -103,10 +187,22 @@ _ARGUMENT = {"preprocess": "one example", "postprocess": "a batch of outputs"}
 
 
 class CustomCode:
-    """The functions of a manifest's code, compiled in a namespace of their own."""
+    """The functions of a manifest's code, compiled in a namespace of their own; `files`
+    (the local path of each of its `code_files`, by name) is in each namespace, read-only."""
 
-    def __init__(self, data: Mapping[str, Any], *, call_seconds: float = DEFAULT_CALL_SECONDS):
+    def __init__(
+        self,
+        data: Mapping[str, Any],
+        *,
+        call_seconds: float = DEFAULT_CALL_SECONDS,
+        files: Mapping[str, str] | None = None,
+    ):
         self.call_seconds = call_seconds
+        self.files: Mapping[str, str] = MappingProxyType(dict(files or {}))
+        # The code files may be read, not written (even where they lie in the sandbox folder).
+        self.read_only = frozenset(os.path.realpath(path) for path in self.files.values())
+        # The outputs postprocess receives by name (`named_outputs`); none: one array.
+        self.outputs: tuple[str, ...] = tuple(named_outputs(data))
         self.functions: dict[str, Callable[[Any], Any]] = {}
         for field in fields_with_code(data):
             problem = check_source(field, data[field])
@@ -122,8 +218,8 @@ class CustomCode:
         filename = f"<manifest {field}>"
         # Tracebacks show the code's own lines.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        namespace: dict[str, Any] = {"__name__": f"manifest_{field}"}
-        with sandbox(field, self.call_seconds):
+        namespace: dict[str, Any] = {"__name__": f"manifest_{field}", "files": self.files}
+        with sandbox(field, self.call_seconds, self.read_only):
             try:
                 exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - sandboxed
             except SandboxViolation as exc:
@@ -139,7 +235,7 @@ class CustomCode:
         """`field`'s function on `value`; CustomCodeError naming `where` ("input 3") when it
         raises, with its traceback."""
         function = self.functions[field]
-        with sandbox(field, self.call_seconds):
+        with sandbox(field, self.call_seconds, self.read_only):
             try:
                 return function(value)
             except SandboxViolation as exc:
@@ -173,10 +269,24 @@ class CustomPreprocessor:
         return np.stack(examples)
 
 
-def custom_outputs(code: CustomCode, outputs: np.ndarray, rows: int) -> np.ndarray:
-    """The manifest's `postprocess` on a batch of outputs: (rows, classes) scores, checked."""
-    where = f"a batch of {rows} outputs of shape {tuple(np.shape(outputs))}"
-    value = _array("postprocess", code.call("postprocess", outputs, where), where)
+def custom_outputs(code: CustomCode, outputs: Any, rows: int) -> np.ndarray:
+    """The manifest's `postprocess` on a batch of outputs: (rows, classes) scores, checked.
+    `outputs`: the scored output's batch array; or, where the code takes every output by name
+    (`code.outputs`), their batch arrays in that order, handed to it as a dict."""
+    if code.outputs:
+        arrays = list(outputs)
+        if len(arrays) != len(code.outputs):
+            raise CustomCodeError(
+                f"custom postprocess code takes the outputs {', '.join(code.outputs)} by name; "
+                f"the model gave {len(arrays)}"
+            )
+        value_in: Any = dict(zip(code.outputs, arrays, strict=True))
+        shapes = ", ".join(f"{name} {tuple(np.shape(a))}" for name, a in value_in.items())
+        where = f"a batch of {rows} inputs' outputs ({shapes})"
+    else:
+        value_in = outputs
+        where = f"a batch of {rows} outputs of shape {tuple(np.shape(outputs))}"
+    value = _array("postprocess", code.call("postprocess", value_in, where), where)
     if value.ndim != 2 or value.shape[0] != rows:
         raise CustomCodeError(
             f"custom postprocess code must return (N, classes) scores, one row per input "
@@ -270,14 +380,29 @@ _WRITES: dict[str, tuple[int, ...]] = {
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
-def _inside_sandbox(path: Any) -> bool:
+_OUTSIDE = (
+    f" outside its sandbox; it may write only under {SANDBOX_DIR} (private to the run, gone "
+    "when it ends)"
+)
+
+
+def _write_refused(path: Any) -> str | None:
+    """Why the code may not write or change `path`, in words that follow the path; None
+    where it may."""
     if isinstance(path, int):
-        return True  # an open file descriptor: it was opened under these rules
+        return None  # an open file descriptor: it was opened under these rules
     try:
         resolved = os.path.realpath(os.fsdecode(path))
     except (TypeError, ValueError):
-        return False
-    return resolved == SANDBOX_DIR or resolved.startswith(SANDBOX_DIR + os.sep)
+        return _OUTSIDE
+    if resolved in getattr(_state, "read_only", ()):
+        return (
+            ", one of the manifest's code files, which are read-only (copy it under "
+            f"{SANDBOX_DIR} to change it)"
+        )
+    if resolved == SANDBOX_DIR or resolved.startswith(SANDBOX_DIR + os.sep):
+        return None
+    return _OUTSIDE
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -300,18 +425,17 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & _WRITE_FLAGS
         )
-        if writes and not _inside_sandbox(path):
+        why = _write_refused(path) if writes else None
+        if why:
             raise SandboxViolation(
-                f"{who} tried to write {os.fsdecode(path) if path is not None else 'a file'} "
-                f"outside its sandbox; it may write only under {SANDBOX_DIR} (private to the "
-                "run, gone when it ends)"
+                f"{who} tried to write {os.fsdecode(path) if path is not None else 'a file'}{why}"
             )
         return
     for index in _WRITES.get(event, ()):
-        if index < len(args) and not _inside_sandbox(args[index]):
+        why = _write_refused(args[index]) if index < len(args) else None
+        if why:
             raise SandboxViolation(
-                f"{who} tried to change {os.fsdecode(args[index])} ({event}) outside its "
-                f"sandbox; it may change files only under {SANDBOX_DIR}"
+                f"{who} tried to change {os.fsdecode(args[index])} ({event}){why}"
             )
 
 
@@ -324,18 +448,20 @@ def _install_hook() -> None:
 
 
 @contextmanager
-def sandbox(field: str, seconds: float) -> Iterator[None]:
+def sandbox(field: str, seconds: float, read_only: frozenset[str] = frozenset()) -> Iterator[None]:
     """While the block runs, on this thread: refusals (`SandboxViolation`) of network,
-    processes and writes outside SANDBOX_DIR; and, where `on_timeout` is set (in a
-    container), a watchdog that ends the process when the block takes more than `seconds` (a
-    loop the code never leaves cannot be interrupted otherwise). The code runs in this
-    process, so none of this is a boundary: the container is (and the agent stops a container
-    whose custom code holds the interpreter past its limit, `predictors.agent.relay.Deadline`);
-    these give the clear messages."""
+    processes and writes outside SANDBOX_DIR or to the `read_only` paths (resolved: the code
+    files); and, where `on_timeout` is set (in a container), a watchdog that ends the process
+    when the block takes more than `seconds` (a loop the code never leaves cannot be
+    interrupted otherwise). The code runs in this process, so none of this is a boundary: the
+    container is (and the agent stops a container whose custom code holds the interpreter past
+    its limit, `predictors.agent.relay.Deadline`); these give the clear messages."""
     _install_hook()
     _start_watchdog()  # before the refusals apply: they refuse new threads
     previous = getattr(_state, "field", None)
+    previous_read_only: frozenset[str] = getattr(_state, "read_only", frozenset())
     _state.field = field
+    _state.read_only = read_only
     key = threading.get_ident()
     with _deadlines_lock:
         _deadlines[key] = (field, seconds, time.monotonic() + seconds)
@@ -345,6 +471,7 @@ def sandbox(field: str, seconds: float) -> Iterator[None]:
         with _deadlines_lock:
             _deadlines.pop(key, None)
         _state.field = previous
+        _state.read_only = previous_read_only
 
 
 # Called with the message when a call runs past its limit, before the process ends; None

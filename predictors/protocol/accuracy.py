@@ -1,7 +1,7 @@
 """A result's accuracy, typed per task: `Accuracy` (the two headline metrics and the inputs
 scored, a classification's whole accuracy) and a record per task that adds its own metrics
 (`SequenceAccuracy`, `DetectionAccuracy`, `SegmentationAccuracy`, `MultiLabelAccuracy`,
-`RegressionAccuracy`). The JSON is flat, the task's metrics beside the headline ones; a
+`RegressionAccuracy`, `TextAccuracy`). The JSON is flat, the task's metrics beside the headline ones; a
 `TaskAccuracy` is read as the first of its records whose fields hold every key given."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ __all__ = [
     "SegmentationAccuracy",
     "SequenceAccuracy",
     "TaskAccuracy",
+    "TextAccuracy",
     "ValueErrors",
 ]
 
@@ -124,6 +125,20 @@ class RegressionAccuracy(Accuracy):
     library: Maybe[str] = ABSENT
 
 
+@dataclass(frozen=True)
+class TextAccuracy(Accuracy):
+    """A text recognition's: the character and word error rates over the split (jiwer's, of
+    every line's true text against its decoded text), the share of lines decoded exactly, and
+    how the model's output was decoded (greedy, or beam with its width)."""
+
+    cer: Maybe[float] = ABSENT
+    wer: Maybe[float] = ABSENT
+    exact_match: Maybe[float] = ABSENT
+    decoding: Maybe[str] = ABSENT
+    beam_width: Maybe[int] = ABSENT
+    library: Maybe[str] = ABSENT
+
+
 # The accuracy of each kind of task, read as the first whose fields hold every key given.
 TaskAccuracy: TypeAlias = (
     Accuracy
@@ -132,4 +147,5 @@ TaskAccuracy: TypeAlias = (
     | SegmentationAccuracy
     | MultiLabelAccuracy
     | RegressionAccuracy
+    | TextAccuracy
 )

@@ -111,6 +111,11 @@ class Settings(Record):
     matmul_allow_tf32: Maybe[bool] = ABSENT
     cudnn_benchmark: Maybe[bool] = ABSENT
     device: Maybe[str] = ABSENT
+    # The model file's format as loaded (`model.format`), a SavedModel's signature, and a
+    # TFLite model's quantization as applied to its inputs and outputs (scale, zero point).
+    format: Maybe[str] = ABSENT
+    signature: Maybe[str] = ABSENT
+    quantization: Maybe[dict[str, Any]] = ABSENT
 
 
 @dataclass(frozen=True)

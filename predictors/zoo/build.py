@@ -30,6 +30,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/diabetes/1.0.0/{train,validation}.parquet`` (scikit-learn's diabetes data) and
   ``models/diabetes-mlp/1.0.0/{diabetes-mlp.onnx,diabetes-mlp.pt,labels.txt}``, a regression
   model (``regression.py``)
+- ``datasets/text-transcripts/1.0.0/validation.parquet`` (printed lines with their text) and
+  ``models/text-recognizer/1.0.0/{text-recognizer.onnx,charset.txt}``, PaddleOCR's text
+  recognizer as the ``rapidocr-onnxruntime`` wheel ships it, with its charset (``ocr.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -138,6 +141,8 @@ ENTRIES: tuple[Entry, ...] = (
     *_built("multilabel", "shapes-sets", "shapes-tagger"),
     *_built("regression", "diabetes", "diabetes-mlp"),
     _pretrained("silero-vad"),
+    Entry("dataset", "text-transcripts", ("validation.parquet",), builder="ocr"),
+    Entry("model", "text-recognizer", ("text-recognizer.onnx", "charset.txt"), builder="ocr"),
 )
 
 

@@ -195,8 +195,14 @@ def zen_lines() -> list[str]:
 
 
 def _text_line(rng: np.random.Generator, words: list[str]) -> np.ndarray:
+    """One text line as a word processor prints it (`text_line`), without its text."""
+    return text_line(rng, words)[0]
+
+
+def text_line(rng: np.random.Generator, words: list[str]) -> tuple[np.ndarray, str]:
     """One text line as a word processor prints it: dark text on a light, slightly uneven
-    background, in Pillow's own scalable font at a random size, with a margin."""
+    background, in Pillow's own scalable font at a random size, with a margin; its pixels
+    (H, W, 3 uint8) and its text."""
     from PIL import Image, ImageDraw, ImageFont
 
     start = int(rng.integers(0, max(1, len(words) - 1)))
@@ -213,7 +219,7 @@ def _text_line(rng: np.random.Generator, words: list[str]) -> np.ndarray:
     ImageDraw.Draw(image).text(origin, text, font=font, fill=(ink,) * 3)
     pixels = np.asarray(image, dtype=np.int16)
     noise = rng.normal(0, rng.uniform(0, 6), pixels.shape)
-    return np.clip(pixels + noise, 0, 255).astype(np.uint8)
+    return np.clip(pixels + noise, 0, 255).astype(np.uint8), text
 
 
 def make_text_lines() -> dict[str, Split]:

@@ -71,6 +71,28 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             dynamic_axes={name: {0: "batch"} for name in ("image", "embedding", "features")},
         )
     (folder / "extractor.pt").write_bytes(export.torchscript_bytes(model, example))
+
+    class TimeFirst(nn.Module):
+        """The extractor's feature map as a sequence, time first: (64 positions, N, 4)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = model.features
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            return self.features(image).flatten(2).permute(2, 0, 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            TimeFirst().eval(),
+            (example,),
+            folder / "time-first.onnx",
+            dynamo=False,
+            input_names=["image"],
+            output_names=["sequence"],
+            dynamic_axes={"image": {0: "batch"}, "sequence": {1: "batch"}},
+        )
     return root
 
 
@@ -121,6 +143,23 @@ def test_a_feature_extractor_is_timed_in_both_frameworks_and_its_outputs_compare
     assert torchscript.outputs.shape == (64, 16)
     agreement = compare(onnx, torchscript)
     assert agreement["top1_agreement"] is None and agreement["max_abs_diff"] < 1e-4
+
+
+def test_an_output_whose_first_axis_is_not_the_batch_is_named_and_inputs_are_counted(
+    run_evaluation: RunEvaluation,
+) -> None:
+    data = _extractor_data("onnxruntime")
+    data["outputs"] = [{"name": "sequence", "type": "tensor"}]
+    data["model"] = {"graph_path": f"repo://{NAMESPACE}/time-first.onnx"}
+    timed = run_evaluation(model=manifests.load(yaml.safe_dump(data)), batch_sizes=[16], limit=32)
+    result = timed.result
+    assert result["dataset"]["count"] == 32
+    assert [entry["inputs"] for entry in result["batch_sizes"]] == [32]
+    assert (
+        "the output 'sequence' is (64, 16, 4) for a batch of 16 inputs: its first axis is not "
+        "the batch" in " ".join(result["notes"])
+    )
+    assert timed.outputs.shape == (32, 0)  # nothing kept to compare, nothing miscounted
 
 
 def test_an_output_too_large_to_keep_is_timed_and_not_compared(

@@ -149,6 +149,14 @@
         });
       }
     }
+    if ((details.model || {}).task === "text_recognition" && details.accuracy) {
+      // jiwer's error rates over the whole split (lower is better), and the exact lines.
+      var read = details.accuracy;
+      metrics = [["CER", percent(read.cer)], ["WER", percent(read.wer)],
+        ["Exact lines", percent(read.exact_match)],
+        ["Decoding", read.decoding === "beam" ? "beam (width " + read.beam_width + ")" : String(read.decoding)],
+        ["Lines", result.accuracy.count]];
+    }
     if (result.accuracy.top1 === null) {
       // A latency-only evaluation: timed, not scored.
       metrics = [["Accuracy", "not scored (latency only)"], ["Inputs timed", result.accuracy.count]];

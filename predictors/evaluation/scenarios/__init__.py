@@ -4,8 +4,8 @@ name and by the tasks it scores (`predictors.evaluation.scenario`).
 - `fixed_batches`: the fixed-batch closed loop, the scenario of classification and of any task
   no other scenario registers; the scenarios of staged batches below build on it;
 - `detection` (object detection, COCO's mAP), `segmentation` (semantic segmentation, per
-  pixel), `multilabel` (multi-label classification), `regression`: its loop, their outputs
-  and metrics;
+  pixel), `multilabel` (multi-label classification), `regression`, `text_recognition` (CTC
+  decoding, character and word error rates): its loop, their outputs and metrics;
 - `latency`: a model timed without scoring it (a `latency_only` job, of any task);
 - `streams`: ordered streams side by side, a state carried from call to call (sequence
   labelling);
@@ -33,6 +33,7 @@ from predictors.evaluation.scenarios import (
     regression,
     segmentation,
     streams,
+    text_recognition,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "scenario_for",
     "segmentation",
     "streams",
+    "text_recognition",
 ]
 
 

@@ -32,6 +32,9 @@ KEPT_VALUES = 4096
 class LatencyOnly(FixedBatches):
     """The latency-only scenario; see the module docstring."""
 
+    # The first output's shape and the batch's inputs, where its first axis is not them.
+    _misaligned: tuple[tuple[int, ...], int] | None = None
+
     @classmethod
     def target(cls, setup: Setup) -> str:
         return "none"
@@ -40,13 +43,22 @@ class LatencyOnly(FixedBatches):
         return "tensor"
 
     def notes(self) -> list[str]:
-        return [
+        notes = [
             "latency only: the model was timed, not scored (no labels read, no accuracy); "
             "its every output was computed in each call"
         ]
+        if self._misaligned is not None:
+            shape, rows = self._misaligned
+            notes.append(
+                f"the output {self.kept_name!r} is {shape} for a batch of {rows} inputs: its "
+                "first axis is not the batch, so its values were not kept for comparison "
+                "(counts are of inputs)"
+            )
+        return notes
 
     def configure(self) -> None:
         outputs = [entry["name"] for entry in self.model.data["outputs"]]
+        self.kept_name = outputs[0]
         if self.model.framework == "onnxruntime" and len(outputs) > 1:
             fed = data_input_name(self.model.data)
             run = self.predictor.run
@@ -57,16 +69,22 @@ class LatencyOnly(FixedBatches):
             self.call = every_output
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
-        for outputs in stage_outputs:
+        for batch, outputs in zip(stage.batches, stage_outputs, strict=True):
+            rows = len(batch)  # the inputs of the call, whatever the output's first axis holds
+            self._counted += rows
             values = np.asarray(outputs)
-            values = values.reshape(len(values), -1)
+            if values.ndim == 0 or values.shape[0] != rows:
+                if self._misaligned is None:
+                    self._misaligned = (tuple(values.shape), rows)
+                continue
+            values = values.reshape(rows, -1)
             if values.shape[1] <= KEPT_VALUES:
                 self.collected_outputs.append(values.astype(np.float32, copy=False))
-            self._counted += len(values)
 
     def start_collecting(self) -> None:
         super().start_collecting()
         self._counted = 0
+        self._misaligned = None
 
     def score(self) -> tuple[dict[str, Any] | None, int]:  # type: ignore[override]
         if self.first is None:

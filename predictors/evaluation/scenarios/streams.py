@@ -60,7 +60,7 @@ from predictors.frameworks.predictor import PredictorError
 from predictors.manifests import Manifest
 from predictors.processing import ELEMENT_TYPES, postprocess, preprocessor_for
 from predictors.processing.audio import AudioPreprocessor
-from predictors.processing.custom_code import custom_outputs
+from predictors.processing.custom_code import custom_outputs, named_outputs
 from predictors.tasks import DATA_INPUTS
 
 
@@ -84,10 +84,18 @@ class Ports:
     scored_type: str
     output_axes: dict[str, int]
     context: int = 0  # the data input's context window (values of the input before)
+    # The outputs custom postprocess takes by name (`custom_code.named_outputs`), the scored
+    # one first; none: the scored output alone is read.
+    named: tuple[str, ...] = ()
+
+    @property
+    def read(self) -> list[str]:
+        """The outputs read for every input (the state outputs are carried, not read)."""
+        return list(self.named) or [self.scored]
 
     @property
     def outputs(self) -> list[str]:
-        return [self.scored, *(state.source for state in self.states)]
+        return [*self.read, *(state.source for state in self.states)]
 
 
 def ports(model: Manifest) -> Ports:
@@ -124,7 +132,10 @@ def ports(model: Manifest) -> Ports:
         for o in model.data["outputs"]
         if o["type"] == "state"
     }
-    return Ports(data, constants, tuple(states), str(scored["name"]), scored["type"], axes, context)
+    named = tuple(named_outputs(model.data))
+    return Ports(
+        data, constants, tuple(states), str(scored["name"]), scored["type"], axes, context, named
+    )
 
 
 def with_context(inputs: np.ndarray, size: int) -> np.ndarray:
@@ -212,7 +223,7 @@ class Streams(Scenario):
         durations: list[int] = []
         sizes: list[int] = []
         wall_ns = 0
-        scores: np.ndarray | None = None
+        scores: Any = None  # the first pass's (`_lockstep`)
         if options.warmup:
             start = time.perf_counter_ns()
             with self.predictor.inference_context():
@@ -282,7 +293,9 @@ class Streams(Scenario):
             result["accuracy_state_reset"] = self.reset_result
         return result
 
-    def _probabilities(self, scores: np.ndarray, count: int) -> np.ndarray:
+    def _probabilities(self, scores: Any, count: int) -> np.ndarray:
+        """The probabilities of every input's classes, from the scored output (or, for custom
+        postprocess code that takes the outputs by name, from each of them: `Ports.read`)."""
         if self.custom_postprocess is not None:
             scores = custom_outputs(self.custom_postprocess, scores, count)
         return probabilities(scores, self.ports.scored_type)
@@ -318,9 +331,9 @@ class Streams(Scenario):
         durations: list[int],
         sizes: list[int],
         repetition: int,
-    ) -> tuple[np.ndarray, int]:
-        """One timed pass over every stream: the scored outputs, and the pass's wall time
-        less the time spent reading and preprocessing streams between calls."""
+    ) -> tuple[Any, int]:
+        """One timed pass over every stream: the scored outputs (`_lockstep`), and the pass's
+        wall time less the time spent reading and preprocessing streams between calls."""
         if not self.tracing:
             self.predictor.start_tracing()
             self.tracing = True
@@ -436,16 +449,18 @@ class Streams(Scenario):
         sizes: list[int] | None = None,
         marks: list[tuple[int, int]] | None = None,
         limit: int | None = None,
-    ) -> tuple[np.ndarray | None, int]:
+    ) -> tuple[Any, int]:
         """Run the streams side by side, `width` at a time, each slot taking the next stream
         as soon as its own ends; the scored output of every input, in split order (`rows` of
-        them), and the time spent taking streams from `source`. Timed (each call into
-        `durations`, its rows into `sizes`) when `durations` is given. With `limit` (the
+        them, one row each; a list of each output of `Ports.read` where custom postprocess
+        takes them by name), and the time spent taking streams from `source`. Timed (each call
+        into `durations`, its rows into `sizes`) when `durations` is given. With `limit` (the
         warm-up): that many calls, the streams taken again from the start as often as needed,
         and no scores kept."""
         ports = self.ports
         states = ports.states
         names = ports.outputs
+        read = len(ports.read)
         run = self.predictor.run
         perf = time.perf_counter_ns
         synchronize = self.predictor.synchronize if self.options.device != "cpu" else None
@@ -455,7 +470,7 @@ class Streams(Scenario):
         pending = source()
         row = 0
         slots: list[_Slot | None] = [None] * width
-        scored: np.ndarray | None = None
+        scored: list[np.ndarray] | None = None
         staging_ns = 0
         calls = 0
         reported = perf()
@@ -504,13 +519,14 @@ class Streams(Scenario):
                 if marks is not None and self.batches:
                     marks.append((start, end))
             if limit is None:
-                batch_scores = np.asarray(outputs[0]).reshape(len(active), -1)
+                batch_scores = [np.asarray(o).reshape(len(active), -1) for o in outputs[:read]]
                 if scored is None:
-                    scored = np.empty((rows, batch_scores.shape[1]), dtype=batch_scores.dtype)
-                for number, slot in enumerate(active):
-                    scored[slot.row + slot.step] = batch_scores[number]
-            for position, state in enumerate(states, start=1):
-                self._carry(state, np.asarray(outputs[position]), active, position - 1, carry)
+                    scored = [np.empty((rows, b.shape[1]), dtype=b.dtype) for b in batch_scores]
+                for kept, batch in zip(scored, batch_scores, strict=True):
+                    for number, slot in enumerate(active):
+                        kept[slot.row + slot.step] = batch[number]
+            for number, state in enumerate(states):
+                self._carry(state, np.asarray(outputs[read + number]), active, number, carry)
             for index, held in enumerate(slots):
                 if held is not None:
                     held.step += 1
@@ -523,6 +539,8 @@ class Streams(Scenario):
         if limit is None and scored is None:
             raise EvaluationError("the split holds no input")
         self.report(0)
+        if scored is not None and len(scored) == 1:
+            return scored[0], staging_ns
         return scored, staging_ns
 
     def _carry(

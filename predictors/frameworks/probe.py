@@ -1,0 +1,224 @@
+"""A model file loaded in a process of its own, to check it before anything runs it.
+
+The hub stores an uploaded model's files, then asks this module whether they load as the
+manifest's `model.format` says (`check_model_files`): a child process (`python -m
+predictors.frameworks.probe`) loads them in the framework, on the CPU with one thread, and
+reports the problems as (field path, message) pairs, or none. What the file declares of its
+inputs and outputs (`Predictor.signature`) is checked against the manifest's on the way, so a
+misnamed output is refused at upload, not at run time.
+
+The child is the boundary: a framework that crashes or hangs on a crafted file takes the child
+with it, not the hub. It runs with limits (CPU seconds, the size of any file it writes, no core
+file), its own temporary folder as its working directory and TMPDIR, no GPU, and no input; the
+hub waits `seconds` for it and then ends it.
+
+Loading runs no code of the manifest's: a state dict's module source (format state_dict) is
+custom code and is only parsed here (`torch_formats.state_dict_problems`); the state dict itself
+is read with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from predictors.manifests import Manifest, graph_check
+from predictors.manifests.formats import FORMAT_NAMES, model_format
+
+# How long a load may take, and the most a loading framework may write to one file (a
+# SavedModel archive is unpacked into the child's temporary folder).
+DEFAULT_SECONDS = 180.0
+MAX_WRITTEN_BYTES = 8 * 1024**3
+Problems = list[tuple[str, str]]
+
+
+class ProbeUnavailable(RuntimeError):
+    """The framework the format needs is not installed where the check would run."""
+
+
+def check_model_files(
+    data: Mapping[str, Any],
+    graph_file: Path,
+    weights_file: Path | None,
+    *,
+    seconds: float = DEFAULT_SECONDS,
+) -> Problems:
+    """(field path, message) for every way the model's files do not load as the manifest says,
+    found by loading them in a child process; [] when they load and fit."""
+    request = {
+        "manifest": dict(data),
+        "graph_file": str(graph_file),
+        "weights_file": str(weights_file) if weights_file is not None else None,
+    }
+    fmt = model_format(data)
+    with tempfile.TemporaryDirectory(prefix="mlms-probe-") as folder:
+        environment = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": folder,
+            "TMPDIR": folder,
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+        try:
+            finished = subprocess.run(  # noqa: S603 - this interpreter, this module, no shell
+                [sys.executable, "-m", "predictors.frameworks.probe"],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                cwd=folder,
+                env=environment,
+                timeout=seconds,
+                preexec_fn=_limits(seconds),  # noqa: PLW1509 - no threads started in the child
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return [
+                (
+                    "model.graph_path",
+                    f"loading it as {FORMAT_NAMES.get(fmt, fmt)} took more than {seconds:g} s; "
+                    "the check gave up",
+                )
+            ]
+    lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
+    if finished.returncode != 0 or not lines:
+        tail = (finished.stderr.strip().splitlines() or ["no message"])[-1]
+        if "ProbeUnavailable" in finished.stderr:
+            raise ProbeUnavailable(tail.partition(": ")[2] or tail)
+        return [
+            (
+                "model.graph_path",
+                f"loading it as {FORMAT_NAMES.get(fmt, fmt)} ended the checking process "
+                f"(exit status {finished.returncode}): {tail[:500]}",
+            )
+        ]
+    answer = json.loads(lines[-1])
+    return [(str(path), str(message)) for path, message in answer["problems"]]
+
+
+def _limits(seconds: float) -> Any:
+    def apply() -> None:
+        import resource
+
+        cpu = int(seconds) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITTEN_BYTES, MAX_WRITTEN_BYTES))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def problems_of(data: Mapping[str, Any], graph_file: Path, weights_file: Path | None) -> Problems:
+    """What `check_model_files` reports, computed in this process (the child's work)."""
+    fmt = model_format(data)
+    framework = str((data.get("framework") or {}).get("name"))
+    files = data.get("model") or {}
+    if fmt == "state_dict":
+        try:
+            from predictors.frameworks import torch_formats
+        except ImportError as exc:
+            raise ProbeUnavailable(f"pytorch is not installed here ({exc})") from None
+        if weights_file is None:
+            return [("model.weights_path", "is required for format state_dict")]
+        return [
+            (_field_named(message), message)
+            for message in torch_formats.state_dict_problems(
+                graph_file, weights_file, str(files.get("entry") or "")
+            )
+        ]
+    if fmt == "onnx":
+        # What the graph says of itself first, without loading it; its external data next.
+        found = graph_check.onnx_problems(data, graph_file) or graph_check.external_data_problems(
+            graph_file, weights_file
+        )
+        if found:
+            return found
+    from predictors.frameworks.predictor import PredictorError, PredictorOptions, predictor_class
+
+    try:
+        predictor = predictor_class(framework)()
+    except PredictorError as error:  # the framework is not installed here
+        raise ProbeUnavailable(str(error)) from None
+    options = PredictorOptions(graph_file=graph_file, weights_file=weights_file, threads=1)
+    manifest = Manifest.from_document(dict(data), source=json.dumps(dict(data)))
+    try:
+        predictor.load(manifest, options)
+        signature = predictor.signature()
+    except PredictorError as error:
+        return [("model.graph_path", str(error))]
+    except Exception as exc:  # a framework's own error on a file it cannot read
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return [
+            (
+                "model.graph_path",
+                f"{framework} cannot load it as {FORMAT_NAMES.get(fmt, fmt)}: {first[:500]}",
+            )
+        ]
+    try:
+        if signature is None:
+            return []
+        return list(graph_check.problems(data, as_fed(fmt, data, signature)))
+    finally:
+        predictor.close()
+
+
+def as_fed(
+    fmt: str, data: Mapping[str, Any], signature: graph_check.Signature
+) -> graph_check.Signature:
+    """The file's signature under the names it is fed and read by: its own, except where the
+    framework goes by position. A Keras model of one input and one output is fed and read by
+    position (its layers' names need not be the manifest's), and a torch.export program's
+    outputs are read in order (they are named after its graph's nodes): those ports take the
+    manifest's names, so that what is left to compare is what matters (ranks, types, counts)."""
+    declared = {
+        side: [
+            str(entry.get("name")) for entry in data.get(side) or [] if isinstance(entry, Mapping)
+        ]
+        for side in ("inputs", "outputs")
+    }
+
+    def renamed(
+        ports: tuple[graph_check.Port, ...], names: list[str]
+    ) -> tuple[graph_check.Port, ...]:
+        if len(ports) != len(names):
+            return ports  # the count differs: the names say so
+        return tuple(
+            graph_check.Port(name, port.element_type, port.rank)
+            for name, port in zip(names, ports, strict=True)
+        )
+
+    inputs, outputs = signature.inputs, signature.outputs
+    if fmt in ("keras", "h5") and len(inputs) == len(outputs) == 1:
+        inputs = renamed(inputs, declared["inputs"])
+        outputs = renamed(outputs, declared["outputs"])
+    elif fmt == "torch_export":
+        outputs = renamed(outputs, declared["outputs"])
+    return graph_check.Signature(inputs, outputs)
+
+
+def _field_named(message: str) -> str:
+    """The field a state dict's problem is about, as its message names it."""
+    for field in ("model.entry", "model.graph_path", "model.weights_path"):
+        if field in message:
+            return field
+    return "model.weights_path"
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    weights = request.get("weights_file")
+    found = problems_of(
+        request["manifest"], Path(request["graph_file"]), Path(weights) if weights else None
+    )
+    print(json.dumps({"problems": found}))
+
+
+if __name__ == "__main__":
+    main()

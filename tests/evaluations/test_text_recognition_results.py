@@ -1,0 +1,105 @@
+"""A text recognizer's results through the hub: its model (a ctc output and its charset file)
+and dataset (a text column, no labels) uploaded, a split of empty lines refused, and its result
+(the character and word error rates, lower is better, in percent) stored, worded and shown on
+its board."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from rest_framework.test import APIClient
+
+from tests.evaluations.factories import claim, launch, launched_id, post_result, result_body, url
+from tests.helpers import error_of
+from tests.hub.factories import dataset_manifest, model_manifest, to_yaml, upload
+
+pytestmark = pytest.mark.django_db
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((4, 8, 3), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _split(texts: list[str]) -> bytes:
+    buffer = io.BytesIO()
+    table = pa.table({"image": pa.array([_png() for _ in texts]), "text": pa.array(texts)})
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def _upload(owner: APIClient) -> None:
+    model = model_manifest("reader", visibility="public")
+    model["task"] = "text_recognition"
+    charset = "repo://models/reader/1.0.0/charset.txt"
+    model["outputs"] = [{"name": "scores", "type": "ctc", "parameters": {"charset_path": charset}}]
+    stored = upload(owner, to_yaml(model), {"charset.txt": b"a\nb\n \n"})
+    assert stored.status_code == 201, stored.content
+    dataset = dataset_manifest("lines", visibility="public", split_file="validation.parquet")
+    dataset["task"] = "text_recognition"
+    del dataset["labels"]
+    refused = upload(owner, to_yaml(dataset), {"validation.parquet": _split(["ab", " "])})
+    assert refused.status_code == 400
+    error = error_of(refused)
+    assert error["path"] == "splits.validation.path"
+    assert "row 1's text ' ' is empty: a text line has at least one character" in error["message"]
+    stored = upload(owner, to_yaml(dataset), {"validation.parquet": _split(["ab", "a b"])})
+    assert stored.status_code == 201, stored.content
+
+
+def _finish(client: APIClient, agent: APIClient, host: Any, cer: float, wer: Any) -> Any:
+    evaluation_id = launched_id(launch(client, model="reader", dataset="lines", batch_sizes=[1]))
+    claimed = claim(agent, evaluation_id, host).json()
+    body = result_body(claimed["claim"])
+    body["accuracy"] = {"top1": cer, "top5": wer, "count": 2}
+    body["predictions"] = {
+        "top_k": 1,
+        "labels": [-1, -1],
+        "classes": [[0], [0]],
+        "probabilities": [[0.97], [0.88]],
+    }
+    body["details"] = {"model": {"task": "text_recognition"}}
+    return evaluation_id, post_result(agent, evaluation_id, body)
+
+
+def test_a_text_recognition_result_is_its_error_rates_in_percent(bob_client, agent, hosts) -> None:
+    _upload(bob_client)
+    evaluation_id, refused = _finish(bob_client, agent, hosts["cpu-1"], 0.0523, None)
+    assert refused.status_code == 400  # a text recognition gives its WER beside its CER
+    assert error_of(refused)["path"] == "accuracy.top5"
+
+    worse, stored = _finish(bob_client, agent, hosts["cpu-2"], 1.25, 1.5)
+    assert stored.status_code == 201, stored.content  # insertions take a rate past 100 %
+    better, stored = _finish(bob_client, agent, hosts["cpu-1"], 0.0523, 0.25)
+    assert stored.status_code == 201, stored.content
+    detail = bob_client.get(url(better)).json()
+    assert detail["accuracy"]["top1"] == 0.0523
+    assert detail["reason"] == "CER 5.23%, WER 25.00% on 2 lines"
+    for published in (worse, better):
+        assert bob_client.post(url(published, "publish")).status_code == 200
+
+    board = APIClient().get("/api/v1/leaderboards/text_recognition/lines/").json()["results"]
+    assert [row["evaluation"] for row in board] == [better, worse]  # the lowest CER first
+    page = APIClient().get("/leaderboards/text_recognition/lines/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert ">CER" in html and ">WER" in html and "5.23 %" in html
+    plot = page.context["plot"]
+    assert plot["metric"] == "CER" and plot["unit"] == "%" and plot["lower_is_better"]
+    assert plot["front"]["y"] == [5.23]
+    # The pages of the model (its charset file among its files) and of the dataset (no labels).
+    model_page = APIClient().get("/models/reader/")
+    assert model_page.status_code == 200
+    text = model_page.content.decode()
+    assert "Text recognition" in text and "outputs.0.parameters.charset_path" in text
+    assert APIClient().get("/datasets/lines/").status_code == 200
+    evaluation_page = APIClient().get(f"/evaluations/{better}/")
+    assert evaluation_page.status_code == 200
