@@ -145,7 +145,8 @@ test-images: venv
 # The zoo entries the suite evaluates, built where the tests look for them (tests/artifacts,
 # `tests/predictors/zoo_store.py`) while the images build and the linters run.
 TEST_ZOO := digits-cnn shapes-color resnet-18 resnet-50 alexnet mobilenet-v2 text-direction \
-	toggle-gru silero-vad shapes-detector shapes-segmenter shapes-tagger diabetes-mlp
+	toggle-gru silero-vad shapes-detector shapes-segmenter shapes-tagger diabetes-mlp \
+	text-recognizer text-transcripts
 
 test-zoo: venv espeak
 	$(BIN)/python -m predictors.zoo build --store tests/artifacts --only $(TEST_ZOO) > /dev/null
