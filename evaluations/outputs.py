@@ -5,7 +5,8 @@ time.
 `results/<evaluation id>/predictions.parquet` holds a row per input, in dataset order:
 `index` (int64), `label` (the dataset's class, int64; -1 for a detector's image), `classes` (the
 top-k classes, list<int64>) and `probabilities` (their probabilities, list<float32>), and for a
-detector `boxes` (each class's [x, y, w, h], list<list<float32>>), zstd-compressed.
+detector `boxes` (each class's [x, y, w, h], list<list<float32>>), for a text recognizer `text`
+(the decoded line, string), zstd-compressed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ SCHEMA = pa.schema(
     ]
 )
 BOXES = pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4)))
+TEXTS = pa.field("text", pa.string())
 ROW_GROUP = 65_536
 
 
@@ -54,6 +56,9 @@ def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
     if predictions.get("boxes") is not None:
         columns["boxes"] = pa.array(predictions["boxes"], BOXES.type)
         schema = SCHEMA.append(BOXES)
+    if predictions.get("texts") is not None:
+        columns["text"] = pa.array(predictions["texts"], TEXTS.type)
+        schema = schema.append(TEXTS)
     table = pa.table(columns, schema=schema)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd", row_group_size=ROW_GROUP)
@@ -138,6 +143,8 @@ def read_all(path: str) -> dict[str, Any]:
     }
     if "boxes" in table.column_names:
         whole["boxes"] = [row["boxes"] for row in rows]
+    if "text" in table.column_names:
+        whole["texts"] = [row["text"] for row in rows]
     return whole
 
 

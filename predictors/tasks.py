@@ -120,7 +120,7 @@ _SCORED_OUTPUTS = {
     # Per-timestep class scores decoded by CTC into a text (`predictors.processing.ctc`).
     "text_recognition": ("ctc",),
 }
-DATA_INPUTS = ("image", "tensor", "audio")
+DATA_INPUTS = ("image", "tensor", "audio", "bytes")
 
 
 # The tasks LoadGen scenarios drive (one batched input per call; inputs of one shape):
@@ -273,7 +273,7 @@ def latency_only_problem(data: Mapping[str, Any]) -> str | None:
     whatever its task or its outputs' types; it reads no labels and scores nothing."""
     name = data.get("name")
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
-    if len(inputs) != 1 or inputs[0].get("type") not in ("image", "tensor"):
+    if len(inputs) != 1 or inputs[0].get("type") not in ("image", "tensor", "bytes"):
         kinds = ", ".join(f"{i.get('name')} ({i.get('type')})" for i in inputs) or "none"
         return (
             f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image or "

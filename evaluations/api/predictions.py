@@ -2,7 +2,8 @@
 and `GET /api/v1/evaluations/<id>/layers/`: the layer outputs it captured (`capture_inputs`).
 
 Each row: `index` (the input's position in the split), `label` (its class in the dataset),
-`classes` (the model's top-k classes) and `probabilities` (theirs). The rows live in a columnar
+`classes` (the model's top-k classes) and `probabilities` (theirs); a detector's `boxes`, a
+text recognizer's decoded `text`. The rows live in a columnar
 file in the artifact store (`evaluations.outputs`); a page reads only the row groups it needs.
 """
 
@@ -33,6 +34,14 @@ ROW = inline_serializer(
         "label": serializers.IntegerField(help_text="its class in the dataset"),
         "classes": serializers.ListField(child=serializers.IntegerField()),
         "probabilities": serializers.ListField(child=serializers.FloatField()),
+        "boxes": serializers.ListField(
+            child=serializers.ListField(child=serializers.FloatField()),
+            required=False,
+            help_text="a detector's: the [x, y, w, h] of each of its classes",
+        ),
+        "text": serializers.CharField(
+            required=False, help_text="a text recognizer's: the text it decoded"
+        ),
     },
 )
 

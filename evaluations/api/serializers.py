@@ -433,6 +433,11 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
         required=False,
         help_text="a detector's: per input, the [x, y, w, h] of each of its classes",
     )
+    texts = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=10_000),
+        required=False,
+        help_text="a text recognizer's: per input, the text it decoded",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = len(attrs["labels"])
@@ -450,7 +455,7 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
                     raise serializers.ValidationError(
                         {where: [f"holds a value beyond the range of {kind}"]}
                     )
-        for name in ("classes", "probabilities", "boxes"):
+        for name in ("classes", "probabilities", "boxes", "texts"):
             if name in attrs and len(attrs[name]) != count:
                 raise serializers.ValidationError(
                     {name: [f"has {len(attrs[name])} rows for {count} labels"]}

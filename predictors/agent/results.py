@@ -202,6 +202,12 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
                 if evaluation.detections is not None
                 else ABSENT
             ),
+            # A text recognizer's decoded line per input.
+            texts=(
+                [row[0][1] if row else "" for row in evaluation.predictions]
+                if report.model is not ABSENT and report.model.task == "text_recognition"
+                else ABSENT
+            ),
         ),
         content_hash=present(present(report.model, "model").content_hash, "model.content_hash"),
         stack=introspection.stack([present(present(report.framework, "framework").name, "name")]),

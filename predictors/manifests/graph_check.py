@@ -151,6 +151,8 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
             expected, what = 4, "a batch of images"
         elif entry.get("type") == "audio":
             expected, what = 2, "a batch of chunks"
+        elif entry.get("type") == "bytes":
+            expected, what = 2, "a batch of files' bytes"
         elif entry.get("type") == "constant" and "value" in parameters:
             expected = _rank(parameters["value"])
             what = "the constant's value (not batched)"

@@ -2,8 +2,9 @@
 
 The cross-field rules are those a schema cannot express: semver versions and npm version
 ranges, repo:// paths inside the manifest's own folder, sha256 for https:// files, custom code,
-crop, resize and per-channel rules of image inputs, labels of outputs (a ctc output's charset),
-state and constant inputs. docs/manifest.md describes them.
+crop, resize and per-channel rules of image inputs, the slices and padding of bytes inputs,
+labels of outputs (a ctc output's charset), state and constant inputs. docs/manifest.md
+describes them.
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
             parameters = entry.get("parameters")
             if entry.get("type") == "image" and isinstance(parameters, dict):
                 yield from _image_problems(parameters, ("inputs", index, "parameters"))
+            if entry.get("type") == "bytes" and isinstance(parameters, dict):
+                yield from _bytes_problems(parameters, ("inputs", index, "parameters"))
         for index, entry in _entries(data.get("outputs")):
             parameters = entry.get("parameters")
             if entry.get("type") == "ctc":  # a charset, not labels
@@ -448,6 +451,31 @@ def _image_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tup
                     "normalize_then_convert subtracts the mean in byte space"
                 )
                 yield (*path, "mean", index), message
+
+
+def _bytes_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tuple[FieldPath, str]]:
+    """A bytes input's slices within its block, and its pad value within its element type."""
+    from predictors.processing.raw_bytes import BYTES_ELEMENT_TYPES
+
+    block = parameters.get("block_size")
+    if isinstance(block, int) and not isinstance(block, bool):
+        for index, entry in _entries(parameters.get("slices")):
+            size = entry.get("size")
+            if isinstance(size, int) and not isinstance(size, bool) and size > block:
+                yield (
+                    (*path, "slices", index, "size"),
+                    f"is {size}, more than block_size ({block}): a slice is taken from the "
+                    "block_size bytes read at its end of the file",
+                )
+    pad, element_type = parameters.get("pad_value"), parameters.get("element_type")
+    if element_type in BYTES_ELEMENT_TYPES and isinstance(pad, int) and not isinstance(pad, bool):
+        info = np.iinfo(BYTES_ELEMENT_TYPES[element_type])
+        if not info.min <= pad <= info.max:
+            yield (
+                (*path, "pad_value"),
+                f"is {pad}, which element_type {element_type} cannot hold ({info.min} to "
+                f"{info.max})",
+            )
 
 
 def _is_size(value: Any) -> TypeGuard[list[Any]]:

@@ -1,4 +1,4 @@
-"""The preprocessor of a manifest input, by its type: image, tensor or audio."""
+"""The preprocessor of a manifest input, by its type: image, tensor, audio or bytes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from predictors.processing.audio import AudioPreprocessor
 from predictors.processing.image import ImagePreprocessor
 from predictors.processing.parameters import ProcessingError
+from predictors.processing.raw_bytes import RawBytesPreprocessor
 from predictors.processing.tensor import TensorPreprocessor
 
 
@@ -25,6 +26,8 @@ def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
         return TensorPreprocessor(parameters)
     if kind == "audio":
         return AudioPreprocessor(parameters)
+    if kind == "bytes":
+        return RawBytesPreprocessor(parameters)
     raise ProcessingError(
-        f"input type must be image, tensor or audio; got {kind!r}", parameter="type"
+        f"input type must be image, tensor, audio or bytes; got {kind!r}", parameter="type"
     )

@@ -131,14 +131,16 @@ class BatchLatency(Record):
 @dataclass(frozen=True)
 class Predictions(Record):
     """Every input's predictions, one row per input: its label, its `top_k` classes and their
-    probabilities, and a detector's boxes (`[x, y, w, h]` in the image's pixels, one per
-    class)."""
+    probabilities, a detector's boxes (`[x, y, w, h]` in the image's pixels, one per class),
+    and a text recognizer's decoded text (its `classes` are [0], its probability the text's
+    confidence)."""
 
     top_k: int
     labels: list[int]
     classes: list[list[int]]
     probabilities: list[list[float]]
     boxes: Maybe[list[list[list[float]]]] = ABSENT
+    texts: Maybe[list[str]] = ABSENT
 
 
 @dataclass(frozen=True)

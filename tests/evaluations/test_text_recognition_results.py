@@ -65,6 +65,7 @@ def _finish(client: APIClient, agent: APIClient, host: Any, cer: float, wer: Any
         "labels": [-1, -1],
         "classes": [[0], [0]],
         "probabilities": [[0.97], [0.88]],
+        "texts": ["Beautiful is", " better than ugly."],
     }
     body["details"] = {"model": {"task": "text_recognition"}}
     return evaluation_id, post_result(agent, evaluation_id, body)
@@ -83,6 +84,12 @@ def test_a_text_recognition_result_is_its_error_rates_in_percent(bob_client, age
     detail = bob_client.get(url(better)).json()
     assert detail["accuracy"]["top1"] == 0.0523
     assert detail["reason"] == "CER 5.23%, WER 25.00% on 2 lines"
+    # Each line's decoded text, as decoded (its spaces kept), with its confidence.
+    rows = bob_client.get(url(better, "predictions")).json()["results"]
+    assert [(row["text"], row["probabilities"]) for row in rows] == [
+        ("Beautiful is", [0.97]),
+        (" better than ugly.", [0.88]),
+    ]
     for published in (worse, better):
         assert bob_client.post(url(published, "publish")).status_code == 200
 

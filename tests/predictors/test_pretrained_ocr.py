@@ -20,6 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from predictors.agent.results import result_upload
+from predictors.protocol import Job, JobOptions, ManifestRef
 from predictors.zoo.ocr import RECOGNIZER, charset_of
 from predictors.zoo.pretrained import package_file
 from tests.predictors.conftest import RunEvaluation
@@ -86,6 +88,10 @@ def test_the_error_rates_and_every_line_are_the_packages_own(
         # And jiwer's own rates of what MLModelScope decoded.
         assert accuracy["cer"] == pytest.approx(jiwer.cer(texts, ours), abs=1e-12)
         assert accuracy["wer"] == pytest.approx(jiwer.wer(texts, ours), abs=1e-12)
+        # What an agent posts: every decoded line, as decoded.
+        ref = ManifestRef(1, "text-recognizer", "1.0.0", "onnxruntime", "0" * 64, "")
+        upload = result_upload(Job("e", "c" * 32, 1, "cpu", ref, ref, JobOptions()), evaluation)
+        assert upload.predictions.texts == ours
     # A recognizer worth its name on printed English: under 2 % of characters wrong.
     assert their_cer < 0.02
 
