@@ -66,6 +66,9 @@ class Port:
     name: str
     element_type: str | None
     rank: int | None
+    # Each axis's size where the graph fixes it, its symbol where it names one, else None;
+    # None altogether where the graph gives no shape.
+    dims: tuple[int | str | None, ...] | None = None
 
     def show(self) -> str:
         rank = "rank ?" if self.rank is None else f"rank {self.rank}"
@@ -97,7 +100,15 @@ def onnx_signature(path: Path) -> Signature:
     def port(value: Any) -> Port:
         tensor = value.type.tensor_type
         rank = len(tensor.shape.dim) if tensor.HasField("shape") else None
-        return Port(value.name, ONNX_TYPES.get(tensor.elem_type), rank)
+        dims = (
+            tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in tensor.shape.dim
+            )
+            if tensor.HasField("shape")
+            else None
+        )
+        return Port(value.name, ONNX_TYPES.get(tensor.elem_type), rank, dims)
 
     return Signature(
         tuple(port(v) for v in graph.input if v.name not in initializers),
@@ -110,7 +121,10 @@ def session_signature(session: Any) -> Signature:
 
     def port(node: Any) -> Port:
         shape = node.shape
-        return Port(node.name, ORT_TYPES.get(node.type), len(shape) if shape is not None else None)
+        if shape is None:
+            return Port(node.name, ORT_TYPES.get(node.type), None)
+        dims = tuple(d if isinstance(d, int | str) else None for d in shape)
+        return Port(node.name, ORT_TYPES.get(node.type), len(shape), dims)
 
     return Signature(
         tuple(port(node) for node in session.get_inputs()),
@@ -188,6 +202,67 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 f"the graph's output '{output.name}' has rank {output.rank}, but a ctc output "
                 "is (N, T, C) or (T, N, C): rank 3",
             )
+        else:
+            yield from _axis_problems(data, signature, index, entry, output)
+
+
+# The tasks whose scored output is one row of class scores per input.
+_CLASS_SCORES = ("image_classification", "sequence_labelling", "multi_label_classification")
+
+
+def _axis_problems(
+    data: Mapping[str, Any], signature: Signature, index: int, entry: Mapping[str, Any], port: Port
+) -> Iterator[tuple[str, str]]:
+    """What the graph fixes of a declared output's axes that the task cannot read: a first
+    axis of a fixed size where the batch varies (it is not the batch: every output is read
+    batch first), and a number of classes other than the labels'."""
+    if port.dims is None or entry.get("type") in ("state", "ctc"):
+        return
+    fed = next(
+        (
+            p
+            for p in signature.inputs
+            for declared in data.get("inputs") or []
+            if isinstance(declared, Mapping)
+            and declared.get("name") == p.name
+            and declared.get("type") in ("image", "tensor", "audio", "bytes")
+        ),
+        None,
+    )
+    batch = fed.dims[0] if fed is not None and fed.dims else None
+    first = port.dims[0] if port.dims else None
+    if not isinstance(batch, int) and isinstance(first, int) and first > 1:
+        yield (
+            f"outputs.{index}",
+            f"the graph's output '{port.name}' has a first axis of {first} whatever the batch "
+            f"(its input '{fed.name if fed else '?'}' takes any batch size): it is not the "
+            "batch axis, and every output is read batch first; export it with the batch first",
+        )
+        return
+    parameters = entry.get("parameters") if isinstance(entry.get("parameters"), Mapping) else {}
+    assert isinstance(parameters, Mapping)
+    labels = parameters.get("labels")
+    if not isinstance(labels, list) or entry.get("type") not in ("logits", "probabilities"):
+        return
+    task = data.get("task")
+    if task == "semantic_segmentation":
+        axis = {"NCHW": 1, "NHWC": -1}.get(str(parameters.get("layout")))
+        classes = port.dims[axis] if axis is not None and len(port.dims) == 4 else None
+        where = f"its class axis ({parameters.get('layout')})"
+    elif task in _CLASS_SCORES and all(isinstance(d, int) for d in port.dims[1:]):
+        classes = 1
+        for size in port.dims[1:]:
+            assert isinstance(size, int)
+            classes *= size
+        where = "per input"
+    else:
+        return
+    if isinstance(classes, int) and classes != len(labels):
+        yield (
+            f"outputs.{index}",
+            f"the graph's output '{port.name}' gives {classes} class score(s) {where}, but the "
+            f"labels name {len(labels)} classes",
+        )
 
 
 def _rank(value: Any) -> int:

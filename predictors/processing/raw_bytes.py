@@ -168,9 +168,7 @@ class RawBytesPreprocessor:
 
     def __call__(self, value: Any) -> np.ndarray:
         if not isinstance(value, bytes | bytearray | memoryview):
-            raise ProcessingError(
-                f"a bytes input takes a file's bytes; got {type(value).__name__}"
-            )
+            raise ProcessingError(f"a bytes input takes a file's bytes; got {type(value).__name__}")
         start, end = self.blocks(bytes(value))
         row = np.full(self.features, self.pad_value, dtype=self.dtype)
         offset = 0

@@ -33,6 +33,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/text-transcripts/1.0.0/validation.parquet`` (printed lines with their text) and
   ``models/text-recognizer/1.0.0/{text-recognizer.onnx,charset.txt}``, PaddleOCR's text
   recognizer as the ``rapidocr-onnxruntime`` wheel ships it, with its charset (``ocr.py``)
+- ``datasets/file-types/1.0.0/validation.parquet`` (files of 16 content types, their raw bytes)
+  and ``models/file-type/1.0.0/{file-type.onnx,labels.txt}``, Google's Magika file-type
+  classifier as the ``magika`` wheel ships it, with its labels (``filetypes.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -143,6 +146,8 @@ ENTRIES: tuple[Entry, ...] = (
     _pretrained("silero-vad"),
     Entry("dataset", "text-transcripts", ("validation.parquet",), builder="ocr"),
     Entry("model", "text-recognizer", ("text-recognizer.onnx", "charset.txt"), builder="ocr"),
+    Entry("dataset", "file-types", ("validation.parquet",), builder="filetypes"),
+    Entry("model", "file-type", ("file-type.onnx", "labels.txt"), builder="filetypes"),
 )
 
 

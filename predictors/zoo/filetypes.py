@@ -33,6 +33,7 @@ import zipfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree
 
 import numpy as np
@@ -40,6 +41,9 @@ import numpy as np
 from predictors.zoo.common import build_generated, labels_text
 from predictors.zoo.pretrained import Pretrained, PretrainedError, package_file
 from predictors.zoo.store import VERSION, Staging
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 DATASET = "file-types"
 MODEL = "file-type"
@@ -157,7 +161,7 @@ def shell_script(rng: Rng) -> bytes:
     lines = ["#!/bin/bash", "set -euo pipefail", "", f'DIR="${{1:-/tmp/{_word(rng)}}}"', ""]
     for _ in range(int(rng.integers(2, 4))):
         lines += [
-            f"for f in \"$DIR\"/*.{_word(rng)[:3]}; do",
+            f'for f in "$DIR"/*.{_word(rng)[:3]}; do',
             '    if [ -f "$f" ]; then',
             f'        echo "{_words(rng, 2, 5)}: $f"',
             f'        cp "$f" "$DIR/{_word(rng)}/"',
@@ -165,7 +169,7 @@ def shell_script(rng: Rng) -> bytes:
             "done",
             "",
         ]
-    lines += [f'echo "done"', "exit 0", ""]
+    lines += ['echo "done"', "exit 0", ""]
     return "\n".join(lines).encode()
 
 
@@ -228,7 +232,7 @@ def html_page(rng: Rng) -> bytes:
         for _ in range(int(rng.integers(2, 5)))
     )
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n  <head>\n    <meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
         f"    <title>{title}</title>\n  </head>\n  <body>\n    <h1>{title}</h1>\n{body}\n"
         f"    <ul>\n{links}\n    </ul>\n  </body>\n</html>\n"
     ).encode()
@@ -238,12 +242,18 @@ def markdown_document(rng: Rng) -> bytes:
     lines = [f"# {_words(rng, 2, 5).title()}", ""]
     for _ in range(int(rng.integers(2, 4))):
         lines += [f"## {_words(rng, 1, 4).title()}", "", _words(rng, 12, 30).capitalize() + ".", ""]
-        lines += [f"- **{_word(rng)}**: {_words(rng, 3, 8)}" for _ in range(int(rng.integers(2, 5)))]
-        lines += ["", f"See [{_word(rng)}](https://example.com/{_word(rng)}) and `{_name(rng)}`.", ""]
+        lines += [
+            f"- **{_word(rng)}**: {_words(rng, 3, 8)}" for _ in range(int(rng.integers(2, 5)))
+        ]
+        lines += [
+            "",
+            f"See [{_word(rng)}](https://example.com/{_word(rng)}) and `{_name(rng)}`.",
+            "",
+        ]
     return "\n".join(lines).encode()
 
 
-def _picture(rng: Rng) -> object:
+def _picture(rng: Rng) -> Image:
     from PIL import Image, ImageDraw
 
     width, height = (int(v) for v in rng.integers(24, 96, 2))
@@ -260,7 +270,7 @@ def _picture(rng: Rng) -> object:
 
 def _image_file(rng: Rng, kind: str) -> bytes:
     buffer = io.BytesIO()
-    _picture(rng).save(buffer, format=kind)  # type: ignore[attr-defined]
+    _picture(rng).save(buffer, format=kind)
     return buffer.getvalue()
 
 
@@ -291,9 +301,7 @@ def gzip_archive(rng: Rng) -> bytes:
 
 def pdf_document(rng: Rng) -> bytes:
     """A one-page PDF that shows a few lines of text, with its cross-reference table."""
-    text = " ".join(
-        f"({_words(rng, 3, 8)}) Tj 0 -16 Td" for _ in range(int(rng.integers(3, 8)))
-    )
+    text = " ".join(f"({_words(rng, 3, 8)}) Tj 0 -16 Td" for _ in range(int(rng.integers(3, 8))))
     stream = f"BT /F1 12 Tf 72 720 Td {text} ET".encode()
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -326,7 +334,7 @@ def sqlite_database(rng: Rng) -> bytes:
             table = _name(rng)
             connection.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, name TEXT, v REAL)")
             connection.executemany(
-                f"INSERT INTO {table} (name, v) VALUES (?, ?)",
+                f"INSERT INTO {table} (name, v) VALUES (?, ?)",  # noqa: S608 (a name of WORDS)
                 [(_words(rng, 1, 3), float(rng.random())) for _ in range(int(rng.integers(5, 40)))],
             )
         connection.close()

@@ -195,6 +195,12 @@ ZOO = {
     ("model", "diabetes-mlp", "onnxruntime"),
     ("model", "diabetes-mlp", "pytorch"),
     ("dataset", "diabetes", ""),
+    # Pretrained, from a PyPI package's wheel, reading raw bytes (predictors/zoo/filetypes.py).
+    ("model", "file-type", "onnxruntime"),
+    ("dataset", "file-types", ""),
+    # Pretrained, from a PyPI package's wheel, a text recognizer (predictors/zoo/ocr.py).
+    ("model", "text-recognizer", "onnxruntime"),
+    ("dataset", "text-transcripts", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
@@ -231,6 +237,8 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
             if manifest.name in MULTI_LABEL
             else "regression"
             if manifest.name in REGRESSION
+            else "text_recognition"
+            if manifest.name in ("text-recognizer", "text-transcripts")
             else "image_classification"
         )
 
@@ -259,10 +267,13 @@ def test_builtin_processing_parameters() -> None:
             "shapes-segmenter",
             "shapes-tagger",
             "diabetes-mlp",
+            "file-type",
+            "text-recognizer",
         ):
-            continue  # text-direction: its package's own processing (test_pretrained.py);
+            continue  # text-direction, text-recognizer: their package's own processing
+            # (test_pretrained.py, test_pretrained_ocr.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
-            # their task's tests
+            # their task's tests; file-type: a bytes input (test_pretrained_magika.py)
         (image,) = manifest.data["inputs"]
         parameters = image["parameters"]
         assert image["type"] == "image"
