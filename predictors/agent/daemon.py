@@ -332,6 +332,7 @@ class Agent:
         # The reporter goes on until the outcome is posted: a large result takes a while to
         # send and to store, and a job that said nothing meanwhile would be taken for lost.
         try:
+            reporter.report_now()  # where the job ended, before its outcome
             if reporter.lost:
                 logger.warning("evaluation %s is no longer ours; dropped", evaluation_id)
                 return "lost"

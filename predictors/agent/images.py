@@ -15,6 +15,7 @@ from typing import Any
 
 from predictors import manifests
 from predictors.evaluation import EvaluationError
+from predictors.frameworks.predictor import first_line
 
 __all__ = [
     "DockerUnavailable",
@@ -54,12 +55,6 @@ def docker_client() -> Any:
             "--docker"
         ) from None
     return client
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 @dataclass

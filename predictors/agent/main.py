@@ -170,6 +170,9 @@ def choose_broker(given: str | None, config: dict[str, Any]) -> tuple[str, dict[
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # TensorFlow takes a GPU's memory as it needs it, not all of it at its first job: a job
+    # that runs in a fresh process (`predictors.agent.process`) finds the GPU's memory free.
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     if not NAME.match(args.name):
         print(
             f"mlms agent: error: --name {args.name!r} may only use A-Z a-z 0-9 . _ -",

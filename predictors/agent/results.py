@@ -63,6 +63,8 @@ class Reporter(threading.Thread):
         self.cancelled = threading.Event()
         self.lost = False
         self._finished = threading.Event()
+        self._wake = threading.Event()  # report now (`report_now`) or stop
+        self._reported = threading.Event()
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = done, total
@@ -70,8 +72,20 @@ class Reporter(threading.Thread):
     def run(self) -> None:
         while True:
             self.report()
-            if self._finished.wait(self.interval):
+            self._reported.set()
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._finished.is_set():
                 return
+
+    def report_now(self) -> None:
+        """Report where the job is now, from the reporter's own thread, and wait for it (the
+        last report before the job's outcome is posted)."""
+        if self._finished.is_set() or not self.is_alive():
+            return
+        self._reported.clear()
+        self._wake.set()
+        self._reported.wait(timeout=60)
 
     def report(self) -> None:
         try:
@@ -92,6 +106,7 @@ class Reporter(threading.Thread):
         if self._finished.is_set():
             return
         self._finished.set()
+        self._wake.set()
         self.join()
         if last_report and not self.lost:
             self.report()

@@ -165,7 +165,7 @@ class Scenario:
         # Custom postprocess code that takes several outputs by name: each call computes them
         # all, in the order `custom_outputs` names them.
         named = self.custom_postprocess.outputs if self.custom_postprocess is not None else ()
-        if named:
+        if named and not setup.options.latency_only:  # timed only: nothing is postprocessed
             feed, run = data_input_name(self.model.data), predictor.run
             self.call = lambda batch: run({feed: batch}, named)
         self.keep_inputs = False

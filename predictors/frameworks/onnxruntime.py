@@ -40,6 +40,7 @@ from predictors.frameworks.predictor import (
     PredictorError,
     PredictorOptions,
     cuda_device,
+    first_line,
 )
 from predictors.manifests import Manifest, graph_check
 from predictors.manifests.formats import model_format
@@ -117,7 +118,7 @@ class OnnxRuntimePredictor(Predictor):
             )
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
             self.close()
-            problem = _first_line(exc)
+            problem = first_line(exc)
             if options.weights_file is None:  # external data the manifest does not give?
                 found = graph_check.external_data_problems(options.graph_file, None)
                 problem = (
@@ -245,7 +246,12 @@ class _Staged:
                 + "; ".join(f"{path}: {message}" for path, message in found)
             )
         location = files[0].location
-        self._folder = tempfile.TemporaryDirectory(prefix="mlms-onnx-")
+        try:  # beside the weights, on their file system, where hard links cost nothing
+            self._folder = tempfile.TemporaryDirectory(
+                prefix="mlms-onnx-", dir=weights_file.resolve().parent.parent
+            )
+        except OSError:  # a read-only folder (a container's files): the temporary folder
+            self._folder = tempfile.TemporaryDirectory(prefix="mlms-onnx-")
         self.folder = Path(self._folder.name)
         # Names of its own for the graph (and the capture's graph), which no location takes.
         self.graph = self.folder / f"{_free_name(location)}.onnx"
@@ -267,15 +273,11 @@ def _free_name(location: str) -> str:
 
 
 def _place(source: Path, target: Path) -> None:
-    """`source` at `target`: a hard link where the file system allows one, else a symbolic
-    link, else a copy."""
+    """`source` at `target`: a hard link where the file system allows one, else a copy (not a
+    symbolic link: ONNX Runtime resolves one and refuses external data outside the graph's
+    folder)."""
     try:
         os.link(source, target)
-        return
-    except OSError:
-        pass
-    try:
-        os.symlink(source.resolve(), target)
     except OSError:
         shutil.copyfile(source, target)
 
@@ -331,7 +333,7 @@ class _EveryNode:
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
             raise PredictorError(
                 f"onnxruntime cannot make a session that outputs every node of "
-                f"{options.graph_file.name}: {_first_line(exc)}"
+                f"{options.graph_file.name}: {first_line(exc)}"
             ) from exc
 
     def run(self, input_name: str, batch: np.ndarray, max_bytes: int) -> list[LayerOutput]:
@@ -352,7 +354,7 @@ class _EveryNode:
             arrays = self._session.run([output for *_, output in self._layers], {input_name: batch})
         except Exception as exc:  # onnxruntime raises its own, unexported exception types
             raise PredictorError(
-                f"onnxruntime failed to capture the layer outputs: {_first_line(exc)}"
+                f"onnxruntime failed to capture the layer outputs: {first_line(exc)}"
             ) from exc
         total = sum(int(np.asarray(array).nbytes) for array in arrays)
         if total > max_bytes:
@@ -398,10 +400,6 @@ def _sizes(model: Any, outputs: list[str]) -> dict[str, tuple[int, bool]]:
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(kind.tensor_type.elem_type).itemsize
         sizes[output] = (itemsize * int(np.prod([dim.dim_value for dim in dims])), per_row)
     return sizes
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _runs(events: list[dict[str, Any]], kernels: bool = False) -> list[list[Layer]]:

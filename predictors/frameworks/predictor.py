@@ -54,6 +54,13 @@ _BUILT_IN = {
 DEVICES = LOCAL_DEVICES
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a
+    refusal quotes of a framework's own error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class PredictorError(RuntimeError):
     """A model cannot be loaded or run: the message says why, in words a user can act on."""
 

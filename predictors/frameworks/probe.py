@@ -8,9 +8,13 @@ inputs and outputs (`Predictor.signature`) is checked against the manifest's on 
 misnamed output is refused at upload, not at run time.
 
 The child is the boundary: a framework that crashes or hangs on a crafted file takes the child
-with it, not the hub. It runs with limits (CPU seconds, the size of any file it writes, no core
-file), its own temporary folder as its working directory and TMPDIR, no GPU, and no input; the
-hub waits `seconds` for it and then ends it.
+with it, not the hub. It sets its own limits before it reads anything (CPU seconds, address
+space, the size of any file it writes, no core file), runs in its own temporary folder (its
+working directory and TMPDIR) with no GPU, and two run at once at most; the hub waits
+`seconds` for it and then ends it. It runs as the hub's user: a format whose loading runs code
+is never loaded (a state dict's module source is parsed; a SavedModel's signatures are read
+from its graph, `tf_formats.saved_model_signature`; a torch.export program's symbolic shapes
+are checked before torch reads them).
 
 Loading runs no code of the manifest's: a state dict's module source (format state_dict) is
 custom code and is only parsed here (`torch_formats.state_dict_problems`); the state dict itself
@@ -24,17 +28,22 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from predictors.manifests import Manifest, graph_check
-from predictors.manifests.formats import FORMAT_NAMES, model_format
+from predictors.manifests.formats import DEFAULT_SIGNATURE, FORMAT_NAMES, model_format
 
-# How long a load may take, and the most a loading framework may write to one file (a
-# SavedModel archive is unpacked into the child's temporary folder).
+# How long a load may take; the most a loading framework may write to one file, and the
+# address space the child may take (a framework's own start-up reserves a few GiB of it).
 DEFAULT_SECONDS = 180.0
-MAX_WRITTEN_BYTES = 8 * 1024**3
+MAX_WRITTEN_BYTES = 1024**3
+MAX_ADDRESS_SPACE = 16 * 1024**3
+# Checks running at once in this process (each a child that loads a framework): more uploads
+# wait their turn rather than take the machine's memory.
+_RUNNING = threading.BoundedSemaphore(2)
 Problems = list[tuple[str, str]]
 
 
@@ -51,7 +60,7 @@ def check_model_files(
 ) -> Problems:
     """(field path, message) for every way the model's files do not load as the manifest says,
     found by loading them in a child process; [] when they load and fit."""
-    request = {
+    request: dict[str, Any] = {
         "manifest": dict(data),
         "graph_file": str(graph_file),
         "weights_file": str(weights_file) if weights_file is not None else None,
@@ -67,18 +76,19 @@ def check_model_files(
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
+        request["seconds"] = seconds
         try:
-            finished = subprocess.run(  # noqa: S603 - this interpreter, this module, no shell
-                [sys.executable, "-m", "predictors.frameworks.probe"],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                cwd=folder,
-                env=environment,
-                timeout=seconds,
-                preexec_fn=_limits(seconds),  # noqa: PLW1509 - no threads started in the child
-                check=False,
-            )
+            with _RUNNING:
+                finished = subprocess.run(  # noqa: S603 - this interpreter, this module, no shell
+                    [sys.executable, "-m", "predictors.frameworks.probe"],
+                    input=json.dumps(request),
+                    capture_output=True,
+                    text=True,
+                    cwd=folder,
+                    env=environment,
+                    timeout=seconds,
+                    check=False,
+                )
         except subprocess.TimeoutExpired:
             return [
                 (
@@ -103,16 +113,15 @@ def check_model_files(
     return [(str(path), str(message)) for path, message in answer["problems"]]
 
 
-def _limits(seconds: float) -> Any:
-    def apply() -> None:
-        import resource
+def _limit(seconds: float) -> None:
+    """The child's limits, set by the child itself before it reads anything."""
+    import resource
 
-        cpu = int(seconds) + 5
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITTEN_BYTES, MAX_WRITTEN_BYTES))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+    cpu = int(seconds) + 5
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_WRITTEN_BYTES, MAX_WRITTEN_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_AS, (MAX_ADDRESS_SPACE, MAX_ADDRESS_SPACE))
 
 
 def problems_of(data: Mapping[str, Any], graph_file: Path, weights_file: Path | None) -> Problems:
@@ -140,6 +149,8 @@ def problems_of(data: Mapping[str, Any], graph_file: Path, weights_file: Path | 
         )
         if found:
             return found
+    if fmt == "saved_model":
+        return _saved_model_problems(data, graph_file)
     from predictors.frameworks.predictor import PredictorError, PredictorOptions, predictor_class
 
     try:
@@ -167,6 +178,23 @@ def problems_of(data: Mapping[str, Any], graph_file: Path, weights_file: Path | 
         return list(graph_check.problems(data, as_fed(fmt, data, signature)))
     finally:
         predictor.close()
+
+
+def _saved_model_problems(data: Mapping[str, Any], graph_file: Path) -> Problems:
+    """A SavedModel archive's signature, read and not loaded (loading runs the graph's
+    initializers, which may read and write files), against the manifest."""
+    try:
+        from predictors.frameworks import tf_formats
+    except ImportError as exc:
+        raise ProbeUnavailable(f"tensorflow is not installed here ({exc})") from None
+    files = data.get("model") or {}
+    signature = str(files.get("signature") or DEFAULT_SIGNATURE)
+    try:
+        found = tf_formats.saved_model_signature(graph_file, signature)
+    except ValueError as error:
+        field = "model.signature" if "has no signature" in str(error) else "model.graph_path"
+        return [(field, f"tensorflow cannot read it as {FORMAT_NAMES['saved_model']}: {error}")]
+    return list(graph_check.problems(data, found))
 
 
 def as_fed(
@@ -213,6 +241,7 @@ def _field_named(message: str) -> str:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    _limit(float(request.get("seconds") or DEFAULT_SECONDS))
     weights = request.get("weights_file")
     found = problems_of(
         request["manifest"], Path(request["graph_file"]), Path(weights) if weights else None

@@ -55,11 +55,11 @@ from predictors.frameworks.predictor import (  # noqa: E402
     PredictorOptions,
     StateReset,
     cuda_device,
+    first_line,
 )
 from predictors.frameworks.tf_formats import (  # noqa: E402
     SavedModelGraph,
     TFLiteGraph,
-    first_line,
     format_hint,
     keras_signature,
     unpack_saved_model,

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from predictors.frameworks.predictor import PredictorError
+from predictors.frameworks.predictor import PredictorError, first_line
 from predictors.manifests.formats import DEFAULT_SIGNATURE, FORMAT_NAMES
 from predictors.manifests.graph_check import Port, Signature
 
@@ -127,6 +127,93 @@ def unpack_saved_model(path: Path, into: Path, max_bytes: int = MAX_UNPACKED_BYT
     raise ValueError(
         "the archive holds no saved_model.pb, at its root or in a top-level folder"
         + (f"; {hint}" if hint else "")
+    )
+
+
+# The largest saved_model.pb read at upload (its graph and signatures; the weights lie beside).
+MAX_GRAPH_BYTES = 512 * 2**20
+
+
+def saved_model_signature(path: Path, signature: str) -> Signature:
+    """The inputs and outputs of the signature `signature` of the SavedModel archive `path`,
+    read from its `saved_model.pb` without loading it (loading runs the graph's initializers,
+    which may read and write files): what the hub checks at upload. ValueError naming the
+    problem where the archive holds no readable SavedModel or no such signature."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    data = _saved_model_pb(path)
+    saved = saved_model_pb2.SavedModel()
+    try:
+        saved.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError
+        raise ValueError(f"its saved_model.pb is not a SavedModel: {first_line(exc)}") from None
+    graphs = [g for g in saved.meta_graphs if "serve" in g.meta_info_def.tags] or list(
+        saved.meta_graphs
+    )
+    if not graphs:
+        raise ValueError("its saved_model.pb holds no graph")
+    # `__saved_model_init_op` and its kind are TensorFlow's own, not callable signatures.
+    signatures = {
+        name: value for name, value in graphs[0].signature_def.items() if not name.startswith("__")
+    }
+    if signature not in signatures:
+        raise ValueError(
+            f"it has no signature {signature!r}; its signatures: "
+            + (", ".join(sorted(signatures)) or "none (export it with signatures)")
+            + " (model.signature names the one to call)"
+        )
+    chosen = signatures[signature]
+
+    def port(name: str, info: Any) -> Port:
+        shape = info.tensor_shape
+        rank = None if shape.unknown_rank else len(shape.dim)
+        dims = (
+            None
+            if shape.unknown_rank
+            else tuple(d.size if d.size >= 0 else None for d in shape.dim)
+        )
+        try:
+            element = _element_type(tf.dtypes.as_dtype(info.dtype).as_numpy_dtype)
+        except TypeError:
+            element = None
+        return Port(name, element, rank, dims)
+
+    return Signature(
+        tuple(port(name, info) for name, info in sorted(chosen.inputs.items())),
+        tuple(port(name, info) for name, info in sorted(chosen.outputs.items())),
+    )
+
+
+def _saved_model_pb(path: Path) -> bytes:
+    """The bytes of the archive's saved_model.pb (at its root or in one top-level folder)."""
+
+    def wanted(name: str) -> bool:
+        parts = PurePosixPath(name.replace("\\", "/").lstrip("./")).parts
+        return bool(parts) and parts[-1] == "saved_model.pb" and len(parts) <= 2
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                found = [m for m in archive.infolist() if wanted(m.filename)]
+                if len(found) == 1 and found[0].file_size <= MAX_GRAPH_BYTES:
+                    return archive.read(found[0])
+        elif tarfile.is_tarfile(path):
+            with tarfile.open(path, "r:*") as tar:
+                members = [m for m in tar if m.isfile() and wanted(m.name)]
+                if len(members) == 1 and members[0].size <= MAX_GRAPH_BYTES:
+                    file = tar.extractfile(members[0])
+                    assert file is not None
+                    return file.read()
+        else:
+            hint = format_hint(path, "saved_model")
+            raise ValueError(
+                "it is not a tar, tar.gz or zip archive" + (f"; {hint}" if hint else "")
+            )
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+        raise ValueError(f"the archive cannot be read: {exc}") from exc
+    raise ValueError(
+        "the archive holds no saved_model.pb (of at most "
+        f"{MAX_GRAPH_BYTES // 2**20} MiB), at its root or in one top-level folder"
     )
 
 
@@ -527,9 +614,3 @@ class TFLiteGraph:
                 "outputs": {n: q.record() for n, q in self._quantized_outputs.items()},
             },
         }
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -47,6 +47,7 @@ import torch
 
 from predictors.frameworks.layer_outputs import MODEL_SCOPE, LayerOutput, numbered, size_refusal
 from predictors.frameworks.predictor import PredictorError
+from predictors.frameworks.symbolic_shapes import unsafe_expression
 from predictors.manifests.graph_check import ONNX_TYPES, Port, Signature
 from predictors.processing.custom_code import DEFAULT_CALL_SECONDS, SandboxViolation, sandbox
 
@@ -267,6 +268,13 @@ def load_program(path: Path, device: torch.device) -> torch.export.ExportedProgr
         raise PredictorError(
             f"{where}: it carries {' and '.join(carried)}, which would run as code when loaded; "
             "export the module's tensors only"
+        )
+    unsafe = unsafe_expression(path)
+    if unsafe is not None:
+        raise PredictorError(
+            f"{where}: its symbolic shape {unsafe[:120]!r} is not an expression of sizes "
+            "(torch.export writes only arithmetic on its size symbols there); it would run "
+            "as code when loaded"
         )
     records: list[logging.LogRecord] = []
     try:

@@ -65,11 +65,6 @@ def model_format(data: Mapping[str, Any]) -> str:
     return default_format(framework) if framework in FORMATS else "onnx"
 
 
-def runs_own_code(data: Mapping[str, Any]) -> bool:
-    """Whether loading the model runs the manifest's own code (a state dict's module source)."""
-    return model_format(data) == "state_dict"
-
-
 def format_problems(data: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], str]]:
     """(field path, message) for every way `model`'s format fields do not fit together."""
     files = data.get("model")

@@ -180,6 +180,12 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
         yield from _port_problems(data)
         yield from formats.format_problems(data)
         yield from _code_file_problems(data.get("code_files"))
+        if data.get("code_files") and not custom_code.fields_with_code(data):
+            yield (
+                ("code_files",),
+                "lists files for custom code to read, but the manifest has no preprocess or "
+                "postprocess code",
+            )
     elif data.get("task") == "text_recognition":
         for key in ("labels", "labels_path"):
             if key in data:
@@ -347,6 +353,9 @@ def _ctc_problems(
     if "charset" in parameters and "charset_path" in parameters:
         message = "charset and charset_path are exclusive: give the symbols inline or in a file"
         yield (*where, "charset_path"), message
+    elif "charset_sha256" in parameters and "charset_path" not in parameters:
+        message = "is the checksum of charset_path, which this output does not give"
+        yield (*where, "charset_sha256"), message
     elif "charset" not in parameters and "charset_path" not in parameters:
         message = (
             "'charset' (or 'charset_path') is required: the symbols of the classes other than "

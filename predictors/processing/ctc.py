@@ -118,21 +118,21 @@ def load_charset(
 
 
 def log_probabilities(scores: np.ndarray) -> np.ndarray:
-    """(…, C) scores as log-probabilities (float64): probabilities (every row in [0, 1],
-    summing to 1) through a log, logits and log-probabilities through a log-softmax."""
+    """(…, C) scores as log-probabilities (float64), timestep by timestep: a row of
+    probabilities (every score in [0, 1], summing to 1) through a log, any other row (logits,
+    log-probabilities) through a log-softmax."""
     values = np.asarray(scores, np.float64)
     if values.size and not np.all(np.isfinite(values)):
         raise ProcessingError("the ctc output is not finite (NaN or inf)", parameter="type")
-    if (
-        values.size
-        and values.min() >= 0.0
-        and values.max() <= 1.0
-        and np.allclose(values.sum(axis=-1), 1.0, atol=_SUM_TOLERANCE)
-    ):
-        with np.errstate(divide="ignore"):
-            return np.log(values)
     shifted = values - values.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    softmaxed = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    probabilities = (
+        (values.min(axis=-1) >= 0.0)
+        & (values.max(axis=-1) <= 1.0)
+        & (np.abs(values.sum(axis=-1) - 1.0) <= _SUM_TOLERANCE)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):  # the rows not taken: logits
+        return np.where(probabilities[..., None], np.log(values), softmaxed)
 
 
 def greedy_path(log_probs: np.ndarray, blank: int) -> tuple[list[int], float]:

@@ -262,3 +262,20 @@ def test_a_broken_file_of_each_format_is_refused_naming_the_format_and_nothing_i
     assert not Manifest.objects.filter(name=case).exists()
     assert Artifact.objects.count() == 0
     assert not [path for path in artifact_root.rglob("*") if path.is_file()]
+
+
+def test_a_saved_model_is_read_at_upload_and_a_signature_it_lacks_named(  # type: ignore[no-untyped-def]
+    alice, artifact_root, tmp_path
+) -> None:
+    """The hub reads a SavedModel's signatures from its saved_model.pb, without loading it
+    (loading runs its graph's initializers)."""
+    files = {"graph_path": "scores.tar.gz", "format": "saved_model", "signature": "predict"}
+    data = _manifest("named", "tensorflow", files)
+
+    response = upload(alice, to_yaml(data), {"scores.tar.gz": _saved_model_archive(tmp_path)})
+
+    assert response.status_code == 400, response.content
+    (error,) = response.json()["errors"]
+    assert error["path"] == "model.signature"
+    assert "no signature 'predict'; its signatures: serving_default" in error["message"]
+    assert Artifact.objects.count() == 0

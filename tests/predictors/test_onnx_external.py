@@ -127,8 +127,10 @@ def test_a_graph_with_external_data_under_cache_names_gives_its_module_outputs(
         np.testing.assert_allclose(predictor.predict(INPUT), exported["expected"], atol=1e-5)
         signature = predictor.signature()
         assert signature is not None
-        assert signature.inputs == (Port("input", "float32", 4),)
-        assert signature.outputs == (Port("logits", "float32", 2),)
+        assert signature.inputs == (Port("input", "float32", 4, ("N", 1, 8, 8)),)
+        assert [(p.name, p.element_type, p.rank) for p in signature.outputs] == [
+            ("logits", "float32", 2)
+        ]
         layers = predictor.layer_outputs(INPUT)
         assert [layer.name for layer in layers][0] == "conv"
         np.testing.assert_allclose(layers[-1].array, exported["expected"], atol=1e-5)

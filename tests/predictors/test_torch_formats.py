@@ -454,3 +454,48 @@ def test_the_profiler_records_the_module_of_each_op(files: dict[str, Path], fmt:
         assert parents == {"block"}
     finally:
         predictor.close()
+
+
+def test_a_program_whose_symbolic_shapes_are_code_is_refused_before_it_loads(
+    tmp_path: Path,
+) -> None:
+    """torch.export.load hands each symbolic shape to sympy, which evaluates it as Python: a
+    shape that is anything but arithmetic on sizes is refused before the program is read."""
+    import json
+    import zipfile
+
+    from predictors.frameworks.torch_formats import load_program
+
+    class Twice(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(Twice(), (torch.zeros(2, 3),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, tmp_path / "twice.pt2")
+    assert load_program(tmp_path / "twice.pt2", torch.device("cpu")) is not None
+    marker = tmp_path / "ran"
+
+    def tampered(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: f"__import__('os').system('touch {marker}') + {item}"
+                if key == "expr_str"
+                else tampered(item)
+                for key, item in value.items()
+            }
+        return [tampered(item) for item in value] if isinstance(value, list) else value
+
+    with (
+        zipfile.ZipFile(tmp_path / "twice.pt2") as source,
+        zipfile.ZipFile(tmp_path / "evil.pt2", "w") as evil,
+    ):
+        for info in source.infolist():
+            data = source.read(info.filename)
+            if info.filename.endswith(".json") and b"expr_str" in data:
+                data = json.dumps(tampered(json.loads(data))).encode()
+            evil.writestr(info, data)
+
+    with pytest.raises(PredictorError, match="is not an expression of sizes"):
+        load_program(tmp_path / "evil.pt2", torch.device("cpu"))
+    assert not marker.exists()

@@ -13,7 +13,8 @@ over lists): `cer` (character error rate: substitutions, deletions and insertion
 characters) and `wer` (word error rate, of words); both are 0 for a perfect reading and can
 pass 1 where the model inserts more than the texts hold. jiwer strips each text's outer
 whitespace first (and, for words, collapses runs of spaces). `exact_match` is the share of
-lines decoded exactly as their text (compared as they are). `top1` is the CER and `top5` the
+lines decoded exactly as their text (compared as the rates read them: outer whitespace stripped,
+runs of whitespace one space). `top1` is the CER and `top5` the
 WER (the result's two accuracy columns, labelled by task where they are shown): lower is
 better.
 
@@ -53,7 +54,11 @@ def text_metrics(
         raise EvaluationError("no line to score: the split is empty")
     cer = float(jiwer.cer(references, hypotheses))
     wer = float(jiwer.wer(references, hypotheses))
-    exact = sum(r == h for r, h in zip(references, hypotheses, strict=True)) / len(references)
+    # As jiwer reads the texts for the rates: outer whitespace stripped, runs of spaces one.
+    exact = sum(
+        " ".join(r.split()) == " ".join(h.split())
+        for r, h in zip(references, hypotheses, strict=True)
+    ) / len(references)
     return {
         "top1": cer,
         "top5": wer,
