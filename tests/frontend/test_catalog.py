@@ -26,6 +26,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "alexnet",
         "diabetes-mlp",
         "digits-cnn",
+        "file-type",
         "mobilenet-v2",
         "resnet-18",
         "resnet-50",
@@ -35,6 +36,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "shapes-tagger",
         "silero-vad",
         "text-direction",
+        "text-recognizer",
         "toggle-gru",
     ]
     digits = page.locator('#models tr[data-name="digits-cnn"]')
@@ -43,7 +45,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(9)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(11)
     shoot(page, "catalog")
 
 
@@ -77,7 +79,7 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
 
     expect(page.locator("#models tr.empty")).to_contain_text("No model matches these filters")
     page.get_by_role("link", name="Clear").click()
-    assert len(_names(page)) == 13
+    assert len(_names(page)) == 15
 
     # The tasks of the zoo's models, each a filter of its own.
     page.get_by_label("Task", exact=True).select_option("regression")

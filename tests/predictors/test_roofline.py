@@ -242,6 +242,8 @@ ZOO_RUNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "mobilenet-v2": ("digits", (1,)),
     "toggle-gru": ("toggle-clicks", (1,)),
     "silero-vad": ("speech-clips", (1,)),
+    "text-recognizer": ("text-transcripts", (1, 8)),
+    "file-type": ("file-types", (1, 8, 32)),
 }
 CASES = [
     (name, framework)
