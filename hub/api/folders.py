@@ -33,10 +33,14 @@ from hub.api.serializers import ManifestSerializer
 from hub.models import Manifest
 from predictors import manifests as spec
 from predictors.data import folder as folder_dataset
+from predictors.processing.labels import labels_from_text
 
 # The most entries an archive may hold.
 MAX_ENTRIES = 1_100_000
-_FIELDS = ("archive", "name", "version", "description", "license", "split", "visibility")
+_FIELDS = (
+    *("archive", "name", "version", "description", "license", "split", "visibility"),
+    *("raw", "labels"),
+)
 
 _BODY = {
     "type": "object",
@@ -57,6 +61,19 @@ _BODY = {
             "refused for a folder of split folders, which name their own.",
         },
         "visibility": {"type": "string", "enum": [Manifest.PUBLIC, Manifest.PRIVATE]},
+        "raw": {
+            "type": "string",
+            "enum": ["true", "false"],
+            "description": "true: the files are any files, kept byte for byte (encoding raw, "
+            "for a model that reads a file's own bytes); none is checked as an image. Each at "
+            "most 64 MiB, none empty. Default false: PNG or JPEG images.",
+        },
+        "labels": {
+            "type": "string",
+            "description": "The labels, one per line (a model's labels file): the dataset's "
+            "labels in that order, each class folder one of them. Default: the class folders, "
+            "sorted.",
+        },
     },
     "required": ["archive", "name", "version"],
 }
@@ -124,7 +141,18 @@ class DatasetFromFolder(APIView):
         assert name is not None and version is not None
         split = _field(data, "split")
         visibility = _field(data, "visibility")
-        description = _field(data, "description", "Images uploaded as a folder of class folders.")
+        raw_text = _field(data, "raw", "false")
+        if raw_text not in ("true", "false"):
+            raise ApiError([{"path": "raw", "message": f"must be true or false, not {raw_text!r}"}])
+        raw = raw_text == "true"
+        labels_text = _field(data, "labels")
+        labels = labels_from_text(labels_text) if labels_text is not None else None
+        description = _field(
+            data,
+            "description",
+            f"{'Files' if raw else 'Images'} uploaded as a folder of class folders.",
+        )
+
         license_ = _field(data, "license", "unknown")
         # The manifest's own rules on name and version, before anything is unpacked.
         probe = folder_dataset.manifest(
@@ -153,7 +181,9 @@ class DatasetFromFolder(APIView):
                     max_bytes=settings.UPLOAD_MAX_BYTES,
                     max_entries=MAX_ENTRIES,
                 )
-                converted = folder_dataset.convert(root, work / "splits", name, split=split)
+                converted = folder_dataset.convert(
+                    root, work / "splits", name, split=split, raw=raw, labels=labels
+                )
             except folder_dataset.FolderError as error:
                 raise ApiError([{"path": "archive", "message": str(error)}]) from None
             document = folder_dataset.manifest(

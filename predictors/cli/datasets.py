@@ -32,6 +32,7 @@ import yaml
 
 from predictors.data import folder as folder_dataset
 from predictors.manifests import ManifestError, load
+from predictors.processing.labels import labels_from_text
 
 
 class DatasetsCommandError(Exception):
@@ -54,7 +55,24 @@ def add_commands(commands: Any) -> None:
         help="the split of a folder of class folders (default: validation); a folder of split "
         "folders names its own",
     )
-    folder.add_argument("--description", default="Images from a folder of class folders.")
+    folder.add_argument(
+        "--raw",
+        action="store_true",
+        help="the files are any files, kept byte for byte (encoding raw), for a model that reads "
+        "a file's own bytes; default: PNG or JPEG images",
+    )
+    folder.add_argument(
+        "--labels",
+        type=Path,
+        metavar="FILE",
+        help="the labels, one per line (a model's labels file): the dataset's labels in that "
+        "order, each class folder one of them; default: the class folders, sorted",
+    )
+    folder.add_argument(
+        "--description",
+        help="what the dataset is (default: images, or with --raw files, from a folder of class "
+        "folders)",
+    )
     folder.add_argument("--license", default="unknown", help="e.g. CC-BY-4.0")
     folder.add_argument(
         "--store",
@@ -106,10 +124,28 @@ def run(args: argparse.Namespace) -> str:
     if args.hub:
         if args.store or args.out:
             raise DatasetsCommandError("--store and --out are for a local dataset, not --hub")
-        return _upload(args)
+        return _upload(_described(args))
     if args.visibility or args.token:
         raise DatasetsCommandError("--visibility and --token go with --hub")
-    return _local(args)
+    return _local(_described(args))
+
+
+def _described(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with its description, the default one where none is given."""
+    if args.description is None:
+        what = "Files" if args.raw else "Images"
+        args.description = f"{what} from a folder of class folders."
+    return args
+
+
+def _labels(args: argparse.Namespace) -> list[str] | None:
+    """The labels file given (--labels), read; None without one."""
+    if args.labels is None:
+        return None
+    try:
+        return labels_from_text(args.labels.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DatasetsCommandError(f"--labels {args.labels}: {exc}") from None
 
 
 def _local(args: argparse.Namespace) -> str:
@@ -129,7 +165,9 @@ def _local(args: argparse.Namespace) -> str:
             f"{target} exists already: choose another --version (or name), or remove it"
         )
     try:
-        converted = folder_dataset.convert(args.folder, target, args.name, split=args.split)
+        converted = folder_dataset.convert(
+            args.folder, target, args.name, split=args.split, raw=args.raw, labels=_labels(args)
+        )
     except folder_dataset.FolderError as error:
         raise DatasetsCommandError(f"{args.folder}/{error}") from None
     document = folder_dataset.manifest(
@@ -139,7 +177,8 @@ def _local(args: argparse.Namespace) -> str:
     out.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     counts = ", ".join(f"{split} {count}" for split, count in converted.splits.items())
     return (
-        f"dataset {args.name} {args.version}: {len(converted.labels)} classes, {counts} images "
+        f"dataset {args.name} {args.version}: {len(converted.labels)} classes, {counts} "
+        f"{'files' if args.raw else 'images'} "
         f"({converted.encoding}) in {target}; manifest {out}\n"
         f"evaluate it: mlms evaluate MODEL --framework F --dataset {out} --store {store}"
     )
@@ -288,6 +327,8 @@ def _upload(args: argparse.Namespace) -> str:
             "description": args.description,
             "license": args.license,
             **({"visibility": args.visibility} if args.visibility else {}),
+            **({"raw": "true"} if args.raw else {}),
+            **({"labels": "\n".join(labels)} if (labels := _labels(args)) is not None else {}),
         }
         body = _post(
             args.hub,
@@ -300,5 +341,5 @@ def _upload(args: argparse.Namespace) -> str:
     counts = ", ".join(f"{split} {entry['count']}" for split, entry in splits.items())
     return (
         f"dataset {body['name']} {body['version']} on {args.hub} ({body['visibility']}): "
-        f"{len(body['manifest']['labels'])} classes, {counts} images"
+        f"{len(body['manifest']['labels'])} classes, {counts} {'files' if args.raw else 'images'}"
     )

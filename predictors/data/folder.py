@@ -9,6 +9,9 @@ Two layouts are taken:
 The labels are the class folder names, sorted (a class is its index in that list); every split
 must have the same classes. Images are PNG or JPEG, all of one kind (the manifest's `encoding`),
 each decoded once by Pillow to be sure it can be (within Pillow's decompression-bomb limit).
+With `raw`, the files are any files, kept byte for byte (`encoding: raw`, for a model that
+reads a file's own bytes, such as a file-type classifier): none is decoded, none may be empty
+or larger than MAX_RAW_FILE_BYTES.
 Names starting with '.' are skipped (.DS_Store, editor files); anything else out of place (a
 file beside the class folders, a folder inside a class folder, a symbolic link, an empty class)
 is an error that names it. Nothing is read whole: the images go into the Parquet file in row
@@ -37,6 +40,8 @@ from typing import Any
 from predictors.data.formats import image_encoding
 
 ROW_GROUP_SIZE = 256
+# The largest file a dataset of raw files keeps (a row of its Parquet file).
+MAX_RAW_FILE_BYTES = 64 * 1024**2
 MAX_IMAGES = 1_000_000
 MAX_CLASSES = 10_000
 _SPLIT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -182,8 +187,20 @@ def _rows(
     classes: dict[str, list[Path]], labels: list[str], root: Path, encoding: list[str | None]
 ) -> Iterator[tuple[bytes, int]]:
     for index, label in enumerate(labels):
-        for file in classes[label]:
+        for file in classes.get(label, []):
             where = _relative(file, root)
+            if encoding[0] == "raw":
+                size = file.stat().st_size
+                if not 0 < size <= MAX_RAW_FILE_BYTES:
+                    raise FolderError(
+                        "is empty"
+                        if size == 0
+                        else f"holds {size} bytes, more than a "
+                        f"dataset's file may ({MAX_RAW_FILE_BYTES // 1024**2} MiB)",
+                        where,
+                    )
+                yield file.read_bytes(), index
+                continue
             data = file.read_bytes()
             kind = image_encoding(data)
             if kind is None:
@@ -200,15 +217,37 @@ def _rows(
             yield data, index
 
 
-def convert(root: Path, out: Path, name: str, *, split: str | None = None) -> Converted:
+def convert(
+    root: Path,
+    out: Path,
+    name: str,
+    *,
+    split: str | None = None,
+    raw: bool = False,
+    labels: list[str] | None = None,
+) -> Converted:
     """Write the folder's splits as `<out>/<split>.parquet`; what was written. The files are
-    written under temporary names and renamed when complete."""
+    written under temporary names and renamed when complete. With `raw`, the files are kept
+    as they are (`encoding: raw`), not checked as images. With `labels` (a model's, in its
+    order), the dataset's labels are those, each class folder one of them, so that a model
+    with more classes than the folder holds scores it; else the class folders, sorted."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     found = layout(root, split)
-    labels = sorted(next(iter(found.values())))
-    encoding: list[str | None] = [None]
+    folders = sorted(next(iter(found.values())))
+    if labels is not None:
+        if len(set(labels)) != len(labels) or not all(labels):
+            raise FolderError("the labels given must be distinct and not empty", "labels")
+        strangers = [folder for folder in folders if folder not in labels]
+        if strangers:
+            raise FolderError(
+                f"is not one of the {len(labels)} labels given (a class folder is named by its "
+                "label)",
+                strangers[0],
+            )
+    labels = list(labels) if labels is not None else folders
+    encoding: list[str | None] = ["raw" if raw else None]
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     counts: dict[str, int] = {}

@@ -374,3 +374,96 @@ def test_an_archive_over_the_upload_limit_is_413(alice_full_client, settings) ->
     response = post(alice_full_client, big)
     assert response.status_code == 413, response.content
     assert response.json()["errors"][0]["path"] == "archive"
+
+
+# -- a folder of any files, kept byte for byte (`raw`) ---------------------------------------
+
+
+def test_a_folder_of_any_files_is_kept_byte_for_byte(alice_full_client, artifact_root) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    files: dict[str, bytes | None] = {
+        "code/a.py": b"import os\nprint(os.getcwd())\n",
+        "code/b.py": b"def f():\n    return 1\n",
+        "data/x.json": b'{"a": [1, 2, 3]}',
+        "blobs/y.bin": bytes(range(256)) * 3,
+    }
+    response = post(alice_full_client, zipped(files), name="my-files", raw="true")
+
+    assert response.status_code == 201, response.content
+    manifest = Manifest.objects.get(name="my-files")
+    assert manifest.content["encoding"] == "raw"
+    assert manifest.content["labels"] == ["blobs", "code", "data"]
+    assert manifest.description == "Files uploaded as a folder of class folders."
+    table = pq.read_table(artifact_root / "datasets/my-files/1.0.0/validation.parquet")
+    labels, data = table.column("label").to_pylist(), table.column("image").to_pylist()
+    assert sorted(zip(labels, data, strict=True)) == sorted(
+        [
+            (0, files["blobs/y.bin"]),
+            (1, files["code/a.py"]),
+            (1, files["code/b.py"]),
+            (2, files["data/x.json"]),
+        ]
+    )
+
+
+def test_raw_files_that_cannot_be_kept_and_a_bad_raw_are_refused(alice_full_client) -> None:  # type: ignore[no-untyped-def]
+    assert error_of(post(alice_full_client, zipped({"a/x.txt": b"x"}), raw="maybe")) == (
+        "raw",
+        "must be true or false, not 'maybe'",
+    )
+    path, message = error_of(
+        post(alice_full_client, zipped({"a/x.txt": b"x", "a/empty.txt": b""}), raw="true")
+    )
+    assert (path, message) == ("archive", "a/empty.txt: is empty")
+    # Without raw a folder of other files is refused as before, naming the file.
+    path, message = error_of(post(alice_full_client, zipped({"a/x.txt": b"x"})))
+    assert message == "a/x.txt: is neither a PNG nor a JPEG image"
+    assert Manifest.objects.count() == 0 and Artifact.objects.count() == 0
+
+
+def test_file_types_filed_in_folders_score_as_the_zoos_own_split(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A folder of files named by a model's labels (`--labels`, the model's own labels file),
+    made a dataset of raw files locally: the file-type classifier scores it as the zoo's own
+    split of the same files."""
+    import pyarrow.parquet as pq
+
+    from predictors.cli import main
+    from tests.predictors.zoo_store import zoo_store
+
+    zoo = zoo_store(("file-type", "file-types"))
+    labels_file = zoo / "models/file-type/1.0.0/labels.txt"
+    labels = labels_file.read_text(encoding="utf-8").splitlines()
+    table = pq.read_table(zoo / "datasets/file-types/1.0.0/validation.parquet")
+    folder = tmp_path / "files"
+    for index, (data, label) in enumerate(
+        zip(table.column("image").to_pylist(), table.column("label").to_pylist(), strict=True)
+    ):
+        (folder / labels[label]).mkdir(parents=True, exist_ok=True)
+        (folder / labels[label] / f"{index:04d}").write_bytes(data)
+    store = tmp_path / "store"
+    shutil.copytree(zoo / "models/file-type", store / "models/file-type")
+    out = tmp_path / "my-files.yaml"
+    argv = ["datasets", "from-folder", str(folder), "--name", "my-files", "--raw"]
+    assert (
+        main([*argv, "--labels", str(labels_file), "--store", str(store), "--out", str(out)]) == 0
+    )
+    said = capsys.readouterr().out
+    assert f"{len(labels)} classes, validation {table.num_rows} files (raw)" in said
+
+    evaluate = ["evaluate", "file-type", "--framework", "onnxruntime", "--no-progress"]
+    assert main([*evaluate, "--dataset", str(out), "--store", str(store), "--format", "json"]) == 0
+    ours = json.loads(capsys.readouterr().out)["results"][0]["accuracy"]
+    assert (
+        main([*evaluate, "--dataset", "file-types", "--store", str(zoo), "--format", "json"]) == 0
+    )
+    theirs = json.loads(capsys.readouterr().out)["results"][0]["accuracy"]
+    assert ours["top1"] == theirs["top1"] and ours["count"] == theirs["count"] == table.num_rows
+
+    # A class folder that is none of the labels is named.
+    (folder / "not-a-type").mkdir()
+    (folder / "not-a-type" / "x").write_bytes(b"x")
+    assert (
+        main([*argv, "--name", "other", "--labels", str(labels_file), "--store", str(store)]) == 1
+    )
+    assert "not-a-type: is not one of the 214 labels given" in capsys.readouterr().err
