@@ -142,6 +142,14 @@ def test_an_evaluation_submitted_with_curl_succeeds_in_a_container(stack: Stack)
         "read,evaluate",
     )
     token = made.stdout.strip().splitlines()[-1]
+    # The agents start once the hub has written their token, and Docker restarts them with a
+    # growing delay until it is there: wait for a live host, as a user would.
+    deadline = time.monotonic() + 180
+    while not any(
+        host.get("live") for host in stack.curl("GET", "/api/v1/hosts/", token).get("results", [])
+    ):
+        assert time.monotonic() < deadline, f"no agent registered:\n{stack.logs()}"
+        time.sleep(2)
     launched = stack.curl(
         "POST",
         "/api/v1/evaluations/",
