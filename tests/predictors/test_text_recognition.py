@@ -506,3 +506,14 @@ def test_error_rates_are_lower_is_better_percentages() -> None:
     # Insertions can take an error rate past 1; it is never negative.
     assert metric_problem("text_recognition", "top1", 1.4) is None
     assert ">= 0" in str(metric_problem("text_recognition", "top5", -0.1))
+
+
+def test_scores_are_read_timestep_by_timestep() -> None:
+    """A timestep of probabilities is logged, a timestep of logits log-softmaxed, in one batch."""
+    from predictors.processing.ctc import log_probabilities
+
+    probabilities = np.array([0.7, 0.2, 0.1])
+    logits = np.array([2.0, 0.5, -1.0])
+    read = log_probabilities(np.stack([probabilities, logits])[None])
+    np.testing.assert_allclose(read[0, 0], np.log(probabilities))
+    np.testing.assert_allclose(read[0, 1], logits - np.log(np.exp(logits).sum()))
