@@ -68,6 +68,8 @@ PASSES = 12
 CHAIN_WIDTH = 1024
 CHAIN_PASSES = 1
 CHAIN_PAIRS = 3
+# How far a run of the chain's pair may drift from the bare loop's ratio on a shared machine.
+DRIFT = 0.15
 SAME_MODEL_COMPARISONS = 20
 SAME_MODEL_TIMED = 240
 
@@ -299,11 +301,11 @@ def test_a_lookup_scores_exactly_k_of_n_and_compare_finds_exactly_the_inputs_tha
 # -- latency -----------------------------------------------------------------------------------
 
 
-def _bare_ratio(short: Path, long: Path, blocks: int = 12, calls: int = 25) -> float:
-    """The ratio of the two models' call times by a bare loop: one thread, BATCH inputs a call,
+def _bare_ratios(short: Path, long: Path, blocks: int = 12, calls: int = 25) -> list[float]:
+    """The ratios of the two models' call times by a bare loop: one thread, BATCH inputs a call,
     each model's calls back to back as the evaluation loop runs them, in blocks, the blocks of
-    the two alternating (each block's first call untimed); the median over the pairs of blocks
-    of the ratio of their medians, so that the machine's drift cancels out."""
+    the two alternating (each block's first call untimed); for each pair of blocks, the ratio of
+    their medians."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -326,16 +328,23 @@ def _bare_ratio(short: Path, long: Path, blocks: int = 12, calls: int = 25) -> f
                 session.run(None, feed)
                 times.append(time.perf_counter_ns() - start)
             medians.append(np.median(times))
-        ratios.append(medians[1] / medians[0])
-    return float(np.median(ratios))
+        ratios.append(float(medians[1] / medians[0]))
+    return ratios
 
 
 def test_a_chain_4x_as_long_is_slower_by_the_ratio_a_bare_loop_measures(
     hub: LiveHub, tmp_path: Path
 ) -> None:
-    """Three pairs of evaluations, each compared: every verdict says slower, and the interval
-    holds the bare loop's ratio in at least two of the three (a 95 % interval, on a machine
-    whose neighbours now and then slow a whole run by 10 %)."""
+    """Three pairs of evaluations, each compared: every verdict says slower (and the other way
+    round, faster), and the ratios agree with the bare loop's within DRIFT.
+
+    The interval of one comparison is of its two runs' calls; how often it holds a true ratio
+    is tested on samples of known distributions (`test_statistics`). Here the two runs are
+    another process than the bare loop, at another time, on a machine shared with the hub:
+    a whole run now and then comes out several per cent off (seen on CI: 3.4 to 4.4 for a
+    bare 3.8), which no interval of one run can see. So the ratio is checked against the bare
+    loop's, measured before and after the pairs, within that drift: the median of the three
+    ratios, and each of at least two of them."""
     paths = {}
     for name, repeats in (("products-short", SHORT), ("products-long", LONG)):
         paths[name] = tmp_path / f"{name}.onnx"
@@ -349,7 +358,7 @@ def test_a_chain_4x_as_long_is_slower_by_the_ratio_a_bare_loop_measures(
         "repeat": CHAIN_PASSES,
         "trace_level": "none",
     }
-    bare = _bare_ratio(paths["products-short"], paths["products-long"])
+    bare = _bare_ratios(paths["products-short"], paths["products-long"])
     differences = []
     for _ in range(CHAIN_PAIRS):
         short = _run(hub, "products-short", **options)
@@ -361,8 +370,12 @@ def test_a_chain_4x_as_long_is_slower_by_the_ratio_a_bare_loop_measures(
         back = _compare(hub, long["id"], short["id"])["latency"]["batch_sizes"][0]["cells"][1]
         assert back["difference"]["verdict"] == "faster", back
     assert all(difference["verdict"] == "slower" for difference in differences)
-    held = [difference["low"] <= bare <= difference["high"] for difference in differences]
-    assert sum(held) >= CHAIN_PAIRS - 1, (bare, differences)
+    bare += _bare_ratios(paths["products-short"], paths["products-long"])
+    expected = float(np.median(bare))
+    ratios = [difference["ratio"] for difference in differences]
+    close = [abs(ratio / expected - 1) <= DRIFT for ratio in ratios]
+    assert abs(float(np.median(ratios)) / expected - 1) <= DRIFT, (expected, differences)
+    assert sum(close) >= CHAIN_PAIRS - 1, (expected, differences)
 
 
 def test_two_evaluations_of_one_model_show_no_detectable_difference(
