@@ -42,6 +42,7 @@ SCORED_TASKS = (
     "object_detection",
     "semantic_segmentation",
     "text_recognition",
+    "feature_extraction",
 )
 DETECTION_OUTPUTS = ("boxes", "scores", "classes")
 # Tasks whose headline metrics (a result's `top1` and `top5`) are errors (in the target's units,
@@ -61,6 +62,7 @@ METRIC_NAMES = {
     "multi_label_classification": ("mAP", "F1 (micro)"),
     "regression": ("MAE", "RMSE"),
     "text_recognition": ("CER", "WER"),
+    "feature_extraction": ("Recall@1", "Recall@5"),
 }
 # Tasks whose scored results hold both metrics (where `top5` is never null).
 BOTH_METRICS = (
@@ -69,6 +71,7 @@ BOTH_METRICS = (
     "multi_label_classification",
     "regression",
     "text_recognition",
+    "feature_extraction",
 )
 
 
@@ -119,6 +122,8 @@ _SCORED_OUTPUTS = {
     "regression": ("values",),
     # Per-timestep class scores decoded by CTC into a text (`predictors.processing.ctc`).
     "text_recognition": ("ctc",),
+    # One vector per input, compared by cosine similarity (retrieval and verification).
+    "feature_extraction": ("embedding",),
 }
 DATA_INPUTS = ("image", "tensor", "audio", "bytes")
 
@@ -219,16 +224,29 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
         for i in inputs
         if isinstance(i.get("parameters"), Mapping) and "context" in i["parameters"]
     ]
-    audio = [str(i.get("name")) for i in inputs if i.get("type") == "audio"]
+    audio = [i for i in inputs if i.get("type") == "audio"]
     if audio and data.get("preprocess"):
         return (
-            f"{name}'s input {audio[0]} is audio, framed by the streaming loop: custom "
+            f"{name}'s input {audio[0].get('name')} is audio, decoded by the loop: custom "
             "preprocess code does not run on it (describe the processing with parameters)"
         )
-    if audio and task != "sequence_labelling":
+    streamed = audio and "chunk" in (audio[0].get("parameters") or {})
+    if streamed and task != "sequence_labelling":
         return (
-            f"{name}'s input {audio[0]} is audio, framed into chunks of a stream: only "
-            "sequence_labelling models run on streams"
+            f"{name}'s input {audio[0].get('name')} is audio framed into chunks of a stream "
+            "(parameter chunk): only sequence_labelling models run on streams; a "
+            "feature_extraction model reads whole clips (leave chunk and tail out)"
+        )
+    if audio and not streamed and task not in ("sequence_labelling", "feature_extraction"):
+        return (
+            f"{name}'s input {audio[0].get('name')} is whole audio clips: the loop scores "
+            "those for feature_extraction models (embeddings), and streams of chunks for "
+            "sequence_labelling ones"
+        )
+    if audio and not streamed and task == "sequence_labelling":
+        return (
+            f"{name}'s input {audio[0].get('name')} is audio of a sequence_labelling model, "
+            "which runs on streams: give the parameters chunk and tail"
         )
     if contexts and task != "sequence_labelling":
         return (
@@ -273,11 +291,16 @@ def latency_only_problem(data: Mapping[str, Any]) -> str | None:
     whatever its task or its outputs' types; it reads no labels and scores nothing."""
     name = data.get("name")
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
-    if len(inputs) != 1 or inputs[0].get("type") not in ("image", "tensor", "bytes"):
+    clips = (
+        len(inputs) == 1
+        and inputs[0].get("type") == "audio"
+        and "chunk" not in (inputs[0].get("parameters") or {})
+    )
+    if len(inputs) != 1 or not clips and inputs[0].get("type") not in ("image", "tensor", "bytes"):
         kinds = ", ".join(f"{i.get('name')} ({i.get('type')})" for i in inputs) or "none"
         return (
-            f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image or "
-            "tensor input in batches (streams, with their constant and state inputs, are timed "
+            f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image, "
+            "tensor, bytes or whole-clip audio input in batches (streams, with their constant and state inputs, are timed "
             "by their sequence_labelling evaluation)"
         )
     if data.get("postprocess"):

@@ -144,6 +144,13 @@ def _accuracy_words(result: Result, task: str) -> str:
         return f"MAE {result.top1:.4g}, RMSE {result.top5:.4g} on {result.count} inputs"
     if task == "text_recognition":
         return f"CER {result.top1:.2%}, WER {result.top5:.2%} on {result.count} lines"
+    if task == "feature_extraction":
+        accuracy = details.get("accuracy")
+        eer = accuracy.get("eer") if isinstance(accuracy, dict) else None
+        words = f"recall@1 {result.top1:.2%}, recall@5 {result.top5:.2%}"
+        if isinstance(eer, int | float):
+            words += f", EER {eer:.2%}"
+        return f"{words} on {result.count} inputs"
     if task == "sequence_labelling":
         words = f"accuracy {result.top1:.2%}"
         reset = details.get("accuracy_state_reset")

@@ -347,14 +347,15 @@ class AccuracySerializer(serializers.Serializer[dict[str, Any]]):
         allow_null=True,
         help_text="the task's first metric: a fraction from 0 to 1 (top-1, mAP, mIoU, …), or "
         "for regression the mean absolute error in the target's units, for text_recognition "
-        "the character error rate (0 is perfect; insertions can take it past 1); null for a "
+        "the character error rate (0 is perfect; insertions can take it past 1), for "
+        "feature_extraction the recall@1 of retrieval; null for a "
         "latency-only evaluation (nothing scored)",
     )
     top5 = serializers.FloatField(
         min_value=0,
         allow_null=True,
         help_text="the task's second metric (top-5, F1, pixel accuracy, …; for regression the "
-        "RMSE, for text_recognition the word error rate); null where it says nothing, as top-5 of five classes or fewer",
+        "RMSE, for text_recognition the word error rate, for feature_extraction the recall@5); null where it says nothing, as top-5 of five classes or fewer",
     )
     count = serializers.IntegerField(min_value=0, max_value=INTEGER_MAX)
 

@@ -111,7 +111,14 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     # nothing there: only the values' differences are compared); a text recognizer's one
     # confidence per line (its decoded text is not stored: only the confidences are compared).
     task = base.dataset.task if base.dataset is not None else ""
-    independent = task in ("multi_label_classification", "regression", "text_recognition")
+    # An embedding's prediction is its nearest other input's identity, scored by their
+    # similarity: no distribution either; the agreement compares those identities.
+    independent = task in (
+        "multi_label_classification",
+        "regression",
+        "text_recognition",
+        "feature_extraction",
+    )
     # Tasks whose top-1 is the share of inputs whose best class is their label: an interval
     # of that share, and a per-input test of two models on the same inputs.
     shares = task in PROPORTION_TASKS
@@ -196,6 +203,9 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         else "none: a text recognizer's confidences (one per line) are compared by their "
         "largest difference"
         if task == "text_recognition"
+        else "none: each input's prediction is its most similar other input's identity; the "
+        "agreement compares those identities, the similarities by their largest difference"
+        if task == "feature_extraction"
         else "exact"
         if exact
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",

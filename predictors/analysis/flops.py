@@ -139,6 +139,14 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+# The file format each framework's counter reads.
+_COUNTED_FORMATS = {
+    "onnxruntime": ("onnx",),
+    "pytorch": ("torchscript",),
+    "tensorflow": ("keras", "h5"),
+}
+
+
 def count(framework: str, graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> Count:
     """The count of the model in `graph_file` as `framework` loads it, for inputs of
     `input_shapes` (name → shape of one input, without the batch axis)."""
@@ -522,6 +530,9 @@ def theoretical(
     input_name: str,
     sample: Any,
     per_batch_size: Sequence[Mapping[str, Any]],
+    *,
+    file_format: str | None = None,
+    windowed: bool = False,
 ) -> dict[str, Any]:
     """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch)
     and, per batch size, the FLOP/s its p50 latency achieved, at its arithmetic intensity (set
@@ -531,6 +542,19 @@ def theoretical(
         return {
             "counted": False,
             "reason": "the run has no single batched input to count at (streams feed several)",
+        }
+    if windowed:
+        return {
+            "counted": False,
+            "reason": "each input is cut into windows, as many as its length makes: a batch's "
+            "work is not that of its batch size",
+        }
+    counted_formats = _COUNTED_FORMATS.get(framework, ())
+    if file_format is not None and file_format not in counted_formats:
+        return {
+            "counted": False,
+            "reason": f"FLOPs are counted from {' and '.join(counted_formats)} files in "
+            f"{framework}; this model's format is {file_format}",
         }
     shape = [int(d) for d in sample.shape[1:]]
     try:

@@ -51,6 +51,13 @@ def _scores(entry: dict[str, Any], task: str | None) -> list[str]:
             f"{accuracy['wer']:.2%}",
             f"{accuracy['exact_match']:.2%}",
         ]
+    if task == "feature_extraction":
+        eer = accuracy.get("eer")
+        return [
+            f"{accuracy['recall_at_1']:.2%}",
+            f"{accuracy['recall_at_5']:.2%}",
+            "-" if eer is None else f"{eer:.2%}",
+        ]
     if task != "sequence_labelling":
         top5 = accuracy.get("top5")
         return [f"{accuracy['top1']:.2%}", "-" if top5 is None else f"{top5:.2%}"]
@@ -96,6 +103,8 @@ def format_table(report: dict[str, Any]) -> str:
         if task == "regression"
         else ["CER", "WER", "exact"]
         if task == "text_recognition"
+        else ["recall@1", "recall@5", "EER"]
+        if task == "feature_extraction"
         else ["top1", "top5"]
     )
     rows = [

@@ -167,9 +167,13 @@ def batches(
 
 
 def input_column(names: Iterable[str]) -> str:
-    """A split's input column: `image` (encoded images, or .npy tensors), or `input`."""
+    """A split's input column: `image` (encoded images, or .npy tensors), `audio` (whole
+    clips), or `input`."""
     found = set(names)
-    return "image" if "image" in found or "input" not in found else "input"
+    for name in ("image", "audio", "input"):
+        if name in found:
+            return name
+    return "image"
 
 
 def rows_at(path: Path, indices: Sequence[int]) -> list[bytes]:
@@ -236,7 +240,8 @@ class DatasetReader:
             raise DatasetError(
                 f"{self.path} needs the columns "
                 + " and ".join(
-                    "'image' (or 'input')" if name == self.column else repr(name) for name in needed
+                    "'image' (or 'audio', or 'input')" if name == self.column else repr(name)
+                    for name in needed
                 )
                 + f"; it has {sorted(names)}"
             )

@@ -40,6 +40,7 @@ __all__ = [
     "Scenario",
     "Setup",
     "Staged",
+    "Windowed",
 ]
 
 CLOCK_HOST = "perf_counter (host wall clock)"
@@ -89,6 +90,20 @@ class Staged:
     # The inputs as read (encoded images), kept only where the scenario needs them
     # (`keep_inputs`: a detector's boxes are mapped back to each image's own size).
     images: list[Any] = field(default_factory=list)
+    # The inputs of each batch (its rows, but for clips cut into windows: its clips).
+    inputs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Windowed:
+    """A batch's labels where each input is cut into windows, the batch's rows: the inputs'
+    `labels`, and how many windows (rows) each input makes (`counts`)."""
+
+    labels: Any
+    counts: list[int]
+
+    def __len__(self) -> int:
+        return len(self.labels)
 
 
 @dataclass(frozen=True)
@@ -474,9 +489,12 @@ class Scenario:
             read = perf()
             if item is None:
                 return
-            values, labels = item
+            values, labels = item  # type: tuple[Any, Any]
             if hasattr(preprocessor, "stream"):  # a clip framed into chunks and their labels
                 batch, labels = preprocessor.stream(values, labels)
+            elif getattr(preprocessor, "windowed", False):  # clips cut into windows, the rows
+                batch, counts = preprocessor.windows(values)
+                labels = Windowed(labels, counts)
             else:
                 batch = preprocessor.batch(values)
             done = perf()

@@ -34,6 +34,7 @@ from predictors.frameworks.predictor import (
     predictor_class,
 )
 from predictors.manifests import Manifest, apply_overrides, versioning
+from predictors.manifests.formats import model_format
 from predictors.processing import load_labels, preprocessor_for
 from predictors.processing.ctc import load_charset
 from predictors.processing.custom_code import (
@@ -174,16 +175,24 @@ def _labels(
     def fetch_labels(url: str) -> Path:
         return fetch(url, None)
 
+    dataset_labels = (
+        load_labels(dataset.data, fetch_labels)
+        if "labels" in dataset.data or "labels_path" in dataset.data
+        else None
+    )
+    if spec.output_type == "embedding":
+        # An embedding has no classes: the dataset's labels name its inputs' identities.
+        if dataset_labels is None:
+            raise EvaluationError(
+                f"{dataset.name} {dataset.version} names no labels: embeddings are scored by "
+                "identity, which a feature_extraction dataset's labels name"
+            )
+        return dataset_labels, dataset_labels
     # A ctc output's labels are its charset's symbols (`predictors.processing.ctc`).
     labels = (
         load_charset(spec.output_parameters, fetch)
         if spec.output_type == "ctc"
         else load_labels(spec.output_parameters, fetch_labels)
-    )
-    dataset_labels = (
-        load_labels(dataset.data, fetch_labels)
-        if "labels" in dataset.data or "labels_path" in dataset.data
-        else None
     )
     _check_labels(model, dataset, labels, dataset_labels, options)
     return labels, dataset_labels
@@ -341,6 +350,8 @@ def _report(
             setup.spec.input["name"],
             loop.sample,
             measured.per_batch_size,
+            file_format=model_format(model.data),
+            windowed=bool(getattr(setup.preprocessor, "windowed", False)),
         ),
         options.device,
         model.framework,

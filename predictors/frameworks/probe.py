@@ -139,7 +139,10 @@ def problems_of(data: Mapping[str, Any], graph_file: Path, weights_file: Path | 
         return [
             (_field_named(message), message)
             for message in torch_formats.state_dict_problems(
-                graph_file, weights_file, str(files.get("entry") or "")
+                graph_file,
+                weights_file,
+                str(files.get("entry") or ""),
+                files.get("state_key") or None,
             )
         ]
     if fmt == "onnx":
@@ -233,7 +236,7 @@ def as_fed(
 
 def _field_named(message: str) -> str:
     """The field a state dict's problem is about, as its message names it."""
-    for field in ("model.entry", "model.graph_path", "model.weights_path"):
+    for field in ("model.state_key", "model.entry", "model.graph_path", "model.weights_path"):
         if field in message:
             return field
     return "model.weights_path"

@@ -165,7 +165,11 @@ class PyTorchPredictor(LayerTimingPredictor):
         elif self._format == "state_dict":
             entry = str(files.get("entry") or "")
             model = load_state_dict_module(
-                options.graph_file, options.weights_file, entry, self._device
+                options.graph_file,
+                options.weights_file,
+                entry,
+                self._device,
+                state_key=files.get("state_key") or None,
             )
             self._what = f"the module {entry}()"
         else:

@@ -195,6 +195,25 @@ def _load_weights(path: Path, device: torch.device | str, *, mmap: bool = False)
         raise FormatError(f"it does not load as a torch.save file: {error_line(exc)}") from exc
 
 
+def state_dict_in(loaded: Any, state_key: str | None) -> Any:
+    """The state dict of a loaded torch.save value: the value itself, or, with `state_key`
+    (`model.state_key`), the checkpoint's entry under it; FormatError where there is none."""
+    if not state_key:
+        return loaded
+    if not isinstance(loaded, Mapping):
+        raise FormatError(
+            f"model.state_key is {state_key!r}, but the file holds {_describe(loaded)}, not a "
+            "checkpoint mapping"
+        )
+    if state_key not in loaded:
+        keys = ", ".join(repr(k) for k in list(loaded)[:12])
+        raise FormatError(
+            f"model.state_key is {state_key!r}, which the checkpoint does not hold (its keys: "
+            f"{keys})"
+        )
+    return loaded[state_key]
+
+
 def _problem_of_state_dict(loaded: Any) -> str | None:
     """What keeps a loaded torch.save value from being a state dict (a mapping of parameter
     names to tensors); None where it is one."""
@@ -207,8 +226,8 @@ def _problem_of_state_dict(loaded: Any) -> str | None:
             others = ", ".join(repr(k) for k in list(loaded) if k != key)
             return (
                 f"a checkpoint that holds its state dict under the key {key!r}, beside "
-                f"{others}: save that mapping alone (torch.save(checkpoint[{key!r}], path)) as "
-                "the state dict (`model.format: state_dict`)"
+                f"{others}: name that key (`model.state_key: {key}`), or save that mapping "
+                f"alone (torch.save(checkpoint[{key!r}], path))"
             )
         key, value = next(
             (k, v) for k, v in loaded.items() if not (isinstance(k, str) and _is_tensor(v))
@@ -403,10 +422,11 @@ def load_state_dict_module(
     entry: str,
     device: torch.device,
     *,
+    state_key: str | None = None,
     seconds: float = DEFAULT_CALL_SECONDS,
 ) -> torch.nn.Module:
     """The module that `entry()` in `source_file` builds, with the state dict in `weights_file`
-    loaded strictly, on `device`. The source runs under the custom code sandbox, `seconds` the
+    (under `state_key` in a checkpoint, where it is given) loaded strictly, on `device`. The source runs under the custom code sandbox, `seconds` the
     most it may take; PredictorError naming the format and the problem."""
     if weights_file is None:
         raise PredictorError(
@@ -421,7 +441,7 @@ def load_state_dict_module(
         )
     where = f"pytorch cannot load {weights_file.name} as a state dict"
     try:
-        loaded = _load_weights(weights_file, device)
+        loaded = state_dict_in(_load_weights(weights_file, device), state_key)
     except FormatError as error:
         raise PredictorError(f"{where}: {error}") from None
     problem = _problem_of_state_dict(loaded)
@@ -534,7 +554,9 @@ def _few(items: list[str], shown: int = 5) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def state_dict_problems(graph_file: Path, weights_file: Path | None, entry: str) -> list[str]:
+def state_dict_problems(
+    graph_file: Path, weights_file: Path | None, entry: str, state_key: str | None = None
+) -> list[str]:
     """What keeps a state dict's files from loading, found without running the source: the
     source (graph_file) parses, defines `entry` at its top level as a class or function that
     takes no required argument, and the state dict (weights_file) loads weights-only as a
@@ -566,7 +588,7 @@ def state_dict_problems(graph_file: Path, weights_file: Path | None, entry: str)
         return problems
     weights_name = f"the state dict {weights_file.name} (model.weights_path)"
     try:
-        loaded = _load_weights(weights_file, "cpu", mmap=True)
+        loaded = state_dict_in(_load_weights(weights_file, "cpu", mmap=True), state_key)
     except FormatError as error:
         problems.append(f"{weights_name} does not load: {error}")
     else:

@@ -98,11 +98,13 @@ def format_problems(data: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], 
                 ("model", "weights_path"),
                 "is required for format state_dict: the state dict the module is loaded with",
             )
-    elif files.get("entry") is not None:
-        yield (
-            ("model", "entry"),
-            f"is read for format state_dict only; this model's format is {chosen}",
-        )
+    else:
+        for key in ("entry", "state_key"):
+            if files.get(key) is not None:
+                yield (
+                    ("model", key),
+                    f"is read for format state_dict only; this model's format is {chosen}",
+                )
     if files.get("weights_path") is not None and chosen not in ("state_dict", "onnx"):
         yield (
             ("model", "weights_path"),

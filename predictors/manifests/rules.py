@@ -151,6 +151,8 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                 yield from _image_problems(parameters, ("inputs", index, "parameters"))
             if entry.get("type") == "bytes" and isinstance(parameters, dict):
                 yield from _bytes_problems(parameters, ("inputs", index, "parameters"))
+            if entry.get("type") == "audio" and isinstance(parameters, dict):
+                yield from _audio_problems(parameters, ("inputs", index, "parameters"))
         for index, entry in _entries(data.get("outputs")):
             parameters = entry.get("parameters")
             if entry.get("type") == "ctc":  # a charset, not labels
@@ -208,8 +210,9 @@ _TASK_PARAMETERS = (
     ("layout", "semantic_segmentation", "where the per-pixel class axis is"),
     ("threshold", "multi_label_classification", "the probability from which a class is predicted"),
 )
-# Outputs that carry no class names: states, a detector's boxes and scores, and tensors.
-_UNLABELLED_OUTPUTS = ("state", "boxes", "scores", "tensor")
+# Outputs that carry no class names: states, a detector's boxes and scores, tensors and
+# embeddings.
+_UNLABELLED_OUTPUTS = ("state", "boxes", "scores", "tensor", "embedding")
 # The most elements a constant input's value may hold.
 MAX_CONSTANT_ELEMENTS = 4096
 _INTEGER_TYPES = ("uint8", "int8", "int32", "int64")
@@ -460,6 +463,31 @@ def _image_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tup
                     "normalize_then_convert subtracts the mean in byte space"
                 )
                 yield (*path, "mean", index), message
+
+
+def _audio_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tuple[FieldPath, str]]:
+    """An audio input's parameters as its preprocessor reads them: a stream's (with chunk) or
+    whole clips' (a spectrogram's keys within their ranges, windows within their size)."""
+    from predictors.processing.audio import AudioPreprocessor
+    from predictors.processing.clips import ClipPreprocessor
+    from predictors.processing.parameters import ProcessingError
+
+    try:
+        if "chunk" in parameters:
+            extra = sorted({"spectrogram", "windows"} & set(parameters))
+            if extra:
+                yield (
+                    (*path, extra[0]),
+                    "is read from whole clips (a feature_extraction model's); chunk frames a "
+                    "stream, whose chunks are fed as they are",
+                )
+                return
+            AudioPreprocessor(parameters)
+        else:
+            ClipPreprocessor(parameters)
+    except ProcessingError as error:
+        where = tuple(str(error.parameter).split(".")) if error.parameter else ()
+        yield (*path, *where), str(error)
 
 
 def _bytes_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tuple[FieldPath, str]]:

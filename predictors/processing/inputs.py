@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from predictors.processing.audio import AudioPreprocessor
+from predictors.processing.clips import ClipPreprocessor
 from predictors.processing.image import ImagePreprocessor
 from predictors.processing.parameters import ProcessingError
 from predictors.processing.raw_bytes import RawBytesPreprocessor
@@ -24,8 +25,10 @@ def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
         return ImagePreprocessor(parameters)
     if kind == "tensor":
         return TensorPreprocessor(parameters)
-    if kind == "audio":
-        return AudioPreprocessor(parameters)
+    if kind == "audio":  # framed into a stream's chunks, or whole clips
+        if isinstance(parameters, Mapping) and "chunk" in parameters:
+            return AudioPreprocessor(parameters)
+        return ClipPreprocessor(parameters)
     if kind == "bytes":
         return RawBytesPreprocessor(parameters)
     raise ProcessingError(

@@ -1,7 +1,7 @@
 """A result's accuracy, typed per task: `Accuracy` (the two headline metrics and the inputs
 scored, a classification's whole accuracy) and a record per task that adds its own metrics
 (`SequenceAccuracy`, `DetectionAccuracy`, `SegmentationAccuracy`, `MultiLabelAccuracy`,
-`RegressionAccuracy`, `TextAccuracy`). The JSON is flat, the task's metrics beside the headline ones; a
+`RegressionAccuracy`, `TextAccuracy`, `EmbeddingAccuracy`). The JSON is flat, the task's metrics beside the headline ones; a
 `TaskAccuracy` is read as the first of its records whose fields hold every key given."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from predictors.protocol.records import ABSENT, Maybe, Record
 __all__ = [
     "Accuracy",
     "DetectionAccuracy",
+    "EmbeddingAccuracy",
     "MultiLabelAccuracy",
     "RegressionAccuracy",
     "SegmentationAccuracy",
@@ -139,6 +140,24 @@ class TextAccuracy(Accuracy):
     library: Maybe[str] = ABSENT
 
 
+@dataclass(frozen=True)
+class EmbeddingAccuracy(Accuracy):
+    """A feature extractor's, of its embeddings' cosine similarities: retrieval (the share of
+    inputs whose nearest 1 or 5 others hold one of the same identity, of the inputs that have
+    another), verification (the equal error rate over every pair of inputs, and the similarity
+    at which it is reached), and what was compared."""
+
+    recall_at_1: Maybe[float] = ABSENT
+    recall_at_5: Maybe[float] = ABSENT
+    eer: Maybe[float | None] = ABSENT
+    eer_threshold: Maybe[float | None] = ABSENT
+    queries: Maybe[int] = ABSENT
+    identities: Maybe[int] = ABSENT
+    pairs: Maybe[int] = ABSENT
+    similarity: Maybe[str] = ABSENT
+    library: Maybe[str] = ABSENT
+
+
 # The accuracy of each kind of task, read as the first whose fields hold every key given.
 TaskAccuracy: TypeAlias = (
     Accuracy
@@ -148,4 +167,5 @@ TaskAccuracy: TypeAlias = (
     | MultiLabelAccuracy
     | RegressionAccuracy
     | TextAccuracy
+    | EmbeddingAccuracy
 )

@@ -36,6 +36,10 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/file-types/1.0.0/validation.parquet`` (files of 16 content types, their raw bytes)
   and ``models/file-type/1.0.0/{file-type.onnx,labels.txt}``, Google's Magika file-type
   classifier as the ``magika`` wheel ships it, with its labels (``filetypes.py``)
+- ``datasets/speaker-clips/1.0.0/validation.parquet`` (utterances of ten voices, whole clips)
+  and ``models/speaker-encoder/1.0.0/{speaker-encoder.pt,voice_encoder.py}``, Resemblyzer's
+  speaker encoder as its wheel ships it (a checkpoint), with its module's source
+  (``speakers.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -148,6 +152,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("model", "text-recognizer", ("text-recognizer.onnx", "charset.txt"), builder="ocr"),
     Entry("dataset", "file-types", ("validation.parquet",), builder="filetypes"),
     Entry("model", "file-type", ("file-type.onnx", "labels.txt"), builder="filetypes"),
+    Entry("dataset", "speaker-clips", ("validation.parquet",), builder="speakers"),
+    Entry(
+        "model", "speaker-encoder", ("speaker-encoder.pt", "voice_encoder.py"), builder="speakers"
+    ),
 )
 
 

@@ -52,7 +52,18 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
 
     folder = tmp_path_factory.mktemp("docker")
     settings = {
-        "ARTIFACT_ROOT": str(zoo_store(("digits", "digits-cnn", "toggle-gru", "shapes-detector"))),
+        "ARTIFACT_ROOT": str(
+            zoo_store(
+                (
+                    "digits",
+                    "digits-cnn",
+                    "toggle-gru",
+                    "shapes-detector",
+                    "speaker-encoder",
+                    "speaker-clips",
+                )
+            )
+        ),
         "HOST_LIVE_SECONDS": "5",
         "EVALUATION_SWEEP_SECONDS": "1",
         "EVALUATION_MAX_ATTEMPTS": "3",
@@ -428,6 +439,61 @@ def test_custom_code_runs_in_the_container_of_a_host_that_opts_in(
     assert _predictions(hub, coded["id"]) == _predictions(hub, plain["id"])
     assert coded["result"]["accuracy"] == plain["result"]["accuracy"]
     assert coded["result"]["stack"]["container"]["image"] == ONNXRUNTIME
+
+
+def test_a_state_dict_on_whole_clips_runs_in_the_pytorch_image_of_a_host_that_runs_code(
+    hub: LiveHub, code_host: str
+) -> None:
+    """The built-in speaker encoder: a training checkpoint loaded into its manifest's module
+    source (custom code), reading whole clips as librosa's mel spectrograms cut into windows,
+    scored by retrieval and verification in the image; the figures are those of the package's
+    own pipeline on the same clips, computed here."""
+    import io
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    import soundfile
+    from resemblyzer import VoiceEncoder
+
+    from predictors.evaluation.scenarios.embedding import embedding_metrics
+
+    status, refused = hub.request(
+        "POST",
+        "/api/v1/evaluations/",
+        {
+            "model": "speaker-encoder",
+            "framework": "pytorch",
+            "dataset": "speaker-clips",
+            "host": "docker-a",
+        },
+    )
+    assert status == 400 and refused["errors"][0]["path"] == "custom_code", refused
+    run = _succeeded(
+        hub,
+        hub.launch(
+            model="speaker-encoder",
+            framework="pytorch",
+            dataset="speaker-clips",
+            batch_sizes=[1, 4],
+        ),
+    )
+    assert run["host"] == code_host
+    assert run["result"]["stack"]["container"]["image"] == PYTORCH
+    split = Path(hub.env["ARTIFACT_ROOT"]) / "datasets/speaker-clips/1.0.0/validation.parquet"
+    table = pq.read_table(split)
+    encoder = VoiceEncoder("cpu", verbose=False)
+    theirs = np.stack(
+        [
+            encoder.embed_utterance(soundfile.read(io.BytesIO(clip), dtype="float32")[0])
+            for clip in table.column("audio").to_pylist()
+        ]
+    )
+    expected = embedding_metrics(theirs, np.asarray(table.column("label").to_pylist()))
+    assert run["result"]["accuracy"]["count"] == 60
+    accuracy = run["result"]["details"]["accuracy"]
+    assert accuracy["top1"] == run["result"]["accuracy"]["top1"] == accuracy["recall_at_1"]
+    for key in ("recall_at_1", "recall_at_5", "eer"):
+        assert abs(accuracy[key] - expected[key]) <= 0.005, (key, accuracy, expected)
 
 
 @pytest.mark.parametrize(

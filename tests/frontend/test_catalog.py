@@ -35,6 +35,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "shapes-segmenter",
         "shapes-tagger",
         "silero-vad",
+        "speaker-encoder",
         "text-direction",
         "text-recognizer",
         "toggle-gru",
@@ -45,7 +46,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(11)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(12)
     shoot(page, "catalog")
 
 

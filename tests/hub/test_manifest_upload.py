@@ -437,7 +437,7 @@ def test_a_file_that_is_no_onnx_graph_is_refused_and_an_undeclared_input_named( 
         ("labels", {}, "row 1 has label 5, but the dataset has 2 labels"),
         ("count", {"count": 3}, "the file holds 2 rows, but the manifest's count is 3"),
         ("encoding", {"encoding": "jpeg"}, "row 0's image is not JPEG (the manifest's encoding)"),
-        ("columns", {}, "needs the columns 'image' (or 'input') and 'label'"),
+        ("columns", {}, "needs the columns 'image' (or 'audio', or 'input') and 'label'"),
     ],
 )
 def test_a_split_file_that_is_not_what_its_manifest_says_is_refused(  # type: ignore[no-untyped-def]

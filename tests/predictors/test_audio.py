@@ -115,7 +115,7 @@ def test_a_clip_split_is_checked_clip_by_clip(
     assert any(message in problem for problem in problems), problems
 
 
-def test_an_audio_input_is_for_streaming_models_only() -> None:
+def test_a_streamed_audio_input_is_for_sequence_labelling_models_only() -> None:
     data = {
         "kind": "model",
         "name": "vad",
@@ -123,7 +123,13 @@ def test_an_audio_input_is_for_streaming_models_only() -> None:
         "inputs": [{"name": "x", "type": "audio", "parameters": PARAMETERS}],
         "outputs": [{"name": "y", "type": "logits", "parameters": {"top_k": 1, "labels": ["a"]}}],
     }
-    assert "is audio, framed into chunks of a stream" in str(unsupported(data))
+    assert "is audio framed into chunks of a stream (parameter chunk)" in str(unsupported(data))
+    # Whole clips (no chunk) are for feature extraction; a stream's model needs its chunks.
+    whole = {"sample_rate": 16000, "element_type": "float32"}
+    data["inputs"][0]["parameters"] = whole
+    assert "for feature_extraction models" in str(unsupported(data))
+    data["task"] = "sequence_labelling"
+    assert "give the parameters chunk and tail" in str(unsupported(data))
 
 
 def test_overlapping_segments_of_one_class_count_once() -> None:

@@ -201,6 +201,10 @@ ZOO = {
     # Pretrained, from a PyPI package's wheel, a text recognizer (predictors/zoo/ocr.py).
     ("model", "text-recognizer", "onnxruntime"),
     ("dataset", "text-transcripts", ""),
+    # Pretrained, from a PyPI package's wheel, a state dict: a speaker encoder on whole clips
+    # (predictors/zoo/speakers.py).
+    ("model", "speaker-encoder", "pytorch"),
+    ("dataset", "speaker-clips", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
@@ -239,6 +243,8 @@ def test_builtin_manifests_are_exactly_the_zoo() -> None:
             if manifest.name in REGRESSION
             else "text_recognition"
             if manifest.name in ("text-recognizer", "text-transcripts")
+            else "feature_extraction"
+            if manifest.name in ("speaker-encoder", "speaker-clips")
             else "image_classification"
         )
 
@@ -250,7 +256,9 @@ def test_builtin_model_files_follow_the_store_layout() -> None:
         assert manifest.framework_range == RANGES[manifest.framework]
         files = manifest.data["model"]
         namespace = f"models/{manifest.name}/1.0.0"
-        assert files["graph_path"] == (
+        # A state dict's graph is its module's source; the weights are the model's file.
+        weights = "weights_path" if files.get("format") == "state_dict" else "graph_path"
+        assert files[weights] == (
             f"repo://{namespace}/{manifest.name}.{EXTENSIONS[manifest.framework]}"
         )
         assert "graph_sha256" not in files  # the hub records it when the zoo is built
@@ -269,9 +277,10 @@ def test_builtin_processing_parameters() -> None:
             "diabetes-mlp",
             "file-type",
             "text-recognizer",
+            "speaker-encoder",
         ):
-            continue  # text-direction, text-recognizer: their package's own processing
-            # (test_pretrained.py, test_pretrained_ocr.py);
+            continue  # text-direction, text-recognizer, speaker-encoder: their package's own
+            # processing (test_pretrained.py, test_pretrained_ocr.py, test_pretrained_speakers.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
             # their task's tests; file-type: a bytes input (test_pretrained_magika.py)
         (image,) = manifest.data["inputs"]

@@ -119,7 +119,10 @@ def test_a_split_without_targets_is_refused_naming_the_column(tmp_path: Path) ->
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"input": pa.array([b"x"]), "label": pa.array([1])}), path)
     problems = split_problems(path, labels=1, encoding="npy", count=1, target="values")
-    assert problems and "needs the columns 'image' (or 'input') and 'target'" in problems[0]
+    assert (
+        problems
+        and "needs the columns 'image' (or 'audio', or 'input') and 'target'" in problems[0]
+    )
 
 
 def test_what_the_regression_loop_cannot_run_is_refused_naming_it() -> None:

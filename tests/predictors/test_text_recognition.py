@@ -438,7 +438,9 @@ def test_a_text_split_is_read_and_checked_row_by_row(tmp_path: Path) -> None:
     path = tmp_path / "unlabelled.parquet"
     pq.write_table(pa.table({"image": pa.array([_png(0)]), "label": pa.array([0])}), path)
     problems = split_problems(path, labels=None, encoding="png", count=1, target="text")
-    assert problems and "needs the columns 'image' (or 'input') and 'text'" in problems[0]
+    assert (
+        problems and "needs the columns 'image' (or 'audio', or 'input') and 'text'" in problems[0]
+    )
 
 
 def _errors(text: str) -> list[str]:

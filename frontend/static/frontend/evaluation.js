@@ -157,6 +157,13 @@
         ["Decoding", read.decoding === "beam" ? "beam (width " + read.beam_width + ")" : String(read.decoding)],
         ["Lines", result.accuracy.count]];
     }
+    if ((details.model || {}).task === "feature_extraction" && details.accuracy) {
+      // Embeddings compared by cosine similarity: retrieval, and verification over every pair.
+      var near = details.accuracy;
+      metrics = [["Recall@1", percent(near.recall_at_1)], ["Recall@5", percent(near.recall_at_5)],
+        ["EER", near.eer === null ? "— (no pair of each kind)" : percent(near.eer)],
+        ["Identities", near.identities], ["Pairs", near.pairs], ["Inputs", result.accuracy.count]];
+    }
     if (result.accuracy.top1 === null) {
       // A latency-only evaluation: timed, not scored.
       metrics = [["Accuracy", "not scored (latency only)"], ["Inputs timed", result.accuracy.count]];

@@ -5,7 +5,8 @@ name and by the tasks it scores (`predictors.evaluation.scenario`).
   no other scenario registers; the scenarios of staged batches below build on it;
 - `detection` (object detection, COCO's mAP), `segmentation` (semantic segmentation, per
   pixel), `multilabel` (multi-label classification), `regression`, `text_recognition` (CTC
-  decoding, character and word error rates): its loop, their outputs and metrics;
+  decoding, character and word error rates), `embedding` (feature extraction, by retrieval and
+  verification): its loop, their outputs and metrics;
 - `latency`: a model timed without scoring it (a `latency_only` job, of any task);
 - `streams`: ordered streams side by side, a state carried from call to call (sequence
   labelling);
@@ -26,6 +27,7 @@ from predictors.evaluation.scenario import (
 )
 from predictors.evaluation.scenarios import (
     detection,
+    embedding,
     fixed_batches,
     latency,
     loadgen,
@@ -38,6 +40,7 @@ from predictors.evaluation.scenarios import (
 
 __all__ = [
     "detection",
+    "embedding",
     "fixed_batches",
     "follow_up_for",
     "latency",

@@ -127,7 +127,7 @@ class FixedBatches(Scenario):
                         )
                         warm = 0
                     stage_outputs, stage_wall = self.timed(
-                        stage.batches, durations, sizes, batch_size, repetition
+                        stage.batches, durations, sizes, batch_size, repetition, stage.inputs
                     )
                 wall_ns += stage_wall
                 if repetition == 0:
@@ -144,7 +144,7 @@ class FixedBatches(Scenario):
         # Past the repeat passes, until the median's interval is within target_ci.
         target = TargetCi.start(options, started)
         if target is not None:
-            wall_ns += self.time_to_target(target, stage.batches, durations, sizes, batch_size)
+            wall_ns += self.time_to_target(target, stage, durations, sizes, batch_size)
         if self.state is None and self.sample is not None:
             self.check_state(self.sample, after_cold=True)
         accuracy, count = self.score()
@@ -176,25 +176,32 @@ class FixedBatches(Scenario):
     def time_to_target(
         self,
         target: TargetCi,
-        batches: list[np.ndarray],
+        stage: Staged,
         durations: list[int],
         sizes: list[int],
         batch_size: int,
     ) -> int:
-        """Time `batches` (the last stage's, round and round) in rounds until `target` stops
+        """Time the last stage's batches, round and round, in rounds until `target` stops
         (`predictors.evaluation.target_ci`); the wall time of the timed loops. Each round's
         calls are added to the progress total."""
         full = full_batches(durations, sizes, batch_size)
         wall_ns = 0
         cursor = 0
+        batches = stage.batches
         while count := target.more(full or durations, len(durations)):
-            chosen = [batches[(cursor + i) % len(batches)] for i in range(count)]
+            picked = [(cursor + i) % len(batches) for i in range(count)]
+            chosen = [batches[index] for index in picked]
             cursor = (cursor + count) % len(batches)
             self.total += count
             before = len(durations)
             with self.predictor.inference_context():
                 _, wall = self.timed(
-                    chosen, durations, sizes, batch_size, self.options.repeat + target.rounds - 1
+                    chosen,
+                    durations,
+                    sizes,
+                    batch_size,
+                    self.options.repeat + target.rounds - 1,
+                    [stage.inputs[index] for index in picked],
                 )
             wall_ns += wall
             full += full_batches(durations[before:], sizes[before:], batch_size)
@@ -251,6 +258,7 @@ class FixedBatches(Scenario):
             if self.keep_inputs:
                 stage.images.append(values)
             stage.labels.append(labels)
+            stage.inputs.append(len(labels))
             size += batch.nbytes
             if size >= self.options.stage_bytes:
                 yield stage
@@ -342,8 +350,10 @@ class FixedBatches(Scenario):
         sizes: list[int],
         batch_size: int,
         repetition: int,
+        inputs: list[int],
     ) -> tuple[list[np.ndarray], int]:
-        """Time `predict` on each batch; the outputs, and the wall time of the whole loop.
+        """Time `predict` on each batch (of `inputs` inputs each); the outputs, and the wall
+        time of the whole loop.
 
         Progress is reported, and cancellation checked, at most every `_REPORT_NS` (and after
         the last batch), so that a caller's callbacks add nothing measurable to a fast model.
@@ -435,7 +445,7 @@ class FixedBatches(Scenario):
         # Recorded first: a cancel that this report finds keeps them.
         self.report(len(outputs))
         self.done += len(outputs)
-        sizes.extend(len(batch) for batch in batches)
+        sizes.extend(inputs)
         return outputs, wall
 
     def postprocess_batch(self, outputs: np.ndarray) -> list[list[tuple[int, str, float]]]:

@@ -1,0 +1,177 @@
+"""Embeddings: the scenario of `feature_extraction` models whose scored output is of type
+`embedding`, one vector per input, scored by what a user of the vectors does with them:
+retrieval and verification, over the inputs of the split, each labelled with its identity (the
+dataset's `label` column: a speaker, a face, a class; its `labels` name them).
+
+The loop is `FixedBatches`' (staged batches timed back to back, warm-up, repetitions, spans).
+An input cut into windows (an audio clip's `windows`, `predictors.processing.clips`) is the
+windows' outputs combined (their mean or maximum) before it is scored.
+
+Every metric reads the cosine similarity of two inputs' vectors (each vector divided by its
+norm; a vector of norm 0 is refused):
+
+- `recall_at_1`, `recall_at_5` (the headline `top1` and `top5`): of the inputs whose identity
+  has another input (`queries`), the share whose 1 or 5 most similar other inputs hold one of
+  that identity;
+- `eer`: verification over every pair of inputs (`pairs`), a pair accepted where its similarity
+  is at least a threshold: the rate at which the false acceptances (pairs of two identities
+  accepted) equal the false rejections (pairs of one identity rejected), from scikit-learn's
+  ROC curve, linearly interpolated between its two points where the one rate passes the other;
+  `eer_threshold` the similarity there. Null where the split has no pair of one identity or no
+  pair of two.
+
+Each input's prediction is its most similar other input's identity: `(class, label,
+similarity)`. What the result keeps of the outputs is each input's vector, divided by its norm.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from predictors.evaluation.base import FirstPass, Staged, Windowed
+from predictors.evaluation.errors import EvaluationError
+from predictors.evaluation.scenario import register
+from predictors.evaluation.scenarios.fixed_batches import FixedBatches
+from predictors.processing.custom_code import custom_outputs
+from predictors.processing.parameters import ProcessingError
+
+__all__ = ["Embedding", "embedding_metrics", "equal_error_rate", "unit_vectors"]
+
+RECALL_AT = (1, 5)
+
+
+def unit_vectors(vectors: np.ndarray) -> np.ndarray:
+    """Each row divided by its norm (float64); EvaluationError naming a row of norm 0."""
+    rows = np.asarray(vectors, np.float64).reshape(len(vectors), -1)
+    if not np.isfinite(rows).all():
+        bad = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+        raise EvaluationError(f"input {bad}'s embedding holds NaN or infinity")
+    norms = np.linalg.norm(rows, axis=1)
+    if (norms == 0).any():
+        raise EvaluationError(
+            f"input {int(np.flatnonzero(norms == 0)[0])}'s embedding is all zeros: it has no "
+            "direction to compare"
+        )
+    return rows / norms[:, None]
+
+
+def equal_error_rate(same: np.ndarray, scores: np.ndarray) -> tuple[float, float] | None:
+    """(EER, the score there) of pairs `same` (bool) scored `scores`, higher meaning more alike,
+    from scikit-learn's ROC curve; None without pairs of both kinds."""
+    from sklearn.metrics import roc_curve
+
+    if same.all() or not same.any():
+        return None
+    false_accept, true_accept, thresholds = roc_curve(same, scores)
+    false_reject = 1 - true_accept
+    # The first point where false acceptance has reached false rejection (the curve starts at
+    # no acceptance, false rejection 1, and ends at every pair accepted, false acceptance 1).
+    index = int(np.flatnonzero(false_accept >= false_reject)[0])
+    if index == 0 or false_accept[index] == false_reject[index]:
+        return float(false_accept[index]), float(min(thresholds[index], 1.0))
+    before = index - 1
+    # Where the two rates cross on the segment between the two points.
+    gap_before = false_reject[before] - false_accept[before]
+    gap_after = false_accept[index] - false_reject[index]
+    t = gap_before / (gap_before + gap_after)
+    rate = false_accept[before] + t * (false_accept[index] - false_accept[before])
+    threshold = min(float(thresholds[before]), 1.0) + t * (
+        float(thresholds[index]) - min(float(thresholds[before]), 1.0)
+    )
+    return float(rate), float(threshold)
+
+
+def embedding_metrics(vectors: np.ndarray, identities: np.ndarray) -> dict[str, Any]:
+    """The metrics of the module docstring, of each input's vector and identity."""
+    units = unit_vectors(vectors)
+    identities = np.asarray(identities, np.int64)
+    n = len(units)
+    if n < 2:
+        raise EvaluationError(f"{n} input: embeddings are compared in pairs, so at least two")
+    similarity = units @ units.T
+    np.fill_diagonal(similarity, -np.inf)
+    counts = np.bincount(identities)
+    queries = counts[identities] > 1
+    order = np.argsort(-similarity, axis=1, kind="stable")
+    found = {}
+    for k in RECALL_AT:
+        nearest = identities[order[:, : min(k, n - 1)]]
+        hit = (nearest == identities[:, None]).any(axis=1)
+        found[k] = float(hit[queries].mean()) if queries.any() else None
+    upper = np.triu_indices(n, 1)
+    same = (identities[:, None] == identities[None, :])[upper]
+    eer = equal_error_rate(same, similarity[upper])
+    return {
+        "top1": found[1],
+        "top5": found[5],
+        "count": n,
+        "recall_at_1": found[1],
+        "recall_at_5": found[5],
+        "eer": None if eer is None else eer[0],
+        "eer_threshold": None if eer is None else eer[1],
+        "queries": int(queries.sum()),
+        "identities": int((counts > 0).sum()),
+        "pairs": len(same),
+        "similarity": "cosine",
+        "library": f"scikit-learn {metadata.version('scikit-learn')} (roc_curve)",
+    }
+
+
+@register("embedding", tasks=("feature_extraction",))
+class Embedding(FixedBatches):
+    """The embedding scenario; see the module docstring."""
+
+    def output_type(self) -> str:
+        return "embedding"
+
+    def classes(self) -> int:
+        return len(self.labels)
+
+    def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
+        """Keep a stage's vectors of the first pass (its windows' combined) and identities."""
+        for outputs, labels in zip(stage_outputs, stage.labels, strict=True):
+            if self.custom_postprocess is not None:
+                outputs = custom_outputs(
+                    self.custom_postprocess,
+                    outputs,
+                    sum(labels.counts) if isinstance(labels, Windowed) else len(labels),
+                )
+            outputs = np.asarray(outputs)
+            if isinstance(labels, Windowed):
+                try:
+                    outputs = self.setup.preprocessor.windowing.combined(outputs, labels.counts)
+                except ProcessingError as error:
+                    raise EvaluationError(f"{self.what}: {error}") from error
+                labels = labels.labels
+            if outputs.ndim < 1 or len(outputs) != len(labels):
+                raise EvaluationError(
+                    f"{self.what} gives {len(outputs) if outputs.ndim else 0} embeddings for a "
+                    f"batch of {len(labels)} inputs: its output's first axis must be the batch"
+                )
+            self.collected_outputs.append(outputs.reshape(len(outputs), -1))
+            self.collected_labels.append(np.asarray(labels, np.int64))
+
+    def score(self) -> tuple[dict[str, Any], int]:
+        vectors = np.concatenate(self.collected_outputs)
+        identities = np.concatenate(self.collected_labels)
+        if len(identities) and (identities.min() < 0 or identities.max() >= len(self.labels)):
+            wrong = identities[(identities < 0) | (identities >= len(self.labels))][0]
+            raise EvaluationError(
+                f"an input's identity is {int(wrong)}, but the dataset names "
+                f"{len(self.labels)} identities"
+            )
+        metrics = embedding_metrics(vectors, identities)
+        if self.first is None:
+            units = unit_vectors(vectors)
+            similarity = units @ units.T
+            np.fill_diagonal(similarity, -np.inf)
+            nearest = similarity.argmax(axis=1)
+            predictions = [
+                [(int(identities[j]), self.labels[int(identities[j])], float(similarity[i, j]))]
+                for i, j in enumerate(nearest)
+            ]
+            self.first = FirstPass(units.astype(np.float32), identities, predictions)
+        return metrics, len(identities)
