@@ -357,7 +357,17 @@ class Agent:
             assert upload is not None
             if spans is not None:
                 upload = with_spans(upload, spans)
-            self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
+            try:
+                self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
+            except HubError as exc:
+                if exc.code in NOT_OURS or not 400 <= exc.status < 500:
+                    raise
+                # The hub refused the result (too large, malformed): the job failed, saying
+                # why, rather than stay running until it is taken for a lost host.
+                reason = f"the hub refused the result: {exc}"
+                self.client.report_status(evaluation_id, claim, FAILED, reason, retries=retries)
+                logger.error("evaluation %s failed: %s", evaluation_id, reason)
+                return FAILED
         except (HubError, HubUnreachable) as exc:
             logger.error("could not report evaluation %s: %s", evaluation_id, exc)
             return "unreported"

@@ -1,5 +1,6 @@
 """The agent keeps telling the hub it is alive until a job's outcome is posted: a large result
-takes a while to send and to store, and a job silent meanwhile would be taken for lost."""
+takes a while to send and to store, and a job silent meanwhile would be taken for lost; a
+result the hub refuses fails the job saying why, rather than leave it running."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class _SlowHub(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (the handler's name)
         length = int(self.headers.get("Content-Length") or 0)
-        json.loads(self.rfile.read(length) or b"{}")
+        request = json.loads(self.rfile.read(length) or b"{}")
         arrived = time.monotonic()
         server: Any = self.server
         if self.path.endswith("/claim/"):
@@ -42,11 +43,17 @@ class _SlowHub(BaseHTTPRequestHandler):
         elif self.path.endswith("/result/"):
             time.sleep(STORE_SECONDS)
             body = {"status": "succeeded"}
+            if server.refusal:
+                body = server.refusal
+        elif self.path.endswith("/status/"):
+            body = {"status": "failed"}
+            server.statuses.append(request)
         else:
             body = {"status": "running", "cancel_requested": False}
         server.received.append((self.path, arrived, time.monotonic()))
         payload = json.dumps(body).encode()
-        self.send_response(200)
+        refused = self.path.endswith("/result/") and server.refusal
+        self.send_response(413 if refused else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -60,6 +67,8 @@ class _SlowHub(BaseHTTPRequestHandler):
 def hub() -> Iterator[Any]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHub)
     server.received = []  # type: ignore[attr-defined]
+    server.statuses = []  # type: ignore[attr-defined]
+    server.refusal = None  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -77,7 +86,8 @@ class _Prepared(Agent):
         return self.upload
 
 
-def test_the_agent_reports_progress_while_its_result_is_being_stored(hub: Any) -> None:
+def _agent(hub: Any) -> _Prepared:
+    """An agent whose job is digits-cnn's evaluation of 10 inputs, done already."""
     store = zoo_store(("digits-cnn",))
     catalog = Catalog(REPO_ROOT / "manifests")
     model = catalog.find_model("digits-cnn", "*", "onnxruntime")
@@ -96,8 +106,11 @@ def test_the_agent_reports_progress_while_its_result_is_being_stored(hub: Any) -
     agent.host_id = 7
     agent.timings = Timings(report_seconds=REPORT_SECONDS)
     agent.upload = result_upload(job, evaluation)
+    return agent
 
-    assert agent.run_job("e1", 1) == "succeeded"
+
+def test_the_agent_reports_progress_while_its_result_is_being_stored(hub: Any) -> None:
+    assert _agent(hub).run_job("e1", 1) == "succeeded"
 
     result = next(entry for entry in hub.received if entry[0].endswith("/result/"))
     during = [
@@ -109,3 +122,15 @@ def test_the_agent_reports_progress_while_its_result_is_being_stored(hub: Any) -
     assert len(during) >= STORE_SECONDS / REPORT_SECONDS / 2, hub.received
     # And not after: the hub takes no progress once the outcome is stored.
     assert all(arrived < result[2] for path, arrived, _ in hub.received if "/progress/" in path)
+
+
+def test_a_result_the_hub_refuses_fails_the_job_saying_why(hub: Any) -> None:
+    hub.refusal = {
+        "detail": "the request body is larger than the limit of 1048576 bytes",
+        "code": "too_large",
+    }
+    assert _agent(hub).run_job("e1", 1) == "failed"
+    (status,) = hub.statuses
+    assert status["status"] == "failed"
+    assert status["reason"].startswith("the hub refused the result: hub answered 413")
+    assert "larger than the limit of 1048576 bytes" in status["reason"]
