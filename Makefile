@@ -146,7 +146,8 @@ test-images: venv
 # `tests/predictors/zoo_store.py`) while the images build and the linters run.
 TEST_ZOO := digits-cnn shapes-color resnet-18 resnet-50 alexnet mobilenet-v2 text-direction \
 	toggle-gru silero-vad shapes-detector shapes-segmenter shapes-tagger diabetes-mlp \
-	text-recognizer text-transcripts file-type file-types speaker-encoder speaker-clips
+	text-recognizer text-transcripts file-type file-types speaker-encoder speaker-clips \
+	basic-pitch piano-chords
 
 test-zoo: venv espeak
 	$(BIN)/python -m predictors.zoo build --store tests/artifacts --only $(TEST_ZOO) > /dev/null

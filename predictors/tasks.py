@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "BOTH_METRICS",
+    "CLIP_TASKS",
     "DATA_INPUTS",
     "DETECTION_OUTPUTS",
     "LOADGEN_TASKS",
@@ -126,6 +127,8 @@ _SCORED_OUTPUTS = {
     "feature_extraction": ("embedding",),
 }
 DATA_INPUTS = ("image", "tensor", "audio", "bytes")
+# The tasks whose inputs may be whole audio clips (an audio input without chunk).
+CLIP_TASKS = ("feature_extraction", "multi_label_classification")
 
 
 # The tasks LoadGen scenarios drive (one batched input per call; inputs of one shape):
@@ -237,11 +240,11 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             "(parameter chunk): only sequence_labelling models run on streams; a "
             "feature_extraction model reads whole clips (leave chunk and tail out)"
         )
-    if audio and not streamed and task not in ("sequence_labelling", "feature_extraction"):
+    if audio and not streamed and task not in ("sequence_labelling", *CLIP_TASKS):
         return (
             f"{name}'s input {audio[0].get('name')} is whole audio clips: the loop scores "
-            "those for feature_extraction models (embeddings), and streams of chunks for "
-            "sequence_labelling ones"
+            "those for feature_extraction models (embeddings) and multi_label_classification "
+            "ones, and streams of chunks for sequence_labelling ones"
         )
     if audio and not streamed and task == "sequence_labelling":
         return (
@@ -254,7 +257,9 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             "it in a stream: only sequence_labelling models run on streams"
         )
     if task != "sequence_labelling":
-        if stateful or len(outputs) != (len(read) if by_name else 1):
+        # Outputs of type tensor are not read: they may stand beside the scored one.
+        untyped = [o for o in outputs if o.get("type") != "tensor"]
+        if stateful or len(untyped if not by_name else outputs) != (len(read) if by_name else 1):
             return (
                 f"{name} is an {task} model with constant or state inputs or state outputs "
                 f"({', '.join(stateful) or 'outputs'}); the loop feeds those to "

@@ -163,8 +163,16 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
         what = "the batch axis + shape"
         if entry.get("type") == "image":
             expected, what = 4, "a batch of images"
-        elif entry.get("type") == "audio":
+        elif entry.get("type") == "audio" and "chunk" in parameters:
             expected, what = 2, "a batch of chunks"
+        elif entry.get("type") == "audio":
+            # Whole clips (or their windows): samples (N, T) or (N, T, 1), or spectrograms.
+            if "spectrogram" in parameters:
+                expected, what = 3, "a batch of spectrograms"
+            elif parameters.get("layout") == "NTC":
+                expected, what = 3, "a batch of clips' samples with a channel axis (layout NTC)"
+            else:
+                expected, what = 2, "a batch of clips' samples (layout NT)"
         elif entry.get("type") == "bytes":
             expected, what = 2, "a batch of files' bytes"
         elif entry.get("type") == "constant" and "value" in parameters:

@@ -167,6 +167,8 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                             f"is read for {task} models only ({what}); this is a "
                             f"{data.get('task')} model",
                         )
+                if "frames" in parameters:
+                    yield from _frames_problems(data, ("outputs", index, "parameters", "frames"))
                 labels = parameters.get("labels")
                 if (
                     str(entry.get("type")).startswith("binary_")
@@ -463,6 +465,28 @@ def _image_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tup
                     "normalize_then_convert subtracts the mean in byte space"
                 )
                 yield (*path, "mean", index), message
+
+
+# The tasks whose scored output may have a time axis pooled (`frames`): one score per class
+# per input.
+_FRAMES_TASKS = ("image_classification", "multi_label_classification")
+
+
+def _frames_problems(data: dict[str, Any], path: FieldPath) -> Iterator[tuple[FieldPath, str]]:
+    """An output's `frames`: a classifier's or multi-label classifier's, without postprocess
+    code (which reads the outputs as the model gives them)."""
+    if data.get("task") not in _FRAMES_TASKS:
+        yield (
+            path,
+            f"pools a time axis into one score per class, for {' and '.join(_FRAMES_TASKS)} "
+            f"models; this is a {data.get('task')} model",
+        )
+    elif data.get("postprocess"):
+        yield (
+            path,
+            "pools the output's frames, and custom postprocess code reads the outputs as the "
+            "model gives them: do one or the other",
+        )
 
 
 def _audio_problems(parameters: dict[str, Any], path: FieldPath) -> Iterator[tuple[FieldPath, str]]:

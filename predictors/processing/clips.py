@@ -10,7 +10,9 @@ Parameters:
 - `windows` (optional): fixed windows cut from the clip, with a hop, each a row of the model's
   batch, their outputs combined into the clip's (`Windows`). Without windows a batch stacks
   whole clips, which must then be of one length (a model of clips of any length runs at batch
-  size 1).
+  size 1);
+- `layout` (optional, without a spectrogram): samples as (N, T) (`NT`, the default) or with a
+  channel axis last, (N, T, 1) (`NTC`).
 
 With a spectrogram, windows are counted in its frames (and the clip is padded in samples, before
 the spectrogram, as packages that cut partial utterances from a spectrogram do); without one,
@@ -32,7 +34,9 @@ from predictors.processing.parameters import ProcessingError
 __all__ = ["ClipPreprocessor", "Spectrogram", "Windows"]
 
 PARAMETERS = ("sample_rate", "element_type")
-_KNOWN = (*PARAMETERS, "spectrogram", "windows")
+_KNOWN = (*PARAMETERS, "spectrogram", "windows", "layout")
+# Samples without a spectrogram: (N, T), or (N, T, 1) with a channel axis last.
+SAMPLE_LAYOUTS = ("NT", "NTC")
 # The stream's parameters, refused here by name.
 _STREAM_ONLY = ("chunk", "tail", "context")
 # Each clip's windows, at most.
@@ -55,7 +59,11 @@ _SPECTROGRAM_DEFAULTS: dict[str, Any] = {
 }
 _LOG_DEFAULTS: dict[str, Any] = {"ref": 1.0, "amin": 1e-10, "top_db": 80.0}
 _SPECTROGRAM_REQUIRED = ("kind", "library", "n_fft", "hop_length", "n_mels", "layout")
-WINDOW_KEYS = ("size", "hop", "min_coverage", "combine")
+WINDOW_KEYS = ("size", "hop", "combine")
+_WINDOW_OPTIONAL = ("until", "min_coverage", "pad_start")
+# How many windows a clip makes: while the window before ends within it (the last kept where
+# the clip covers min_coverage of it), or one at every hop that starts within it.
+UNTIL = ("end_covered", "start_in_clip")
 COMBINES = ("mean", "max")
 
 
@@ -225,48 +233,75 @@ class Spectrogram:
 @dataclass(frozen=True)
 class Windows:
     """Fixed windows of `size` units (spectrogram frames, or samples), one every `hop`, from
-    the clip's start: a window is cut while the one before it ends within the clip; the
-    last is padded with zeros, and dropped when the clip covers less than `min_coverage` of it
-    (in samples) unless it is the only one. Each clip's outputs are its windows' `combine`d
-    (`mean` or `max` over them)."""
+    the start of the clip with `pad_start` zero samples before it. With `until: end_covered`
+    (the default) a window is cut while the one before it ends within the clip; the last is
+    padded with zeros, and dropped when the clip covers less than `min_coverage` of it (in
+    samples) unless it is the only one. With `until: start_in_clip` a window starts at every
+    hop while its start lies within the clip (its `pad_start` zeros included), the last padded
+    with zeros. Each clip's outputs are its windows' `combine`d (`mean` or `max` over
+    them)."""
 
     size: int
     hop: int
     min_coverage: float
     combine: str
+    until: str = "end_covered"
+    pad_start: int = 0
 
     @classmethod
     def of(cls, value: Any) -> Windows:
-        given = _mapping(value, "windows", WINDOW_KEYS)
+        given = _mapping(value, "windows", (*WINDOW_KEYS, *_WINDOW_OPTIONAL))
         for key in WINDOW_KEYS:
             if key not in given:
                 raise ProcessingError(
                     f"input parameter 'windows' needs {key!r} (it requires "
-                    f"{', '.join(WINDOW_KEYS)})",
+                    f"{', '.join(WINDOW_KEYS)}, and min_coverage where until is end_covered)",
                     parameter=f"windows.{key}",
                 )
         size = _integer(given["size"], "windows.size", 1, 10_000_000)
         hop = _integer(given["hop"], "windows.hop", 1, size)
-        coverage = given["min_coverage"]
-        if (
-            isinstance(coverage, bool)
-            or not isinstance(coverage, int | float)
-            or not 0 < coverage <= 1
-        ):
+        until = given.get("until", "end_covered")
+        if until not in UNTIL:
             raise ProcessingError(
-                f"windows.min_coverage must be a number above 0 and at most 1; got {coverage!r}",
+                f"windows.until must be one of {', '.join(UNTIL)}; got {until!r}",
+                parameter="windows.until",
+            )
+        coverage = 1.0
+        if until == "end_covered":
+            if "min_coverage" not in given:
+                raise ProcessingError(
+                    "input parameter 'windows' needs 'min_coverage' where until is end_covered "
+                    "(the share of the last window the clip must cover)",
+                    parameter="windows.min_coverage",
+                )
+            coverage = given["min_coverage"]
+            if (
+                isinstance(coverage, bool)
+                or not isinstance(coverage, int | float)
+                or not 0 < coverage <= 1
+            ):
+                raise ProcessingError(
+                    "windows.min_coverage must be a number above 0 and at most 1; got "
+                    f"{coverage!r}",
+                    parameter="windows.min_coverage",
+                )
+        elif "min_coverage" in given:
+            raise ProcessingError(
+                "windows.min_coverage is read where until is end_covered; with start_in_clip "
+                "every window that starts within the clip is kept",
                 parameter="windows.min_coverage",
             )
+        pad_start = _integer(given.get("pad_start", 0), "windows.pad_start", 0, 10_000_000)
         if given["combine"] not in COMBINES:
             raise ProcessingError(
                 f"windows.combine must be one of {', '.join(COMBINES)}; got {given['combine']!r}",
                 parameter="windows.combine",
             )
-        return cls(size, hop, float(coverage), str(given["combine"]))
+        return cls(size, hop, float(coverage), str(given["combine"]), str(until), pad_start)
 
     def starts(self, units: int, samples: int, unit_samples: int) -> list[int]:
         """The windows' first units, of a clip of `units` units (`samples` samples, a unit
-        `unit_samples` of them)."""
+        `unit_samples` of them), `until: end_covered`."""
         starts = [0]
         while starts[-1] + self.size <= units:
             starts.append(starts[-1] + self.hop)
@@ -337,6 +372,18 @@ class ClipPreprocessor:
         )
         self.windowing = Windows.of(parameters["windows"]) if "windows" in parameters else None
         self.windowed = self.windowing is not None
+        self.layout = parameters.get("layout", "NT")
+        if "layout" in parameters and self.spectrogram is not None:
+            raise ProcessingError(
+                "input parameter 'layout' lays out samples; a spectrogram's is spectrogram.layout",
+                parameter="layout",
+            )
+        if self.layout not in SAMPLE_LAYOUTS:
+            raise ProcessingError(
+                f"input parameter 'layout' must be one of {', '.join(SAMPLE_LAYOUTS)}; got "
+                f"{self.layout!r}",
+                parameter="layout",
+            )
 
     def samples(self, encoded: bytes) -> np.ndarray:
         return self.decoder.samples(encoded)
@@ -349,9 +396,11 @@ class ClipPreprocessor:
         return self.spectrogram.of_samples(samples, self.sample_rate)
 
     def laid_out(self, features: np.ndarray) -> np.ndarray:
-        """(…, T, n_mels) in the spectrogram's layout."""
+        """(…, T, n_mels) in the spectrogram's layout; samples (…, T) in `layout`."""
         if self.spectrogram is not None and self.spectrogram.layout == "mels_first":
             return np.ascontiguousarray(np.swapaxes(features, -1, -2))
+        if self.spectrogram is None and self.layout == "NTC":
+            return features[..., None]
         return features
 
     def clip_windows(self, samples: np.ndarray) -> np.ndarray:
@@ -360,8 +409,19 @@ class ClipPreprocessor:
         assert windows is not None
         spectrogram = self.spectrogram
         unit = spectrogram.hop_length if spectrogram is not None else 1
+        if windows.pad_start:
+            samples = np.concatenate([np.zeros(windows.pad_start, np.float32), samples])
         units = spectrogram.frames(len(samples)) if spectrogram is not None else len(samples)
-        starts = windows.starts(units, len(samples), unit)
+        if windows.until == "start_in_clip":
+            starts = list(range(0, max(units, 1), windows.hop))
+            if len(starts) > MAX_WINDOWS:
+                raise ProcessingError(
+                    f"the clip makes more than {MAX_WINDOWS} windows of {windows.size} with a "
+                    f"hop of {windows.hop}",
+                    parameter="windows.hop",
+                )
+        else:
+            starts = windows.starts(units, len(samples), unit)
         end = (starts[-1] + windows.size) * unit
         if end >= len(samples):
             samples = np.concatenate([samples, np.zeros(end - len(samples), np.float32)])

@@ -40,6 +40,9 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
   and ``models/speaker-encoder/1.0.0/{speaker-encoder.pt,voice_encoder.py}``, Resemblyzer's
   speaker encoder as its wheel ships it (a checkpoint), with its module's source
   (``speakers.py``)
+- ``datasets/piano-chords/1.0.0/validation.parquet`` (chords of struck tones, the keys that
+  sound) and ``models/basic-pitch/1.0.0/basic-pitch.tflite``, Spotify's Basic Pitch as its
+  wheel ships it for TensorFlow Lite (``notes.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -156,6 +159,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         "model", "speaker-encoder", ("speaker-encoder.pt", "voice_encoder.py"), builder="speakers"
     ),
+    Entry("dataset", "piano-chords", ("validation.parquet",), builder="notes"),
+    Entry("model", "basic-pitch", ("basic-pitch.tflite",), builder="notes"),
 )
 
 

@@ -24,6 +24,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(page.get_by_role("heading", name="Catalog")).to_be_visible()
     assert _names(page) == [
         "alexnet",
+        "basic-pitch",
         "diabetes-mlp",
         "digits-cnn",
         "file-type",
@@ -46,7 +47,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(12)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(13)
     shoot(page, "catalog")
 
 
@@ -57,7 +58,7 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
     page.get_by_role("button", name="Filter").click()
 
     expect(page).to_have_url("/?search=&framework=tensorflow&task=&dataset=")
-    assert _names(page) == ["digits-cnn", "shapes-color"]
+    assert _names(page) == ["basic-pitch", "digits-cnn", "shapes-color"]
     expect(page.locator("#datasets")).to_have_count(0)  # datasets have no framework
 
     page.get_by_label("Framework", exact=True).select_option("")
@@ -80,7 +81,7 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
 
     expect(page.locator("#models tr.empty")).to_contain_text("No model matches these filters")
     page.get_by_role("link", name="Clear").click()
-    assert len(_names(page)) == 15
+    assert len(_names(page)) == 17
 
     # The tasks of the zoo's models, each a filter of its own.
     page.get_by_label("Task", exact=True).select_option("regression")

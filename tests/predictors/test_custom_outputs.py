@@ -233,16 +233,28 @@ def test_one_output_besides_states_still_reaches_postprocess_as_an_array(
 @_free
 def test_the_rule_of_outputs_by_name() -> None:
     assert custom_code.named_outputs(_model(postprocess=ADD).data) == ["a", "b"]
-    # Without postprocess code the loop reads the scored output alone, and a model of one
-    # scored output and another is refused as before.
+    # Without postprocess code the loop reads the scored output alone; an output of type
+    # tensor beside it is computed and not read.
     assert custom_code.named_outputs(_model().data) == []
     assert "declares" not in (unsupported(_model(postprocess=ADD).data) or "")
-    refused = unsupported(_model().data) or ""
-    assert "constant or state inputs or state outputs" in refused
+    assert unsupported(_model().data) is None
+    stated = dict(_model().data)
+    stated["outputs"] = [*stated["outputs"], {"name": "c", "type": "state"}]
+    assert "constant or state inputs or state outputs" in (unsupported(stated) or "")
     # The first output read is the scored one: its type must be one the task scores.
     data = dict(_model(postprocess=ADD).data)
     data["outputs"] = [data["outputs"][1], data["outputs"][0]]
     assert "output b is tensor" in (unsupported(data) or "")
+
+
+@_free
+def test_a_tensor_output_beside_the_scored_one_is_not_read(run_evaluation: RunEvaluation) -> None:
+    """Without code the loop reads `a` alone (half the logits), and runs."""
+    evaluation = run_evaluation(_model(), batch_sizes=(2,), repeat=1)
+    added = run_evaluation(_model(postprocess=ADD), batch_sizes=(2,), repeat=1)
+    assert evaluation.outputs.shape == added.outputs.shape
+    assert evaluation.result["accuracy"]["count"] == added.result["accuracy"]["count"]
+    assert not np.allclose(evaluation.outputs, added.outputs)
 
 
 @_free

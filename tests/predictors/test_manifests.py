@@ -205,13 +205,19 @@ ZOO = {
     # (predictors/zoo/speakers.py).
     ("model", "speaker-encoder", "pytorch"),
     ("dataset", "speaker-clips", ""),
+    # Pretrained, from a PyPI package's wheel, a TFLite file of three outputs on whole clips
+    # cut into windows (predictors/zoo/notes.py).
+    ("model", "basic-pitch", "tensorflow"),
+    ("dataset", "piano-chords", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
 SEMANTIC_SEGMENTATION = {"shapes-segmenter", "shapes-masks"}
-MULTI_LABEL = {"shapes-tagger", "shapes-sets"}
+MULTI_LABEL = {"shapes-tagger", "shapes-sets", "basic-pitch", "piano-chords"}
 REGRESSION = {"diabetes-mlp", "diabetes"}
 EXTENSIONS = {"pytorch": "pt", "tensorflow": "keras", "onnxruntime": "onnx"}
+# A file format's own extension, where it is not the framework's default.
+FORMAT_EXTENSIONS = {"tflite": "tflite"}
 RANGES = {
     "pytorch": ">=2.0.0 <3.0.0",
     "tensorflow": ">=2.15.0 <3.0.0",
@@ -258,9 +264,8 @@ def test_builtin_model_files_follow_the_store_layout() -> None:
         namespace = f"models/{manifest.name}/1.0.0"
         # A state dict's graph is its module's source; the weights are the model's file.
         weights = "weights_path" if files.get("format") == "state_dict" else "graph_path"
-        assert files[weights] == (
-            f"repo://{namespace}/{manifest.name}.{EXTENSIONS[manifest.framework]}"
-        )
+        extension = FORMAT_EXTENSIONS.get(files.get("format"), EXTENSIONS[manifest.framework])
+        assert files[weights] == f"repo://{namespace}/{manifest.name}.{extension}"
         assert "graph_sha256" not in files  # the hub records it when the zoo is built
         assert all(path.startswith(namespace + "/") for _, path in manifest.repo_paths())
 
@@ -278,9 +283,11 @@ def test_builtin_processing_parameters() -> None:
             "file-type",
             "text-recognizer",
             "speaker-encoder",
+            "basic-pitch",
         ):
-            continue  # text-direction, text-recognizer, speaker-encoder: their package's own
-            # processing (test_pretrained.py, test_pretrained_ocr.py, test_pretrained_speakers.py);
+            continue  # text-direction, text-recognizer, speaker-encoder, basic-pitch: their
+            # package's own processing (test_pretrained.py, test_pretrained_ocr.py,
+            # test_pretrained_speakers.py, test_pretrained_basic_pitch.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
             # their task's tests; file-type: a bytes input (test_pretrained_magika.py)
         (image,) = manifest.data["inputs"]

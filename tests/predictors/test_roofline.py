@@ -14,6 +14,7 @@ import pytest
 
 from predictors.analysis import roofline
 from predictors.manifests.catalog import Catalog
+from predictors.processing.custom_code import code_in
 from tests.predictors.conftest import RunEvaluation
 from tests.predictors.zoo_store import zoo_store
 
@@ -245,6 +246,7 @@ ZOO_RUNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "text-recognizer": ("text-transcripts", (1, 8)),
     "file-type": ("file-types", (1, 8, 32)),
     "speaker-encoder": ("speaker-clips", (1, 4)),
+    "basic-pitch": ("piano-chords", (1, 4)),
 }
 CASES = [
     (name, framework)
@@ -310,9 +312,8 @@ def test_no_zoo_point_is_above_its_stated_peak(
         limit=max(batch_sizes),
         warmup=1,
         repeat=1,
-        # A state dict's module is the manifest's own source (custom code).
-        custom_code=Catalog().find_model(name, "*", framework).data["model"].get("format")
-        == "state_dict",
+        # A state dict's module, and postprocess code, are the manifest's own (custom code).
+        custom_code=bool(code_in(Catalog().find_model(name, "*", framework).data)),
     )
     theoretical = evaluation.result["theoretical"]
     roof = theoretical["roofline"]

@@ -31,12 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from predictors.evaluation.base import FirstPass, Staged, Windowed
+from predictors.evaluation.base import FirstPass, Staged
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import FixedBatches
-from predictors.processing.custom_code import custom_outputs
-from predictors.processing.parameters import ProcessingError
 
 __all__ = ["Embedding", "embedding_metrics", "equal_error_rate", "unit_vectors"]
 
@@ -132,20 +130,9 @@ class Embedding(FixedBatches):
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
         """Keep a stage's vectors of the first pass (its windows' combined) and identities."""
-        for outputs, labels in zip(stage_outputs, stage.labels, strict=True):
-            if self.custom_postprocess is not None:
-                outputs = custom_outputs(
-                    self.custom_postprocess,
-                    outputs,
-                    sum(labels.counts) if isinstance(labels, Windowed) else len(labels),
-                )
-            outputs = np.asarray(outputs)
-            if isinstance(labels, Windowed):
-                try:
-                    outputs = self.setup.preprocessor.windowing.combined(outputs, labels.counts)
-                except ProcessingError as error:
-                    raise EvaluationError(f"{self.what}: {error}") from error
-                labels = labels.labels
+        for batch_outputs, batch_labels in zip(stage_outputs, stage.labels, strict=True):
+            combined, labels = self.per_input(batch_outputs, batch_labels)
+            outputs = np.asarray(combined)
             if outputs.ndim < 1 or len(outputs) != len(labels):
                 raise EvaluationError(
                     f"{self.what} gives {len(outputs) if outputs.ndim else 0} embeddings for a "

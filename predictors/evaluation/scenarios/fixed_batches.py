@@ -19,14 +19,15 @@ import numpy as np
 from predictors import statistics
 from predictors.analysis.hygiene import batch_size_warnings
 from predictors.data import DatasetReader, target_of
-from predictors.evaluation.base import FirstPass, Scenario, Setup, Staged
+from predictors.evaluation.base import FirstPass, Scenario, Setup, Staged, Windowed
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.scenario import DEFAULT, register
 from predictors.evaluation.summaries import sequence_metrics, shown, top_accuracy
 from predictors.evaluation.target_ci import TargetCi
 from predictors.frameworks.predictor import PredictorError
-from predictors.processing import ImagePreprocessor, postprocess
+from predictors.processing import ImagePreprocessor, ProcessingError, postprocess
 from predictors.processing.custom_code import custom_outputs
+from predictors.processing.frames import pool_frames
 
 _REPORT_NS = 50_000_000  # progress reports and cancellation checks: at most every 50 ms
 # While a batch size runs, its batch spans go to the sink at least this often (at a report,
@@ -216,16 +217,40 @@ class FixedBatches(Scenario):
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
         """Postprocess a stage's outputs of the first pass, and keep them with their labels."""
-        if self.custom_postprocess is not None:
-            stage_outputs = [
-                custom_outputs(self.custom_postprocess, outputs, len(labels))
-                for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
-            ]
-        stage_outputs = [self.read(outputs) for outputs in stage_outputs]
-        for batch_outputs in stage_outputs:
+        pairs = [
+            self.per_input(outputs, labels)
+            for outputs, labels in zip(stage_outputs, stage.labels, strict=True)
+        ]
+        read = [self.read(outputs) for outputs, _ in pairs]
+        for batch_outputs in read:
             self.collected_predictions.extend(self.postprocess_batch(batch_outputs))
-        self.collected_outputs.extend(stage_outputs)
-        self.collected_labels.extend(stage.labels)
+        self.collected_outputs.extend(read)
+        self.collected_labels.extend(labels for _, labels in pairs)
+
+    def per_input(self, outputs: Any, labels: Any) -> tuple[Any, Any]:
+        """A batch's outputs and labels, an output per input: its frames pooled (the output
+        parameter `frames`), through the manifest's `postprocess` code (one row per row of the
+        batch), and, where each input was cut into
+        windows (`Windowed`), its windows' rows combined into its own."""
+        windowed = isinstance(labels, Windowed)
+        frames = self.spec.output_parameters.get("frames")
+        if frames:
+            try:
+                outputs = pool_frames(outputs, frames)
+            except ProcessingError as error:
+                raise EvaluationError(f"{self.what}'s output: {error}") from error
+        if self.custom_postprocess is not None:
+            rows = sum(labels.counts) if windowed else len(labels)
+            outputs = custom_outputs(self.custom_postprocess, outputs, rows)
+        if windowed:
+            try:
+                outputs = self.setup.preprocessor.windowing.combined(
+                    np.asarray(outputs), labels.counts
+                )
+            except ProcessingError as error:
+                raise EvaluationError(f"{self.what}: {error}") from error
+            labels = labels.labels
+        return outputs, labels
 
     def score(self) -> tuple[dict[str, Any], int]:
         """The accuracy of what `collect` kept, and the count of inputs; the first batch
