@@ -442,7 +442,7 @@ def test_custom_code_runs_in_the_container_of_a_host_that_opts_in(
 
 
 def test_a_state_dict_on_whole_clips_runs_in_the_pytorch_image_of_a_host_that_runs_code(
-    hub: LiveHub, code_host: str
+    hub: LiveHub,
 ) -> None:
     """The built-in speaker encoder: a training checkpoint loaded into its manifest's module
     source (custom code), reading whole clips as librosa's mel spectrograms cut into windows,
@@ -468,6 +468,10 @@ def test_a_state_dict_on_whole_clips_runs_in_the_pytorch_image_of_a_host_that_ru
         },
     )
     assert status == 400 and refused["errors"][0]["path"] == "custom_code", refused
+    code_host = "docker-torch-code"
+    options = ["--docker", "--allow-custom-code"]
+    hub.start_agent(code_host, frameworks="pytorch", options=options)
+    hub.wait(lambda: code_host in hub.live_hosts(), "the PyTorch custom-code agent", 60)
     run = _succeeded(
         hub,
         hub.launch(
