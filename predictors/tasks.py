@@ -150,6 +150,12 @@ def loadgen_problem(
             f"{name} has state or constant inputs: LoadGen scenarios drive models of one "
             "batched input (scenario fixed runs streams)"
         )
+    if any(i.get("type") == "audio" for i in inputs):
+        return (
+            f"{name} reads audio clips (a stream's chunks, or whole clips of any length and "
+            "their windows): LoadGen scenarios drive samples of one shape (scenario fixed "
+            "runs clips)"
+        )
     if not latency_only and task not in LOADGEN_TASKS:
         return (
             f"LoadGen scenarios drive {', '.join(LOADGEN_TASKS)} models (or any, latency only); "
@@ -324,12 +330,16 @@ def data_input_name(data: Mapping[str, Any]) -> str:
 
 
 def scored_output_name(data: Mapping[str, Any]) -> str:
-    """The name of the output that is scored (the first that is not a state; a detector's
-    classes, which name the labels)."""
+    """The name of the output that is scored (the first that is neither a state nor a tensor,
+    which is not read; a detector's classes, which name the labels); of a model whose outputs
+    are all tensors (timed only), the first that is not a state."""
     outputs = data.get("outputs") or []
-    scored = [o for o in outputs if isinstance(o, Mapping) and o.get("type") == "classes"] or [
-        o for o in outputs if isinstance(o, Mapping) and o.get("type") != "state"
-    ]
+    entries = [o for o in outputs if isinstance(o, Mapping)]
+    scored = (
+        [o for o in entries if o.get("type") == "classes"]
+        or [o for o in entries if o.get("type") not in ("state", "tensor")]
+        or [o for o in entries if o.get("type") != "state"]
+    )
     return str((scored or outputs)[0]["name"])
 
 

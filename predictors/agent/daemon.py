@@ -360,8 +360,8 @@ class Agent:
             try:
                 self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
             except HubError as exc:
-                if exc.code in NOT_OURS or not 400 <= exc.status < 500:
-                    raise
+                if exc.code in NOT_OURS or exc.status in (408, 429) or not 400 <= exc.status < 500:
+                    raise  # not ours, or for a while only: not a refusal of the result
                 # The hub refused the result (too large, malformed): the job failed, saying
                 # why, rather than stay running until it is taken for a lost host.
                 reason = f"the hub refused the result: {exc}"

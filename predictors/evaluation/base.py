@@ -310,17 +310,19 @@ class Scenario:
         batch_size: int,
         repetition: int,
         stage_id: int | None,
+        inputs: list[int] | None = None,
     ) -> None:
         """Record the batch spans of `marks[first:]` (the perf_counter start and end of each
-        timed call on `batches`; `first_index`: the batch index of `marks[0]` among all the
-        timed calls of the batch size)."""
+        timed call on `batches`, of `inputs` inputs each where given, else of its rows;
+        `first_index`: the batch index of `marks[0]` among all the timed calls of the batch
+        size)."""
         offset = self.epoch_offset_ns
         for index, (start, end) in enumerate(marks[first:], start=first):
             attributes = {
                 "framework": self.model.framework,
                 "model": self.model.name,
                 "batch_size": batch_size,
-                "inputs": len(batches[index]),
+                "inputs": inputs[index] if inputs is not None else len(batches[index]),
                 "repetition": repetition,
                 "batch_index": first_index + index,
                 Attr.LEVEL: "model",

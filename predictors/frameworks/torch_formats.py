@@ -441,7 +441,9 @@ def load_state_dict_module(
         )
     where = f"pytorch cannot load {weights_file.name} as a state dict"
     try:
-        loaded = state_dict_in(_load_weights(weights_file, device), state_key)
+        # Read on the CPU: a checkpoint's other entries (an optimizer's state) stay there, and
+        # load_state_dict copies the weights into the module on its device.
+        loaded = state_dict_in(_load_weights(weights_file, "cpu"), state_key)
     except FormatError as error:
         raise PredictorError(f"{where}: {error}") from None
     problem = _problem_of_state_dict(loaded)

@@ -35,6 +35,8 @@ from predictors.processing.parameters import ProcessingError
 PARAMETERS = ("sample_rate", "chunk", "tail", "element_type")
 _KNOWN = (*PARAMETERS, "context")
 MAX_CLIP_SECONDS = 3600
+MAX_CHANNELS = 64
+MAX_SAMPLE_RATE = 768_000
 
 
 def clip_info(encoded: bytes) -> tuple[int, int]:
@@ -92,6 +94,18 @@ class AudioPreprocessor:
         """The clip decoded, mono, at `sample_rate`, float32 in [-1, 1]."""
         import soundfile
 
+        # Its length and channels from its header, before anything is decoded.
+        try:
+            info = soundfile.info(io.BytesIO(encoded))
+        except (RuntimeError, soundfile.LibsndfileError, TypeError) as exc:
+            raise ProcessingError(f"the clip cannot be read as audio: {exc}") from None
+        if info.frames > MAX_CLIP_SECONDS * info.samplerate:
+            raise ProcessingError(f"the clip is longer than {MAX_CLIP_SECONDS} seconds")
+        if info.channels > MAX_CHANNELS or info.samplerate > MAX_SAMPLE_RATE:
+            raise ProcessingError(
+                f"the clip has {info.channels} channels at {info.samplerate} Hz; clips of at "
+                f"most {MAX_CHANNELS} channels at {MAX_SAMPLE_RATE} Hz are read"
+            )
         try:
             data, rate = soundfile.read(io.BytesIO(encoded), dtype="float32", always_2d=True)
         except (RuntimeError, soundfile.LibsndfileError, TypeError) as exc:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.processing.audio import AudioPreprocessor
+from predictors.processing.audio import MAX_CLIP_SECONDS, AudioPreprocessor
 from predictors.processing.parameters import ProcessingError
 
 __all__ = ["ClipPreprocessor", "Spectrogram", "Windows"]
@@ -39,8 +39,11 @@ _KNOWN = (*PARAMETERS, "spectrogram", "windows", "layout")
 SAMPLE_LAYOUTS = ("NT", "NTC")
 # The stream's parameters, refused here by name.
 _STREAM_ONLY = ("chunk", "tail", "context")
-# Each clip's windows, at most.
+# Each clip's windows, at most; the values of a clip's spectrogram (complex, before the mel
+# filters: librosa's STFT) and of its windows, at most.
 MAX_WINDOWS = 4096
+MAX_SPECTRUM_VALUES = 64 * 1024 * 1024
+MAX_WINDOW_VALUES = 64 * 1024 * 1024
 
 SPECTROGRAM_KINDS = ("mel", "log_mel")
 LIBRARIES = ("librosa",)
@@ -217,6 +220,14 @@ class Spectrogram:
         """The spectrogram (T, n_mels) of a clip's samples, float32."""
         import librosa
 
+        values = (1 + self.n_fft // 2) * self.frames(len(samples))
+        if values > MAX_SPECTRUM_VALUES:
+            raise ProcessingError(
+                f"the clip's spectrogram would hold {values:,} values ({1 + self.n_fft // 2} "
+                f"bins in each of {self.frames(len(samples)):,} frames), more than "
+                f"{MAX_SPECTRUM_VALUES:,}: raise spectrogram.hop_length or lower n_fft",
+                parameter="spectrogram.hop_length",
+            )
         mel = librosa.feature.melspectrogram(
             y=samples,
             sr=sample_rate,
@@ -305,7 +316,7 @@ class Windows:
         starts = [0]
         while starts[-1] + self.size <= units:
             starts.append(starts[-1] + self.hop)
-            if len(starts) > MAX_WINDOWS:
+            if len(starts) > MAX_WINDOWS:  # checked as they are made: the list stays small
                 raise ProcessingError(
                     f"the clip makes more than {MAX_WINDOWS} windows of {self.size} with a hop "
                     f"of {self.hop}",
@@ -372,6 +383,16 @@ class ClipPreprocessor:
         )
         self.windowing = Windows.of(parameters["windows"]) if "windows" in parameters else None
         self.windowed = self.windowing is not None
+        if self.windowing is not None:
+            # A window longer than the longest clip read holds nothing but padding.
+            unit = self.spectrogram.hop_length if self.spectrogram is not None else 1
+            longest = MAX_CLIP_SECONDS * self.sample_rate
+            if (self.windowing.size * unit > longest) or self.windowing.pad_start > longest:
+                raise ProcessingError(
+                    f"windows.size and windows.pad_start are at most the longest clip read "
+                    f"({MAX_CLIP_SECONDS} s, {longest:,} samples)",
+                    parameter="windows.size",
+                )
         self.layout = parameters.get("layout", "NT")
         if "layout" in parameters and self.spectrogram is not None:
             raise ProcessingError(
@@ -413,16 +434,28 @@ class ClipPreprocessor:
             samples = np.concatenate([np.zeros(windows.pad_start, np.float32), samples])
         units = spectrogram.frames(len(samples)) if spectrogram is not None else len(samples)
         if windows.until == "start_in_clip":
-            starts = list(range(0, max(units, 1), windows.hop))
-            if len(starts) > MAX_WINDOWS:
+            if -(-max(units, 1) // windows.hop) > MAX_WINDOWS:
                 raise ProcessingError(
                     f"the clip makes more than {MAX_WINDOWS} windows of {windows.size} with a "
                     f"hop of {windows.hop}",
                     parameter="windows.hop",
                 )
+            starts = list(range(0, max(units, 1), windows.hop))
         else:
             starts = windows.starts(units, len(samples), unit)
-        end = (starts[-1] + windows.size) * unit
+        width = spectrogram.n_mels if spectrogram is not None else 1
+        if len(starts) * windows.size * width > MAX_WINDOW_VALUES:
+            raise ProcessingError(
+                f"the clip's {len(starts)} windows of {windows.size} would hold more than "
+                f"{MAX_WINDOW_VALUES:,} values: raise windows.hop or shorten windows.size",
+                parameter="windows.hop",
+            )
+        if spectrogram is not None and not spectrogram.options["center"]:
+            # Frames not centred: the last window's last frame ends n_fft samples after its
+            # start.
+            end = (starts[-1] + windows.size - 1) * unit + spectrogram.n_fft
+        else:
+            end = (starts[-1] + windows.size) * unit
         if end >= len(samples):
             samples = np.concatenate([samples, np.zeros(end - len(samples), np.float32)])
         features = self.features(samples)

@@ -13,10 +13,11 @@ as the basic-pitch 0.4.0 wheel ships it for TensorFlow Lite
 key's probability of sounding, ``onset``: of starting, ``contour``: a pitch salience of 264
 bins). The manifest's audio input is the package's ``run_inference``: 3,840 zero samples
 before the clip (half the 30 frames the windows overlap), a window every 36,164 samples while
-it starts within the clip, the last padded with zeros. Its postprocess code takes the outputs by
-name and keeps each window's ``note`` without its 15 overlapping frames at each end, as the
-package's ``unwrap_output`` does, and each key's highest probability; the windows' highest make
-the clip's: which keys sound in it, scored as multi-label classification.
+it starts within the clip, the last padded with zeros. Its ``note`` output's ``frames`` parameter
+keeps each window's frames without the 15 it overlaps at each end, as the package's
+``unwrap_output`` does, and each key's highest probability over them; the windows' highest
+make the clip's: which keys sound in it, scored as multi-label classification (no custom
+code). ``onset`` and ``contour`` are computed and not read.
 
 Files, as ``predictors.zoo.build`` writes them:
 

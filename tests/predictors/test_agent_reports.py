@@ -53,7 +53,7 @@ class _SlowHub(BaseHTTPRequestHandler):
         server.received.append((self.path, arrived, time.monotonic()))
         payload = json.dumps(body).encode()
         refused = self.path.endswith("/result/") and server.refusal
-        self.send_response(413 if refused else 200)
+        self.send_response(server.refusal_status if refused else 200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -69,6 +69,7 @@ def hub() -> Iterator[Any]:
     server.received = []  # type: ignore[attr-defined]
     server.statuses = []  # type: ignore[attr-defined]
     server.refusal = None  # type: ignore[attr-defined]
+    server.refusal_status = 413  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -134,3 +135,11 @@ def test_a_result_the_hub_refuses_fails_the_job_saying_why(hub: Any) -> None:
     assert status["status"] == "failed"
     assert status["reason"].startswith("the hub refused the result: hub answered 413")
     assert "larger than the limit of 1048576 bytes" in status["reason"]
+
+
+def test_a_result_the_hub_cannot_take_for_now_is_no_refusal(hub: Any) -> None:
+    """A 408 or 429 says "not now", not "never": the job is not failed for it."""
+    hub.refusal = {"detail": "too many requests"}
+    hub.refusal_status = 429
+    assert _agent(hub).run_job("e1", 1) == "unreported"
+    assert hub.statuses == []

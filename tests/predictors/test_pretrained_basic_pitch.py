@@ -105,6 +105,23 @@ def test_every_clips_keys_and_the_metrics_are_the_packages_own(
     assert expected["map"] >= 0.8 and expected["exact_match"] >= 0.6
 
 
+def test_timed_only_it_counts_clips_not_windows(run_evaluation: RunEvaluation) -> None:
+    timed = run_evaluation(batch_sizes=(4,), limit=8, latency_only=True)
+    assert timed.result["accuracy"] is None
+    assert timed.result["dataset"]["count"] == 8
+    assert timed.result["batch_sizes"][0]["timed_inputs"] == 8
+    assert timed.outputs.shape[0] == 8
+
+
+def test_the_scored_output_is_the_first_that_is_read_whatever_the_order() -> None:
+    from predictors.tasks import scored_output_name, unsupported
+
+    data = dict(Catalog().find_model("basic-pitch", "*", "tensorflow").data)
+    data["outputs"] = [data["outputs"][1], data["outputs"][2], data["outputs"][0]]
+    assert unsupported(data) is None
+    assert scored_output_name(data) == "note"
+
+
 def test_the_model_is_the_wheels_tflite_file_with_three_outputs(store: Path) -> None:
     import tensorflow as tf
 

@@ -210,6 +210,43 @@ def test_the_spectrogram_is_librosas_in_each_kind_and_layout() -> None:
     np.testing.assert_array_equal(raw.windowing.combined(outputs, [1, 3]), [[0, 1], [6, 7]])
 
 
+def test_a_clip_too_large_to_hold_is_refused_before_it_is_made() -> None:
+    long_windows = {**PARTIALS, "size": 3_700 * 100}  # 160 samples a frame: past an hour
+    with pytest.raises(ProcessingError, match="at most the longest clip read") as raised:
+        ClipPreprocessor({**CLIPS, "windows": long_windows})
+    assert raised.value.parameter == "windows.size"
+    dense = ClipPreprocessor(
+        {"sample_rate": RATE, "element_type": "float32", "spectrogram": {**MELS, "hop_length": 1}}
+    )
+    with pytest.raises(ProcessingError, match="raise spectrogram.hop_length or lower n_fft"):
+        dense.features(np.zeros(RATE * 60, np.float32))
+    many = ClipPreprocessor(
+        {
+            "sample_rate": RATE,
+            "element_type": "float32",
+            "windows": {"size": 4, "hop": 1, "until": "start_in_clip", "combine": "mean"},
+        }
+    )
+    with pytest.raises(ProcessingError, match="more than 4096 windows"):
+        many.clip_windows(np.zeros(10_000, np.float32))
+    wide = ClipPreprocessor(
+        {
+            "sample_rate": RATE,
+            "element_type": "float32",
+            "windows": {"size": 40_000, "hop": 12, "min_coverage": 1, "combine": "mean"},
+        }
+    )
+    with pytest.raises(ProcessingError, match="would hold more than"):
+        wide.clip_windows(np.zeros(80_000, np.float32))  # 3,334 windows of 40,000
+    # Frames not centred: each window still has its size in frames, for any clip length.
+    uncentred = ClipPreprocessor(
+        {**CLIPS, "spectrogram": {**MELS, "center": False}, "windows": PARTIALS}
+    )
+    for length in (100, 16_000, 25_999, 40_000):
+        windows = uncentred.clip_windows(np.ones(length, np.float32))
+        assert windows.shape[1:] == (160, 40), length
+
+
 def _flac(samples: np.ndarray) -> bytes:
     import soundfile
 
@@ -277,6 +314,12 @@ def test_the_task_takes_whole_clips_and_a_stream_takes_chunks() -> None:
     assert "only sequence_labelling models run on streams" in str(unsupported(streamed))
     classifier = {**_manifest(), "task": "image_classification"}
     assert "for feature_extraction models" in str(unsupported(classifier))
+    # LoadGen drives samples of one shape: not clips of any length.
+    from predictors.tasks import loadgen_problem
+
+    assert "LoadGen scenarios drive samples of one shape" in str(
+        loadgen_problem(_manifest(), "Offline")
+    )
     labelled = _manifest()
     labelled["outputs"][0]["parameters"] = {"labels": ["a"]}
     problems = validate(labelled, "model", {})
@@ -309,3 +352,28 @@ def test_the_metrics_on_embeddings_whose_answer_is_known() -> None:
     assert lone["queries"] == 2 and lone["recall_at_1"] == 0.0 and lone["recall_at_5"] == 1.0
     with pytest.raises(EvaluationError, match="input 1's embedding is all zeros"):
         embedding_metrics(np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([0, 1]))
+    # Ties count against the query, whatever the order of the split: embeddings that say
+    # nothing (all alike) retrieve nothing.
+    alike = np.ones((30, 4))
+    for order in (np.repeat(np.arange(6), 5), np.tile(np.arange(6), 5)):
+        metrics = embedding_metrics(alike, order)
+        assert metrics["recall_at_1"] == metrics["recall_at_5"] == 0.0
+        assert metrics["eer"] == pytest.approx(0.5, abs=0.5)  # one threshold: no crossing
+    with pytest.raises(EvaluationError, match="no identity has two of the 3 inputs"):
+        embedding_metrics(np.eye(3), np.array([0, 1, 2]))
+
+
+def test_every_pair_of_at_most_max_inputs_is_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    from predictors.evaluation.scenarios import embedding
+
+    rng = np.random.default_rng(8)
+    vectors, identities = rng.normal(size=(1500, 16)), np.repeat(np.arange(300), 5)
+    # Blocks of rows give what the whole matrix gives.
+    monkeypatch.setattr(embedding, "_BLOCK", 97)
+    blocked = embedding_metrics(vectors, identities)
+    monkeypatch.setattr(embedding, "_BLOCK", 4096)
+    assert embedding_metrics(vectors, identities) == blocked
+    assert blocked["pairs"] == 1500 * 1499 // 2
+    monkeypatch.setattr(embedding, "MAX_INPUTS", 1000)
+    with pytest.raises(EvaluationError, match="every pair of at most 1000 inputs"):
+        embedding_metrics(vectors, identities)

@@ -12,13 +12,15 @@ norm; a vector of norm 0 is refused):
 
 - `recall_at_1`, `recall_at_5` (the headline `top1` and `top5`): of the inputs whose identity
   has another input (`queries`), the share whose 1 or 5 most similar other inputs hold one of
-  that identity;
+  that identity, ties counted against the query (its own identity's input ranked below every
+  other identity's as similar); a split where no identity has two inputs is refused;
 - `eer`: verification over every pair of inputs (`pairs`), a pair accepted where its similarity
   is at least a threshold: the rate at which the false acceptances (pairs of two identities
   accepted) equal the false rejections (pairs of one identity rejected), from scikit-learn's
   ROC curve, linearly interpolated between its two points where the one rate passes the other;
-  `eer_threshold` the similarity there. Null where the split has no pair of one identity or no
-  pair of two.
+  `eer_threshold` the similarity there. Null where the split has no pair of two identities.
+  Every pair is compared, of at most `MAX_INPUTS` inputs, a block of rows of the similarity
+  matrix at a time.
 
 Each input's prediction is its most similar other input's identity: `(class, label,
 similarity)`. What the result keeps of the outputs is each input's vector, divided by its norm.
@@ -26,6 +28,7 @@ similarity)`. What the result keeps of the outputs is each input's vector, divid
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -36,7 +39,15 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import FixedBatches
 
-__all__ = ["Embedding", "embedding_metrics", "equal_error_rate", "unit_vectors"]
+__all__ = [
+    "MAX_INPUTS",
+    "Embedding",
+    "Scan",
+    "embedding_metrics",
+    "equal_error_rate",
+    "scan",
+    "unit_vectors",
+]
 
 RECALL_AT = (1, 5)
 
@@ -58,12 +69,12 @@ def unit_vectors(vectors: np.ndarray) -> np.ndarray:
 
 def equal_error_rate(same: np.ndarray, scores: np.ndarray) -> tuple[float, float] | None:
     """(EER, the score there) of pairs `same` (bool) scored `scores`, higher meaning more alike,
-    from scikit-learn's ROC curve; None without pairs of both kinds."""
+    from scikit-learn's ROC curve (every point kept); None without pairs of both kinds."""
     from sklearn.metrics import roc_curve
 
     if same.all() or not same.any():
         return None
-    false_accept, true_accept, thresholds = roc_curve(same, scores)
+    false_accept, true_accept, thresholds = roc_curve(same, scores, drop_intermediate=False)
     false_reject = 1 - true_accept
     # The first point where false acceptance has reached false rejection (the curve starts at
     # no acceptance, false rejection 1, and ends at every pair accepted, false acceptance 1).
@@ -82,6 +93,54 @@ def equal_error_rate(same: np.ndarray, scores: np.ndarray) -> tuple[float, float
     return float(rate), float(threshold)
 
 
+# The most inputs scored: every pair is compared (33.5 million pairs at this bound).
+MAX_INPUTS = 8192
+# Rows of the similarity matrix held at once.
+_BLOCK = 512
+
+
+@dataclass
+class Scan:
+    """What one pass over the similarity matrix, a block of rows at a time, finds: each
+    input's retrieval hits at each k, its most similar other input and their similarity, and
+    every pair's similarity and whether it is of one identity (i < j)."""
+
+    hits: dict[int, np.ndarray]
+    nearest: np.ndarray
+    nearest_similarity: np.ndarray
+    pair_scores: np.ndarray
+    pair_same: np.ndarray
+
+
+def scan(units: np.ndarray, identities: np.ndarray) -> Scan:
+    """The `Scan` of unit vectors and their identities. A retrieval hit at k counts ties
+    against the query: its most similar input of its own identity is ranked below every
+    other identity's input as similar (so that the order of the split changes nothing)."""
+    n = len(units)
+    hits = {k: np.zeros(n, bool) for k in RECALL_AT}
+    nearest = np.zeros(n, np.int64)
+    nearest_similarity = np.zeros(n, np.float64)
+    scores: list[np.ndarray] = []
+    sames: list[np.ndarray] = []
+    for first in range(0, n, _BLOCK):
+        rows = np.arange(first, min(n, first + _BLOCK))
+        similarity = units[rows] @ units.T
+        own = np.arange(len(rows))
+        similarity[own, rows] = -np.inf
+        same = identities[rows][:, None] == identities[None, :]
+        same[own, rows] = False
+        best_same = np.where(same, similarity, -np.inf).max(axis=1)
+        impostors_ahead = ((similarity >= best_same[:, None]) & ~same).sum(axis=1)
+        for k in RECALL_AT:
+            hits[k][rows] = np.isfinite(best_same) & (impostors_ahead < min(k, n - 1))
+        nearest[rows] = similarity.argmax(axis=1)
+        nearest_similarity[rows] = similarity[own, nearest[rows]]
+        upper = np.arange(n)[None, :] > rows[:, None]
+        scores.append(similarity[upper].astype(np.float32))
+        sames.append(same[upper])
+    return Scan(hits, nearest, nearest_similarity, np.concatenate(scores), np.concatenate(sames))
+
+
 def embedding_metrics(vectors: np.ndarray, identities: np.ndarray) -> dict[str, Any]:
     """The metrics of the module docstring, of each input's vector and identity."""
     units = unit_vectors(vectors)
@@ -89,30 +148,32 @@ def embedding_metrics(vectors: np.ndarray, identities: np.ndarray) -> dict[str, 
     n = len(units)
     if n < 2:
         raise EvaluationError(f"{n} input: embeddings are compared in pairs, so at least two")
-    similarity = units @ units.T
-    np.fill_diagonal(similarity, -np.inf)
+    if n > MAX_INPUTS:
+        raise EvaluationError(
+            f"{n} inputs: embeddings are scored over every pair of at most {MAX_INPUTS} inputs "
+            "(limit the evaluation's inputs)"
+        )
     counts = np.bincount(identities)
     queries = counts[identities] > 1
-    order = np.argsort(-similarity, axis=1, kind="stable")
-    found = {}
-    for k in RECALL_AT:
-        nearest = identities[order[:, : min(k, n - 1)]]
-        hit = (nearest == identities[:, None]).any(axis=1)
-        found[k] = float(hit[queries].mean()) if queries.any() else None
-    upper = np.triu_indices(n, 1)
-    same = (identities[:, None] == identities[None, :])[upper]
-    eer = equal_error_rate(same, similarity[upper])
+    if not queries.any():
+        raise EvaluationError(
+            f"no identity has two of the {n} inputs: retrieval and verification compare inputs "
+            "of one identity with each other"
+        )
+    found = scan(units, identities)
+    recall = {k: float(found.hits[k][queries].mean()) for k in RECALL_AT}
+    eer = equal_error_rate(found.pair_same, found.pair_scores)
     return {
-        "top1": found[1],
-        "top5": found[5],
+        "top1": recall[1],
+        "top5": recall[5],
         "count": n,
-        "recall_at_1": found[1],
-        "recall_at_5": found[5],
+        "recall_at_1": recall[1],
+        "recall_at_5": recall[5],
         "eer": None if eer is None else eer[0],
         "eer_threshold": None if eer is None else eer[1],
         "queries": int(queries.sum()),
         "identities": int((counts > 0).sum()),
-        "pairs": len(same),
+        "pairs": len(found.pair_scores),
         "similarity": "cosine",
         "library": f"scikit-learn {metadata.version('scikit-learn')} (roc_curve)",
     }
@@ -153,12 +214,10 @@ class Embedding(FixedBatches):
         metrics = embedding_metrics(vectors, identities)
         if self.first is None:
             units = unit_vectors(vectors)
-            similarity = units @ units.T
-            np.fill_diagonal(similarity, -np.inf)
-            nearest = similarity.argmax(axis=1)
+            found = scan(units, identities)
             predictions = [
-                [(int(identities[j]), self.labels[int(identities[j])], float(similarity[i, j]))]
-                for i, j in enumerate(nearest)
+                [(int(identities[j]), self.labels[int(identities[j])], float(similarity))]
+                for j, similarity in zip(found.nearest, found.nearest_similarity, strict=True)
             ]
             self.first = FirstPass(units.astype(np.float32), identities, predictions)
         return metrics, len(identities)

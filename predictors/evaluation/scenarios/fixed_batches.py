@@ -421,7 +421,14 @@ class FixedBatches(Scenario):
                     self.report(len(outputs))
                     if record and end - self.streamed_at >= _STREAM_NS:
                         self.add_batch_spans(
-                            batches, marks, streamed, first_index, batch_size, repetition, stage_id
+                            batches,
+                            marks,
+                            streamed,
+                            first_index,
+                            batch_size,
+                            repetition,
+                            stage_id,
+                            inputs,
                         )
                         streamed = len(marks)
                         self.flush()
@@ -443,7 +450,7 @@ class FixedBatches(Scenario):
             )
             if record:
                 self.add_batch_spans(
-                    batches, marks, streamed, first_index, batch_size, repetition, stage_id
+                    batches, marks, streamed, first_index, batch_size, repetition, stage_id, inputs
                 )
             raise
         except PredictorError:
@@ -463,7 +470,7 @@ class FixedBatches(Scenario):
         )
         if record:
             self.add_batch_spans(
-                batches, marks, streamed, first_index, batch_size, repetition, stage_id
+                batches, marks, streamed, first_index, batch_size, repetition, stage_id, inputs
             )
         if perf() - self.streamed_at >= _STREAM_NS:
             self.flush()  # many short loops (passes, stages) stream too

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from predictors.evaluation.base import FirstPass, Setup, Staged
+from predictors.evaluation.base import FirstPass, Setup, Staged, Windowed
 from predictors.evaluation.scenario import LATENCY_ONLY, register
 from predictors.evaluation.scenarios.fixed_batches import FixedBatches
+from predictors.processing import ProcessingError
 from predictors.tasks import data_input_name
 
 # The most values per input of the first output kept for comparisons.
@@ -69,10 +70,16 @@ class LatencyOnly(FixedBatches):
             self.call = every_output
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
-        for batch, outputs in zip(stage.batches, stage_outputs, strict=True):
+        for batch, labels, outputs in zip(stage.batches, stage.labels, stage_outputs, strict=True):
             rows = len(batch)  # the inputs of the call, whatever the output's first axis holds
-            self._counted += rows
             values = np.asarray(outputs)
+            if isinstance(labels, Windowed):  # clips cut into windows: a row per window
+                rows = len(labels)
+                try:
+                    values = self.setup.preprocessor.windowing.combined(values, labels.counts)
+                except (ProcessingError, ValueError):
+                    values = np.zeros(0)  # not a row per window: counted, not kept
+            self._counted += rows
             if values.ndim == 0 or values.shape[0] != rows:
                 if self._misaligned is None:
                     self._misaligned = (tuple(values.shape), rows)
