@@ -288,11 +288,6 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             f"{name}'s output {scored[0].get('name')} is {output_type}{what}; "
             f"{'an' if str(task)[:1] in 'aeiou' else 'a'} {task} model's scored output is {kinds}"
         )
-    elif (data.get("framework") or {}).get("name") == "tensorflow" and len(inputs) > 1:
-        return (
-            f"{name} is a tensorflow model of several inputs; the TensorFlow predictor feeds one "
-            "input (export it to ONNX or TorchScript to run it with its state)"
-        )
     return None
 
 
@@ -373,17 +368,12 @@ def _unsupported_detector(
     name: str, data: Mapping[str, Any], outputs: list[Mapping[str, Any]]
 ) -> str | None:
     """What the detection loop cannot run, past its input (`_image_task_problem`): it reads
-    one output of each type boxes, scores and classes, and not through TensorFlow."""
+    one output of each type boxes, scores and classes, by name (every framework's `run`)."""
     kinds = sorted(str(o.get("type")) for o in outputs)
     if kinds != sorted(DETECTION_OUTPUTS):
         return (
             f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
             "the loop reads exactly one each of boxes, scores and classes"
-        )
-    if (data.get("framework") or {}).get("name") == "tensorflow":
-        return (
-            f"{name} is a tensorflow detector; the TensorFlow predictor reads one output "
-            "(export it to ONNX or TorchScript)"
         )
     return None
 
