@@ -370,10 +370,11 @@ def _unsupported_detector(
     """What the detection loop cannot run, past its input (`_image_task_problem`): it reads
     one output of each type boxes, scores and classes, by name (every framework's `run`)."""
     kinds = sorted(str(o.get("type")) for o in outputs)
-    if kinds != sorted(DETECTION_OUTPUTS):
+    if kinds != sorted(DETECTION_OUTPUTS) and kinds != ["yolo"]:
         return (
             f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
-            "the loop reads exactly one each of boxes, scores and classes"
+            "the loop reads exactly one each of boxes, scores and classes, or one raw yolo "
+            "output it decodes"
         )
     return None
 

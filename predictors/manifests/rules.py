@@ -158,10 +158,21 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
             if entry.get("type") == "ctc":  # a charset, not labels
                 yield from _ctc_problems(data, parameters, ("outputs", index))
                 continue
+            if entry.get("type") == "yolo" and data.get("task") != "object_detection":
+                yield (
+                    ("outputs", index, "type"),
+                    "yolo is a detector's raw output, decoded into its detections: for "
+                    f"object_detection models; this is a {data.get('task')} model",
+                )
             if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
                 yield from _labels_problems(parameters, ("outputs", index, "parameters"))
                 for key, task, what in _TASK_PARAMETERS:
-                    if key in parameters and data.get("task") != task:
+                    # A yolo output's layout is its own (its candidates' axis).
+                    if (
+                        key in parameters
+                        and data.get("task") != task
+                        and entry.get("type") != "yolo"
+                    ):
                         yield (
                             ("outputs", index, "parameters", key),
                             f"is read for {task} models only ({what}); this is a "

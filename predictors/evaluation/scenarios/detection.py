@@ -3,7 +3,9 @@ pycocotools computes it.
 
 The loop is `FixedBatches`' (staged batches timed back to back, warm-up, repetitions, spans),
 with each call feeding the image input and reading the three outputs the manifest declares:
-`boxes` (N, K, 4), `scores` (N, K) and `classes` (N, K), the model's K detections per image.
+`boxes` (N, K, 4), `scores` (N, K) and `classes` (N, K), the model's K detections per image;
+or its one raw output of type `yolo`, decoded here (score threshold, non-maximum suppression,
+`predictors.processing.yolo`), its boxes clipped to each image once mapped back to it.
 A detector of dynamic input size (no `resize_size`, or `resize_side` and `pad` to multiples) is
 timed at each image's own size; the result says which sizes ran (`input_sizes`).
 
@@ -32,6 +34,7 @@ from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import PerImage
 from predictors.manifests import Manifest
 from predictors.processing import ProcessingError
+from predictors.processing.yolo import YoloDecoder
 from predictors.tasks import data_input_name
 
 # COCOeval's `stats`, by name.
@@ -152,10 +155,20 @@ class Detections(PerImage):
     def configure(self) -> None:
         super().configure()
         outputs = output_names(self.model)
-        self.names = [str(outputs[kind]["name"]) for kind in ("boxes", "scores", "classes")]
-        boxes = outputs["boxes"]["parameters"]
-        self.box_format, self.box_units = str(boxes["format"]), str(boxes["units"])
-        self.min_score = float(outputs["scores"]["parameters"]["min_score"])
+        # A YOLO-style raw output, decoded here (`predictors.processing.yolo`), its boxes
+        # clipped to each image; or the model's own three outputs.
+        self.decoder: YoloDecoder | None = None
+        if "yolo" in outputs:
+            parameters = outputs["yolo"]["parameters"]
+            self.decoder = YoloDecoder.of(parameters)
+            self.names = [str(outputs["yolo"]["name"])]
+            self.box_format, self.box_units = "xyxy", self.decoder.units
+            self.min_score = self.decoder.score_threshold
+        else:
+            self.names = [str(outputs[kind]["name"]) for kind in ("boxes", "scores", "classes")]
+            boxes = outputs["boxes"]["parameters"]
+            self.box_format, self.box_units = str(boxes["format"]), str(boxes["units"])
+            self.min_score = float(outputs["scores"]["parameters"]["min_score"])
         feed, names, run = data_input_name(self.model.data), self.names, self.predictor.run
         self.call = lambda batch: run({feed: batch}, names)
         self.detections: list[np.ndarray] = []
@@ -184,7 +197,13 @@ class Detections(PerImage):
             stage.batches, stage.labels, stage.images, stage_outputs, strict=True
         ):
             self._shapes.add(tuple(batch.shape[1:]))
-            boxes, scores, classes = (np.asarray(o) for o in outputs)
+            if self.decoder is not None:
+                try:
+                    boxes, scores, classes = self.decoder.decode(outputs[0], len(self.labels))
+                except ProcessingError as error:
+                    raise EvaluationError(f"{self.what}'s yolo output: {error}") from error
+            else:
+                boxes, scores, classes = (np.asarray(o) for o in outputs)
             if (
                 boxes.ndim != 3
                 or boxes.shape[-1] != 4
@@ -213,11 +232,14 @@ class Detections(PerImage):
                 xywh[:, 1] = (xywh[:, 1] - top) * scale_y
                 xywh[:, 2] *= scale_x
                 xywh[:, 3] *= scale_y
+                size = _image_size(encoded)
+                if self.decoder is not None:
+                    xywh = _clipped(xywh, size)
                 found = np.column_stack(
                     [xywh, scores[index][keep], classes[index][keep].astype(np.float64)]
                 )
                 self._found.append(found[np.argsort(-found[:, 4], kind="stable")])
-                self._sizes.append(_image_size(encoded))
+                self._sizes.append(size)
             self._annotations.extend(truth)
 
     def score(self) -> tuple[dict[str, Any], int]:
@@ -246,6 +268,16 @@ class Detections(PerImage):
                 "largest": list(max(shapes, key=math.prod)),
             }
         }
+
+
+def _clipped(xywh: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """[x, y, width, height] boxes clipped to an image of `size` (height, width)."""
+    height, width = size
+    x1 = np.clip(xywh[:, 0], 0, width)
+    y1 = np.clip(xywh[:, 1], 0, height)
+    x2 = np.clip(xywh[:, 0] + xywh[:, 2], 0, width)
+    y2 = np.clip(xywh[:, 1] + xywh[:, 3], 0, height)
+    return np.column_stack([x1, y1, x2 - x1, y2 - y1])
 
 
 def _image_size(encoded: bytes) -> tuple[int, int]:

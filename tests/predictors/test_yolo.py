@@ -1,0 +1,186 @@
+"""A YOLO-style detector's raw output (type yolo) decoded by the loop: score threshold,
+non-maximum suppression by OpenCV class by class or across classes, objectness, logits, both
+layouts, the best kept; checked on candidates worked by hand, and end to end on a Keras head
+whose candidates are known (an exact box, a near duplicate NMS suppresses, and a box past the
+image's edges, clipped to it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from predictors import manifests
+from predictors.manifests.rules import validate
+from predictors.processing import ProcessingError
+from predictors.processing.yolo import YoloDecoder
+from predictors.tasks import unsupported
+from tests.predictors.conftest import RunEvaluation
+from tests.predictors.test_tf_by_name import SIDE, _dataset, _images, _manifest
+
+pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
+
+PARAMETERS = {
+    "layout": "anchors_first",
+    "box_format": "cxcywh",
+    "units": "pixels",
+    "score_threshold": 0.25,
+    "iou_threshold": 0.5,
+}
+# Candidates (cx, cy, w, h, score of class 0, score of class 1), worked by hand: A; B overlaps
+# A by IoU 56/72 = 0.78 in A's class (suppressed by A); C is B's box in class 1 (kept class
+# by class); D scores under the threshold.
+CANDIDATES = np.array(
+    [
+        [10, 10, 8, 8, 0.9, 0.0],
+        [11, 10, 8, 8, 0.8, 0.0],
+        [11, 10, 8, 8, 0.0, 0.7],
+        [30, 30, 4, 4, 0.1, 0.0],
+    ],
+    np.float32,
+)
+
+
+def test_candidates_worked_by_hand() -> None:
+    boxes, scores, classes = YoloDecoder.of(PARAMETERS).decode(CANDIDATES[None], 2)
+    assert scores[0].tolist() == pytest.approx([0.9, 0.7])
+    assert classes[0].tolist() == [0, 1]
+    np.testing.assert_allclose(boxes[0], [[6, 6, 14, 14], [7, 6, 15, 14]])
+    # Across classes, C goes with B; at IoU 0.8, B stays.
+    _, scores, _ = YoloDecoder.of({**PARAMETERS, "class_agnostic": True}).decode(
+        CANDIDATES[None], 2
+    )
+    assert scores[0].tolist() == pytest.approx([0.9])
+    _, scores, _ = YoloDecoder.of({**PARAMETERS, "iou_threshold": 0.8}).decode(CANDIDATES[None], 2)
+    assert scores[0].tolist() == pytest.approx([0.9, 0.8, 0.7])
+    # The same in the other layout; the best one only; an image with nothing is padding.
+    first = YoloDecoder.of({**PARAMETERS, "layout": "channels_first", "max_detections": 1})
+    batch = np.stack([CANDIDATES, np.zeros_like(CANDIDATES)])
+    boxes, scores, classes = first.decode(np.swapaxes(batch, 1, 2), 2)
+    np.testing.assert_allclose(scores, [[0.9], [-1.0]], rtol=1e-6)
+    # Objectness multiplies (0.5 x 0.9 passes, 0.5 x 0.7 does not at 0.4); logits go through
+    # a sigmoid.
+    with_objectness = np.insert(CANDIDATES, 4, 0.5, axis=1)
+    _, scores, _ = YoloDecoder.of(
+        {**PARAMETERS, "objectness": True, "score_threshold": 0.4}
+    ).decode(with_objectness[None], 2)
+    assert scores[0].tolist() == pytest.approx([0.45])
+    logits = CANDIDATES.copy()
+    logits[:, 4:] = np.log(CANDIDATES[:, 4:] + 1e-9) - np.log(1 - CANDIDATES[:, 4:] + 1e-9)
+    _, scores, _ = YoloDecoder.of({**PARAMETERS, "scores": "logits"}).decode(logits[None], 2)
+    assert scores[0].tolist() == pytest.approx([0.9, 0.7], abs=1e-6)
+    with pytest.raises(ProcessingError, match="check the output's layout, objectness and labels"):
+        YoloDecoder.of(PARAMETERS).decode(CANDIDATES[None], 3)
+
+
+def _head(path: Path, width: float) -> None:
+    """A Keras head of three candidates a square: its exact box (0.9), the box one pixel to
+    the right (0.85, suppressed by the exact one at IoU 0.5), and a box `width` wide centred on
+    the square, past the image's edges (0.3), channels first."""
+    import keras
+    from keras import ops
+
+    image = keras.Input((SIDE, SIDE, 3), name="image")
+    bright = ops.cast(ops.max(image, axis=-1) > 0.5, "float32")
+    rows, columns = ops.max(bright, axis=2), ops.max(bright, axis=1)
+    index = ops.cast(ops.arange(SIDE), "float32")
+
+    def extent(present: Any) -> tuple[Any, Any]:
+        return (
+            ops.min(ops.where(present > 0, index, SIDE), axis=1),
+            ops.max(ops.where(present > 0, index + 1, 0.0), axis=1),
+        )
+
+    y1, y2 = extent(rows)
+    x1, x2 = extent(columns)
+    cx, cy, w, h = (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
+    one = ops.ones_like(cx)
+    exact = ops.stack([cx, cy, w, h, one * 0.9], axis=1)
+    shifted = ops.stack([cx + 1, cy, w, h, one * 0.85], axis=1)
+    wide = ops.stack([cx, cy, one * width, one * width, one * 0.3], axis=1)
+    head = ops.stack([exact, shifted, wide], axis=2)  # (N, 5, 3)
+    keras.Model(image, keras.layers.Identity(name="output0")(head)).save(path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> None:
+    from predictors.frameworks.tensorflow import _apply_threads
+
+    _apply_threads(1)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def evaluation_defaults() -> dict[str, Any]:
+    return {"threads": 1, "repeat": 1}
+
+
+def _yolo_manifest(name: str, **changes: Any) -> manifests.Manifest:
+    data = dict(_manifest(name).data)
+    data["outputs"] = [
+        {
+            "name": "output0",
+            "type": "yolo",
+            "parameters": {
+                **PARAMETERS,
+                "layout": "channels_first",
+                "labels": ["square"],
+                **changes,
+            },
+        }
+    ]
+    return manifests.load(yaml.safe_dump(data), kind="model")
+
+
+def test_a_raw_yolo_head_is_decoded_suppressed_and_clipped(
+    store: Path, run_evaluation: RunEvaluation
+) -> None:
+    images, boxes = _images(24)
+    dataset = _dataset(store, images, boxes)
+    folder = store / "models/square-head/1.0.0"
+    folder.mkdir(parents=True)
+    _head(folder / "square-head.keras", width=3 * SIDE)
+    model = _yolo_manifest("square-head")
+    assert unsupported(model.data) is None
+    evaluation = run_evaluation(model, framework="tensorflow", dataset=dataset, batch_sizes=(1, 8))
+    accuracy = evaluation.result["accuracy"]
+    # The exact box first in every image: mAP 1; the duplicate suppressed, the wide box kept.
+    assert accuracy["map"] == pytest.approx(1.0)
+    assert accuracy["detections"] == 2 * 24
+    assert evaluation.detections is not None
+    for found in evaluation.detections:
+        wide = found[found[:, 4] < 0.5][0]
+        assert wide[:4].tolist() == [0.0, 0.0, SIDE, SIDE]  # clipped to the 32 x 32 image
+    # Suppressing only above IoU 0.95 lets the duplicate through (its IoU with the exact box
+    # is (w - 1) / (w + 1), at most 0.875 for these squares): three a square.
+    loose = _yolo_manifest("square-head", iou_threshold=0.95)
+    evaluation = run_evaluation(loose, framework="tensorflow", dataset=dataset, batch_sizes=(8,))
+    assert evaluation.result["accuracy"]["detections"] == 3 * 24
+
+
+def test_a_yolo_output_is_a_detectors_only() -> None:
+    data = dict(_yolo_manifest("square-head").data)
+    assert validate(data, "model", {}) == []
+    problems = {
+        p["path"]: p["message"] for p in validate({**data, "task": "regression"}, "model", {})
+    }
+    assert "for object_detection models" in problems["outputs.0.type"], problems
+    missing = dict(data)
+    missing["outputs"] = [
+        {
+            **data["outputs"][0],
+            "parameters": {
+                k: v for k, v in data["outputs"][0]["parameters"].items() if k != "iou_threshold"
+            },
+        }
+    ]
+    problems = {p["path"]: p["message"] for p in validate(missing, "model", {})}
+    assert any("iou_threshold" in message for message in problems.values()), problems
