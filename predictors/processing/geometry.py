@@ -19,7 +19,7 @@ from predictors.processing.parameters import (
 )
 
 # Optional geometry steps: absent or null leaves them out (every key inside them is required).
-OPTIONAL_IMAGE_PARAMETERS = ("resize_side", "pad")
+OPTIONAL_IMAGE_PARAMETERS = ("resize_side", "pad", "pad_square")
 _SIDES = ("shorter", "longer", "height", "width")
 _ROUNDINGS = ("up", "down", "half_even", "half_up")
 _PAD_POSITIONS = ("top_left", "center")
@@ -191,6 +191,37 @@ class Pad:
         padded[...] = self.value
         padded[top : top + height, left : left + width] = values
         return padded
+
+
+class PadSquare:
+    """`pad_square`: before the resize, pad the decoded image (bytes) to a square of its
+    longer side with one byte value, the image at `position`."""
+
+    def __init__(self, position: str, value: int) -> None:
+        self.position, self.value = position, value
+
+    def placed(self, height: int, width: int) -> tuple[int, int, int]:
+        """(side, top, left): the square, and where an image of `height` x `width` sits in
+        it."""
+        side = max(height, width)
+        if self.position != "center":
+            return side, 0, 0
+        return side, (side - height) // 2, (side - width) // 2
+
+
+def parse_pad_square(value: Any) -> PadSquare | None:
+    if value is None:
+        return None
+    _step_keys(value, "pad_square", ("position", "value"))
+    position = choice(value, "position", _PAD_POSITIONS, prefix="pad_square.")
+    filler = value["value"]
+    if isinstance(filler, bool) or not isinstance(filler, int) or not 0 <= filler <= 255:
+        raise ProcessingError(
+            f"input parameter 'pad_square.value' must be a byte value from 0 to 255; got "
+            f"{filler!r}",
+            parameter="pad_square.value",
+        )
+    return PadSquare(position, filler)
 
 
 def parse_pad(value: Any, channels: int, element_type: str) -> Pad | None:

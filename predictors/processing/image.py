@@ -30,7 +30,12 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from predictors.processing.geometry import OPTIONAL_IMAGE_PARAMETERS, parse_pad, parse_resize_side
+from predictors.processing.geometry import (
+    OPTIONAL_IMAGE_PARAMETERS,
+    parse_pad,
+    parse_pad_square,
+    parse_resize_side,
+)
 from predictors.processing.parameters import (
     ELEMENT_TYPES,
     ProcessingError,
@@ -186,6 +191,7 @@ class ImagePreprocessor:
         self.std = per_channel(parameters, "std", self.channels, positive=True)
         self._table = self._lookup_table()
         self.pad = parse_pad(parameters.get("pad"), self.channels, self.element_type)
+        self.pad_square = parse_pad_square(parameters.get("pad_square"))
 
     def _lookup_table(self) -> np.ndarray:
         """table[c, v] is the model input value for byte v in channel c."""
@@ -225,6 +231,12 @@ class ImagePreprocessor:
         mode = "L" if self.color_mode == "GRAY" else "RGB"
         if image.mode != mode:
             image = image.convert(mode)
+        if self.pad_square is not None:
+            side, top, left = self.pad_square.placed(image.height, image.width)
+            value = self.pad_square.value
+            square = Image.new(mode, (side, side), value if mode == "L" else (value,) * 3)
+            square.paste(image, (left, top))
+            image = square
         resized = self._resized_size(image.height, image.width)
         if resized is not None:
             image = image.resize(
@@ -248,6 +260,18 @@ class ImagePreprocessor:
             pixels = cv2.cvtColor(pixels, cv2.COLOR_BGR2GRAY)
         elif self.color_mode == "RGB":
             pixels = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+        if self.pad_square is not None:
+            height, width = pixels.shape[:2]
+            side, top, left = self.pad_square.placed(height, width)
+            pixels = cv2.copyMakeBorder(
+                pixels,
+                top,
+                side - height - top,
+                left,
+                side - width - left,
+                cv2.BORDER_CONSTANT,
+                value=(self.pad_square.value,) * 3,
+            )
         resized = self._resized_size(pixels.shape[0], pixels.shape[1])
         if resized is not None:
             pixels = cv2.resize(
@@ -298,11 +322,11 @@ class ImagePreprocessor:
             values = values.transpose(2, 0, 1)
         return np.ascontiguousarray(values)
 
-    def to_image(self, encoded: bytes) -> tuple[float, float, int, int]:
+    def to_image(self, encoded: bytes) -> tuple[float, float, float, float]:
         """How a point of the model input maps back to the image `encoded` (for a detector's
         boxes): (scale_x, scale_y, left, top), the point (x, y) of the input being
-        ((x - left) * scale_x, (y - top) * scale_y) in the image's pixels. Through a resize
-        and a padding; a crop cannot be undone, and is refused."""
+        ((x - left) * scale_x, (y - top) * scale_y) in the image's pixels. Through a padding
+        to a square, a resize and a padding; a crop cannot be undone, and is refused."""
         if self.crop_size is not None or (self.keep_aspect_ratio and self.resize_size is not None):
             raise ProcessingError(
                 "boxes in the input cannot be mapped back to an image that was cropped",
@@ -313,9 +337,16 @@ class ImagePreprocessor:
                 width, height = image.size
         except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
             raise ProcessingError(f"Pillow cannot read the image's size: {exc}") from exc
-        resized_h, resized_w = self._resized_size(height, width) or (height, width)
+        before = (height, width)  # the size the resize takes
+        square_top = square_left = 0
+        if self.pad_square is not None:
+            side, square_top, square_left = self.pad_square.placed(height, width)
+            before = (side, side)
+        resized_h, resized_w = self._resized_size(*before) or before
         top, left = self.pad.offset(resized_h, resized_w) if self.pad is not None else (0, 0)
-        return width / resized_w, height / resized_h, left, top
+        scale_y, scale_x = before[0] / resized_h, before[1] / resized_w
+        # The square's own padding, in the input's pixels, moves the origin further.
+        return scale_x, scale_y, left + square_left / scale_x, top + square_top / scale_y
 
     def batch(self, images: Sequence[bytes]) -> np.ndarray:
         """A batch: NCHW or NHWC. All images must come out the same size."""

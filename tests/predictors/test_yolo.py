@@ -184,3 +184,53 @@ def test_a_yolo_output_is_a_detectors_only() -> None:
     ]
     problems = {p["path"]: p["message"] for p in validate(missing, "model", {})}
     assert any("iou_threshold" in message for message in problems.values()), problems
+
+
+@pytest.mark.parametrize("decoder", ["pillow", "opencv"])
+def test_pad_then_resize_is_padding_to_a_square_before_the_resize(decoder: str) -> None:
+    """A 200x100 image padded to a 200x200 square of gray 114 (centred: 50 rows above), then
+    resized to 64x64: the pixels are those of the square resized, and a box maps back."""
+    import io
+
+    import cv2
+    from PIL import Image
+
+    from predictors.processing import ImagePreprocessor
+
+    rng = np.random.default_rng(13)
+    pixels = rng.integers(0, 256, (100, 200, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    square = np.full((200, 200, 3), 114, np.uint8)
+    square[50:150] = pixels
+    parameters = {
+        "decoder": decoder,
+        "jpeg_dct_method": "islow",
+        "color_mode": "RGB",
+        "layout": "NHWC",
+        "resize_method": "bilinear",
+        "resize_size": [64, 64],
+        "keep_aspect_ratio": False,
+        "crop_method": "none",
+        "crop_size": None,
+        "element_type": "float32",
+        "normalization_order": "convert_then_normalize",
+        "scale": 1.0,
+        "mean": [0.0, 0.0, 0.0],
+        "std": [1.0, 1.0, 1.0],
+        "pad_square": {"position": "center", "value": 114},
+    }
+    preprocessor = ImagePreprocessor(parameters)
+    made = preprocessor(buffer.getvalue())
+    if decoder == "pillow":
+        expected = np.asarray(Image.fromarray(square).resize((64, 64), Image.Resampling.BILINEAR))
+    else:
+        expected = cv2.resize(square, (64, 64), interpolation=cv2.INTER_LINEAR)
+    np.testing.assert_array_equal(made, expected.astype(np.float32))
+    # The input's (0, 16) is the image's top-left corner; (64, 48) its bottom-right.
+    scale_x, scale_y, left, top = preprocessor.to_image(buffer.getvalue())
+    assert (scale_x, scale_y, left, top) == (200 / 64, 200 / 64, 0.0, 16.0)
+    assert ((64 - left) * scale_x, (48 - top) * scale_y) == (200.0, 100.0)
+    with pytest.raises(ProcessingError, match="pad_square.value") as raised:
+        ImagePreprocessor({**parameters, "pad_square": {"position": "center", "value": 300}})
+    assert raised.value.parameter == "pad_square.value"

@@ -148,6 +148,8 @@ class Segmentation(PerImage):
         if predicted.shape != input_size:
             classes = classes.resize((input_size[1], input_size[0]), Image.Resampling.NEAREST)
         resized_w, resized_h = round(width / scale_x), round(height / scale_y)
+        # The image's place in the input (a padding to a square first leaves it off the grid).
+        left, top = round(left), round(top)
         classes = classes.crop((left, top, left + resized_w, top + resized_h))
         if (resized_h, resized_w) != (height, width):
             classes = classes.resize((width, height), Image.Resampling.NEAREST)
