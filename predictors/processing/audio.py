@@ -37,6 +37,8 @@ _KNOWN = (*PARAMETERS, "context")
 MAX_CLIP_SECONDS = 3600
 MAX_CHANNELS = 64
 MAX_SAMPLE_RATE = 768_000
+# The most samples (of every channel) one clip decodes to: an hour of stereo at 48 kHz.
+MAX_DECODED_SAMPLES = MAX_CLIP_SECONDS * 48_000 * 2
 
 
 def clip_info(encoded: bytes) -> tuple[int, int]:
@@ -100,7 +102,15 @@ class AudioPreprocessor:
         except (RuntimeError, soundfile.LibsndfileError, TypeError) as exc:
             raise ProcessingError(f"the clip cannot be read as audio: {exc}") from None
         if info.frames > MAX_CLIP_SECONDS * info.samplerate:
-            raise ProcessingError(f"the clip is longer than {MAX_CLIP_SECONDS} seconds")
+            raise ProcessingError(
+                f"the clip is longer than {MAX_CLIP_SECONDS} seconds, or does not say how long "
+                "it is"
+            )
+        if info.frames * info.channels > MAX_DECODED_SAMPLES:
+            raise ProcessingError(
+                f"the clip holds {info.frames * info.channels:,} samples ({info.channels} "
+                f"channels of {info.frames:,}); at most {MAX_DECODED_SAMPLES:,} are decoded"
+            )
         if info.channels > MAX_CHANNELS or info.samplerate > MAX_SAMPLE_RATE:
             raise ProcessingError(
                 f"the clip has {info.channels} channels at {info.samplerate} Hz; clips of at "

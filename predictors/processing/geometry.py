@@ -20,6 +20,8 @@ from predictors.processing.parameters import (
 
 # Optional geometry steps: absent or null leaves them out (every key inside them is required).
 OPTIONAL_IMAGE_PARAMETERS = ("resize_side", "pad", "pad_square")
+# The most pixels pad_square makes (Pillow's own bound on a decoded image).
+MAX_SQUARE_PIXELS = 89_478_485
 _SIDES = ("shorter", "longer", "height", "width")
 _ROUNDINGS = ("up", "down", "half_even", "half_up")
 _PAD_POSITIONS = ("top_left", "center")
@@ -202,8 +204,14 @@ class PadSquare:
 
     def placed(self, height: int, width: int) -> tuple[int, int, int]:
         """(side, top, left): the square, and where an image of `height` x `width` sits in
-        it."""
+        it; ProcessingError where the square would pass MAX_SQUARE_PIXELS."""
         side = max(height, width)
+        if side * side > MAX_SQUARE_PIXELS:
+            raise ProcessingError(
+                f"pad_square would make a {height}x{width} image a {side}x{side} square, more "
+                f"than {MAX_SQUARE_PIXELS:,} pixels",
+                parameter="pad_square",
+            )
         if self.position != "center":
             return side, 0, 0
         return side, (side - height) // 2, (side - width) // 2

@@ -8,7 +8,8 @@ its classes' scores, `(N, 4 + C, A)` (`layout: channels_first`, as YOLOv8 export
 
 - each candidate's score is its best class's score (times its objectness), its class that
   class; `scores: logits` puts each through a sigmoid first;
-- candidates under `score_threshold` are dropped;
+- candidates under `score_threshold`, and boxes of no width or height, are dropped (of the
+  rest, the `MAX_CANDIDATES` best go on);
 - non-maximum suppression by OpenCV (`cv2.dnn.NMSBoxesBatched`, class by class; or
   `cv2.dnn.NMSBoxes` over all classes with `class_agnostic: true`) at `iou_threshold`;
 - the `max_detections` best are kept, best first.
@@ -28,6 +29,11 @@ import numpy as np
 from predictors.processing.parameters import ProcessingError
 
 __all__ = ["YOLO_KEYS", "YoloDecoder"]
+
+# The most values a batch's raw output may hold, and the best candidates of an image that go
+# into the suppression (as Ultralytics keeps 30,000).
+MAX_VALUES = 64 * 1024 * 1024
+MAX_CANDIDATES = 30_000
 
 YOLO_KEYS = (
     "layout",
@@ -73,7 +79,13 @@ class YoloDecoder:
 
     def candidates(self, raw: Any, classes: int) -> np.ndarray:
         """(N, A, 4 + [1] + C) of a raw output, checked against the number of classes."""
-        values = np.asarray(raw, dtype=np.float32)
+        values = np.asarray(raw)
+        if values.size > MAX_VALUES:
+            raise ProcessingError(
+                f"a yolo output of shape {values.shape} holds more than {MAX_VALUES:,} values",
+                parameter="layout",
+            )
+        values = values.astype(np.float32, copy=False)
         if values.ndim != 3:
             raise ProcessingError(
                 f"a yolo output is (N, 4 + C, A) or (N, A, 4 + C); the model gives shape "
@@ -112,7 +124,18 @@ class YoloDecoder:
                 if self.logits:
                     objectness = 1.0 / (1.0 + np.exp(-objectness))
                 scores = scores * objectness
-            keep = np.flatnonzero((scores >= self.score_threshold) & np.isfinite(boxes).all(1))
+            # A box of no width or height (or inverted) is no detection.
+            sized = (
+                (boxes[:, 2] > 0) & (boxes[:, 3] > 0)
+                if self.box_format == "cxcywh"
+                else (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+            )
+            keep = np.flatnonzero(
+                (scores >= self.score_threshold) & np.isfinite(boxes).all(1) & sized
+            )
+            if len(keep) > MAX_CANDIDATES:  # the best only go into the suppression
+                best = np.argpartition(-scores[keep], MAX_CANDIDATES - 1)[:MAX_CANDIDATES]
+                keep = keep[best]
             boxes, scores, kinds = boxes[keep], scores[keep], kinds[keep]
             xywh = (
                 np.stack(
@@ -136,10 +159,11 @@ class YoloDecoder:
                 )
             )
             if len(keep):
+                # Filtered above already: OpenCV keeps scores strictly above its threshold.
                 arguments = (
                     xywh.tolist(),
                     scores.tolist(),
-                    self.score_threshold,
+                    float(np.nextafter(np.float32(self.score_threshold), np.float32(-1.0))),
                     self.iou_threshold,
                 )
                 chosen = (

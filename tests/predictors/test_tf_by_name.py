@@ -97,6 +97,8 @@ def _manifest(name: str) -> manifests.Manifest:
     parameters.update(layout="NHWC", mean=[0.0] * 3, std=[1.0] * 3, pad=None)
     data["outputs"][1]["parameters"]["min_score"] = 0.5
     data["outputs"][2]["parameters"]["labels"] = LABELS
+    # Declared in another order than the model gives them: they are read by name.
+    data["outputs"] = [data["outputs"][2], data["outputs"][0], data["outputs"][1]]
     data["model"] = {"graph_path": f"repo://models/{name}/1.0.0/{name}.keras", "format": "keras"}
     data["attributes"] = {"trained": True}
     return manifests.load(yaml.safe_dump(data), kind="model")

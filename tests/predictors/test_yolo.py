@@ -75,9 +75,28 @@ def test_candidates_worked_by_hand() -> None:
     assert scores[0].tolist() == pytest.approx([0.9, 0.7], abs=1e-6)
     with pytest.raises(ProcessingError, match="check the output's layout, objectness and labels"):
         YoloDecoder.of(PARAMETERS).decode(CANDIDATES[None], 3)
+    # A score right at the threshold stays; a box of no width, or inverted, is none.
+    at = np.array([[10, 10, 8, 8, 0.25, 0.0], [20, 20, 0, 8, 0.9, 0.0]], np.float32)
+    _, scores, _ = YoloDecoder.of(PARAMETERS).decode(at[None], 2)
+    assert scores[0].tolist() == pytest.approx([0.25])
+    inverted = np.array([[14, 14, 6, 6, 0.9, 0.0], [5, 5, 10, 10, 0.8, 0.0]], np.float32)
+    boxes, scores, _ = YoloDecoder.of({**PARAMETERS, "box_format": "xyxy"}).decode(
+        inverted[None], 2
+    )
+    assert scores[0].tolist() == pytest.approx([0.8]) and boxes[0, 0].tolist() == [5, 5, 10, 10]
+    # At most MAX_CANDIDATES go into the suppression: the best of them.
+    from predictors.processing import yolo
+
+    many = np.zeros((40_000, 6), np.float32)
+    many[:, 0] = np.arange(40_000) * 10.0  # far apart: none suppresses another
+    many[:, 2:4] = 4
+    many[:, 4] = np.linspace(0.3, 0.9, 40_000)
+    _, scores, _ = YoloDecoder.of({**PARAMETERS, "max_detections": 100_000}).decode(many[None], 2)
+    assert (scores[0] > 0).sum() == yolo.MAX_CANDIDATES
+    assert scores[0].min() >= np.sort(many[:, 4])[-yolo.MAX_CANDIDATES]
 
 
-def _head(path: Path, width: float) -> None:
+def _head(path: Path, width: float, normalized: bool = False) -> None:
     """A Keras head of three candidates a square: its exact box (0.9), the box one pixel to
     the right (0.85, suppressed by the exact one at IoU 0.5), and a box `width` wide centred on
     the square, past the image's edges (0.3), channels first."""
@@ -103,6 +122,8 @@ def _head(path: Path, width: float) -> None:
     shifted = ops.stack([cx + 1, cy, w, h, one * 0.85], axis=1)
     wide = ops.stack([cx, cy, one * width, one * width, one * 0.3], axis=1)
     head = ops.stack([exact, shifted, wide], axis=2)  # (N, 5, 3)
+    if normalized:  # boxes as fractions of the input's width and height
+        head = ops.concatenate([head[:, :4] / SIDE, head[:, 4:]], axis=1)
     keras.Model(image, keras.layers.Identity(name="output0")(head)).save(path)
 
 
@@ -164,6 +185,16 @@ def test_a_raw_yolo_head_is_decoded_suppressed_and_clipped(
     loose = _yolo_manifest("square-head", iou_threshold=0.95)
     evaluation = run_evaluation(loose, framework="tensorflow", dataset=dataset, batch_sizes=(8,))
     assert evaluation.result["accuracy"]["detections"] == 3 * 24
+    # The same head giving fractions of the input: the same detections.
+    folder = store / "models/square-fractions/1.0.0"
+    folder.mkdir(parents=True)
+    _head(folder / "square-fractions.keras", width=3 * SIDE, normalized=True)
+    fractions = _yolo_manifest("square-fractions", units="normalized")
+    evaluation = run_evaluation(
+        fractions, framework="tensorflow", dataset=dataset, batch_sizes=(8,)
+    )
+    assert evaluation.result["accuracy"]["map"] == pytest.approx(1.0)
+    assert evaluation.result["accuracy"]["detections"] == 2 * 24
 
 
 def test_a_yolo_output_is_a_detectors_only() -> None:
@@ -234,3 +265,30 @@ def test_pad_then_resize_is_padding_to_a_square_before_the_resize(decoder: str) 
     with pytest.raises(ProcessingError, match="pad_square.value") as raised:
         ImagePreprocessor({**parameters, "pad_square": {"position": "center", "value": 300}})
     assert raised.value.parameter == "pad_square.value"
+    # With a resize by the longer side and a padding after it too: a 300x100 image, squared
+    # (100 rows above), its longer side to 60, padded centred to 80x100 (10 rows, 20 columns).
+    wide = io.BytesIO()
+    Image.fromarray(np.zeros((100, 300, 3), np.uint8)).save(wide, format="PNG")
+    both = ImagePreprocessor(
+        {
+            **parameters,
+            "resize_size": None,
+            "resize_side": {
+                "side": "longer",
+                "size": 60,
+                "max_size": None,
+                "multiple_of": 1,
+                "rounding": "half_even",
+            },
+            "pad": {"size": [80, 100], "multiple_of": None, "position": "center", "value": 0.0},
+        }
+    )
+    scale_x, scale_y, left, top = both.to_image(wide.getvalue())
+    assert (scale_x, scale_y, left, top) == (5.0, 5.0, 20.0, 30.0)
+    assert ((left + 60 - left) * scale_x, (top + 20 - top) * scale_y) == (300.0, 100.0)
+    assert both(wide.getvalue()).shape == (80, 100, 3)
+    # A square past Pillow's bound on a decoded image is refused before it is made.
+    from predictors.processing.geometry import PadSquare
+
+    with pytest.raises(ProcessingError, match="more than 89,478,485 pixels"):
+        PadSquare("center", 114).placed(10, 10_000)

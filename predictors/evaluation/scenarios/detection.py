@@ -233,11 +233,13 @@ class Detections(PerImage):
                 xywh[:, 2] *= scale_x
                 xywh[:, 3] *= scale_y
                 size = _image_size(encoded)
-                if self.decoder is not None:
-                    xywh = _clipped(xywh, size)
                 found = np.column_stack(
                     [xywh, scores[index][keep], classes[index][keep].astype(np.float64)]
                 )
+                if self.decoder is not None:
+                    # Clipped to the image; a box wholly outside it (in a padding) is none.
+                    found[:, :4] = _clipped(xywh, size)
+                    found = found[(found[:, 2] > 0) & (found[:, 3] > 0)]
                 self._found.append(found[np.argsort(-found[:, 4], kind="stable")])
                 self._sizes.append(size)
             self._annotations.extend(truth)

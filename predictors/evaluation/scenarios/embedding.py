@@ -141,18 +141,29 @@ def scan(units: np.ndarray, identities: np.ndarray) -> Scan:
     return Scan(hits, nearest, nearest_similarity, np.concatenate(scores), np.concatenate(sames))
 
 
-def embedding_metrics(vectors: np.ndarray, identities: np.ndarray) -> dict[str, Any]:
-    """The metrics of the module docstring, of each input's vector and identity."""
+def too_many(count: int) -> str | None:
+    """Why `count` inputs cannot be scored as embeddings, or None."""
+    if count > MAX_INPUTS:
+        return (
+            f"{count} inputs: embeddings are scored over every pair of at most {MAX_INPUTS} "
+            "inputs (limit the evaluation's inputs)"
+        )
+    return None
+
+
+def embedding_metrics(
+    vectors: np.ndarray, identities: np.ndarray, found: Scan | None = None
+) -> dict[str, Any]:
+    """The metrics of the module docstring, of each input's vector and identity (`found`:
+    their `scan`, where it is made already)."""
     units = unit_vectors(vectors)
     identities = np.asarray(identities, np.int64)
     n = len(units)
     if n < 2:
         raise EvaluationError(f"{n} input: embeddings are compared in pairs, so at least two")
-    if n > MAX_INPUTS:
-        raise EvaluationError(
-            f"{n} inputs: embeddings are scored over every pair of at most {MAX_INPUTS} inputs "
-            "(limit the evaluation's inputs)"
-        )
+    problem = too_many(n)
+    if problem:
+        raise EvaluationError(problem)
     counts = np.bincount(identities)
     queries = counts[identities] > 1
     if not queries.any():
@@ -160,7 +171,7 @@ def embedding_metrics(vectors: np.ndarray, identities: np.ndarray) -> dict[str, 
             f"no identity has two of the {n} inputs: retrieval and verification compare inputs "
             "of one identity with each other"
         )
-    found = scan(units, identities)
+    found = found if found is not None else scan(units, identities)
     recall = {k: float(found.hits[k][queries].mean()) for k in RECALL_AT}
     eer = equal_error_rate(found.pair_same, found.pair_scores)
     return {
@@ -185,6 +196,13 @@ class Embedding(FixedBatches):
 
     def output_type(self) -> str:
         return "embedding"
+
+    def run(self, reader: Any, preprocessor: Any) -> dict[str, Any]:
+        """Refused before anything is timed where the inputs are more than are scored."""
+        problem = too_many(reader.count)
+        if problem:
+            raise EvaluationError(problem)
+        return super().run(reader, preprocessor)
 
     def classes(self) -> int:
         return len(self.labels)
@@ -211,10 +229,13 @@ class Embedding(FixedBatches):
                 f"an input's identity is {int(wrong)}, but the dataset names "
                 f"{len(self.labels)} identities"
             )
-        metrics = embedding_metrics(vectors, identities)
+        units = unit_vectors(vectors)
+        problem = too_many(len(units))
+        if problem:
+            raise EvaluationError(problem)
+        found = scan(units, identities)
+        metrics = embedding_metrics(vectors, identities, found)
         if self.first is None:
-            units = unit_vectors(vectors)
-            found = scan(units, identities)
             predictions = [
                 [(int(identities[j]), self.labels[int(identities[j])], float(similarity))]
                 for j, similarity in zip(found.nearest, found.nearest_similarity, strict=True)
