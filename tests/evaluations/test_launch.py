@@ -248,8 +248,9 @@ def test_a_model_the_loop_cannot_run_as_declared_is_refused_at_launch(  # type: 
             "instances",
             "outliner is an instance_segmentation model; the evaluation loop scores "
             "image_classification, multi_label_classification, regression, "
-            "sequence_labelling, object_detection, semantic_segmentation and text_recognition "
-            "models (instance segmentation scoring is not built yet); time it with latency_only",
+            "sequence_labelling, object_detection, semantic_segmentation, text_recognition "
+            "and feature_extraction models (instance segmentation scoring is not built yet); "
+            "time it with latency_only",
         ),
         (
             "segmenter",
