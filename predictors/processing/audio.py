@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.processing.parameters import ProcessingError
+from predictors.processing.parameters import ProcessingError, audio_keys
 
 PARAMETERS = ("sample_rate", "chunk", "tail", "element_type")
 _KNOWN = (*PARAMETERS, "context")
@@ -58,18 +58,7 @@ class AudioPreprocessor:
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         if not isinstance(parameters, Mapping):
             raise ProcessingError("audio input parameters must be a mapping")
-        unknown = sorted(set(parameters) - set(_KNOWN))
-        if unknown:
-            raise ProcessingError(
-                f"unknown audio input parameter {unknown[0]!r}", parameter=str(unknown[0])
-            )
-        for name in PARAMETERS:
-            if name not in parameters:
-                raise ProcessingError(
-                    f"input parameter {name!r} is missing; audio inputs state every one of "
-                    f"{', '.join(PARAMETERS)}",
-                    parameter=name,
-                )
+        audio_keys(parameters, _KNOWN, PARAMETERS)
         rate, chunk = parameters["sample_rate"], parameters["chunk"]
         for name, value in (("sample_rate", rate), ("chunk", chunk)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from predictors.processing.audio import MAX_CLIP_SECONDS, AudioPreprocessor
-from predictors.processing.parameters import ProcessingError
+from predictors.processing.parameters import ProcessingError, audio_keys
 
 __all__ = ["ClipPreprocessor", "Spectrogram", "Windows"]
 
@@ -354,18 +354,7 @@ class ClipPreprocessor:
                 f"input parameter {streamed[0]!r} frames a stream, which needs 'chunk' too",
                 parameter=streamed[0],
             )
-        unknown = sorted(set(parameters) - set(_KNOWN) - set(_STREAM_ONLY))
-        if unknown:
-            raise ProcessingError(
-                f"unknown audio input parameter {unknown[0]!r}", parameter=str(unknown[0])
-            )
-        for name in PARAMETERS:
-            if name not in parameters:
-                raise ProcessingError(
-                    f"input parameter {name!r} is missing; audio inputs state "
-                    f"{' and '.join(PARAMETERS)}",
-                    parameter=name,
-                )
+        audio_keys(parameters, (*_KNOWN, *_STREAM_ONLY), PARAMETERS)
         # Decoding and resampling as for streams.
         self.decoder = AudioPreprocessor(
             {

@@ -31,6 +31,26 @@ ELEMENT_TYPES: dict[str, type[np.generic]] = {
     "int64": np.int64,
 }
 
+
+def audio_keys(
+    parameters: Mapping[str, Any], known: Sequence[str], required: Sequence[str]
+) -> None:
+    """An audio input's parameters hold only `known` keys and every `required` one
+    (ProcessingError naming the first that does not)."""
+    unknown = sorted(set(parameters) - set(known))
+    if unknown:
+        raise ProcessingError(
+            f"unknown audio input parameter {unknown[0]!r}", parameter=str(unknown[0])
+        )
+    for name in required:
+        if name not in parameters:
+            raise ProcessingError(
+                f"input parameter {name!r} is missing; audio inputs state every one of "
+                f"{', '.join(required)}",
+                parameter=name,
+            )
+
+
 # The longest side an image may have, at any step.
 MAX_SIDE = 8192
 

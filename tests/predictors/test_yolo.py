@@ -20,7 +20,13 @@ from predictors.processing import ProcessingError
 from predictors.processing.yolo import YoloDecoder
 from predictors.tasks import unsupported
 from tests.predictors.conftest import RunEvaluation
-from tests.predictors.test_tf_by_name import SIDE, _dataset, _images, _manifest
+from tests.predictors.test_tf_by_name import (  # noqa: F401 (one_thread: a fixture)
+    SIDE,
+    _dataset,
+    _images,
+    _manifest,
+    one_thread,
+)
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
@@ -125,13 +131,6 @@ def _head(path: Path, width: float, normalized: bool = False) -> None:
     if normalized:  # boxes as fractions of the input's width and height
         head = ops.concatenate([head[:, :4] / SIDE, head[:, 4:]], axis=1)
     keras.Model(image, keras.layers.Identity(name="output0")(head)).save(path)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> None:
-    from predictors.frameworks.tensorflow import _apply_threads
-
-    _apply_threads(1)
 
 
 @pytest.fixture
