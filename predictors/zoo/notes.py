@@ -28,13 +28,11 @@ Files, as ``predictors.zoo.build`` writes them:
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 
 from predictors.zoo.common import build_generated
-from predictors.zoo.pretrained import Pretrained, package_file
-from predictors.zoo.store import VERSION, Staging
+from predictors.zoo.pretrained import Pretrained, store_pretrained
 
 DATASET = "piano-chords"
 MODEL = "basic-pitch"
@@ -119,12 +117,4 @@ def build_dataset(store: str) -> dict:
 
 
 def build_model(store: str) -> dict:
-    with Staging(Path(store), f"models/{MODEL}/{VERSION}") as staging:
-        staging.write(TRANSCRIBER.file, package_file(TRANSCRIBER))
-        files = staging.commit()
-    return {
-        "files": files,
-        "trained": True,
-        "source": f"{TRANSCRIBER.package}=={TRANSCRIBER.version} ({TRANSCRIBER.resource}, "
-        f"{TRANSCRIBER.license})",
-    }
+    return store_pretrained(store, TRANSCRIBER)

@@ -91,7 +91,13 @@ def package_file(entry: Pretrained) -> bytes:
 
 def build_pretrained(store: str, name: str) -> dict:
     """Copy `name`'s model file from its package into the store; its record."""
-    entry = PRETRAINED[name]
+    return store_pretrained(store, PRETRAINED[name])
+
+
+def store_pretrained(store: str, entry: Pretrained) -> dict:
+    """Copy `entry`'s model file from its package into the store entry of its name; its
+    record."""
+    name = entry.name
     with Staging(Path(store), f"models/{name}/{VERSION}") as staging:
         staging.write(entry.file, package_file(entry))
         files = staging.commit()

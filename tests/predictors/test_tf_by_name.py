@@ -58,13 +58,11 @@ def _images(count: int) -> tuple[list[bytes], list[list[list[float]]]]:
     return images, boxes
 
 
-def _detector(path: Path, offset: float) -> None:
-    """A Keras model: the bright pixels' extent as an [x1, y1, x2, y2] box (plus `offset`),
-    score 1 and class 0, and a second detection of score 0 (padding)."""
-    import keras
+def square_corners(image: Any) -> tuple[Any, Any, Any, Any]:
+    """Keras ops on an (N, SIDE, SIDE, 3) input: the bright pixels' extent, x1, y1, x2, y2
+    (N,) each, in pixels: the square's box, exact."""
     from keras import ops
 
-    image = keras.Input((SIDE, SIDE, 3), name="image")
     bright = ops.cast(ops.max(image, axis=-1) > 0.5, "float32")  # (N, H, W)
     rows, columns = ops.max(bright, axis=2), ops.max(bright, axis=1)
     index = ops.cast(ops.arange(SIDE), "float32")
@@ -76,6 +74,17 @@ def _detector(path: Path, offset: float) -> None:
 
     y1, y2 = extent(rows)
     x1, x2 = extent(columns)
+    return x1, y1, x2, y2
+
+
+def _detector(path: Path, offset: float) -> None:
+    """A Keras model: the bright pixels' extent as an [x1, y1, x2, y2] box (plus `offset`),
+    score 1 and class 0, and a second detection of score 0 (padding)."""
+    import keras
+    from keras import ops
+
+    image = keras.Input((SIDE, SIDE, 3), name="image")
+    x1, y1, x2, y2 = square_corners(image)
     box = ops.stack([x1, y1, x2 + offset, y2], axis=1)  # (N, 4)
     padding = ops.zeros_like(box)
     boxes = keras.layers.Identity(name="boxes")(ops.stack([box, padding], axis=1))

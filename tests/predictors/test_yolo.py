@@ -26,6 +26,7 @@ from tests.predictors.test_tf_by_name import (  # noqa: F401 (one_thread: a fixt
     _images,
     _manifest,
     one_thread,
+    square_corners,
 )
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
@@ -110,18 +111,7 @@ def _head(path: Path, width: float, normalized: bool = False) -> None:
     from keras import ops
 
     image = keras.Input((SIDE, SIDE, 3), name="image")
-    bright = ops.cast(ops.max(image, axis=-1) > 0.5, "float32")
-    rows, columns = ops.max(bright, axis=2), ops.max(bright, axis=1)
-    index = ops.cast(ops.arange(SIDE), "float32")
-
-    def extent(present: Any) -> tuple[Any, Any]:
-        return (
-            ops.min(ops.where(present > 0, index, SIDE), axis=1),
-            ops.max(ops.where(present > 0, index + 1, 0.0), axis=1),
-        )
-
-    y1, y2 = extent(rows)
-    x1, x2 = extent(columns)
+    x1, y1, x2, y2 = square_corners(image)
     cx, cy, w, h = (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
     one = ops.ones_like(cx)
     exact = ops.stack([cx, cy, w, h, one * 0.9], axis=1)
