@@ -147,7 +147,7 @@ test-images: venv
 TEST_ZOO := digits-cnn shapes-color resnet-18 resnet-50 alexnet mobilenet-v2 text-direction \
 	toggle-gru silero-vad shapes-detector shapes-segmenter shapes-tagger diabetes-mlp \
 	text-recognizer text-transcripts file-type file-types speaker-encoder speaker-clips \
-	basic-pitch piano-chords
+	basic-pitch piano-chords text-detector text-pages
 
 test-zoo: venv espeak
 	$(BIN)/python -m predictors.zoo build --store tests/artifacts --only $(TEST_ZOO) > /dev/null

@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from hub.models import Artifact, Manifest
 from predictors import processing
+from predictors.manifests import rules
 from predictors.tasks import metric_names
 
 REPO = "repo://"
@@ -157,31 +158,13 @@ class FileRow:
 
 
 def _file_fields(content: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field, path, declared sha256) of every file a manifest names."""
-    fields: list[tuple[str, Any, Any]] = []
-    if content.get("kind") == "dataset":
-        if content.get("labels_path"):
-            fields.append(("labels_path", content["labels_path"], None))
-        for split, spec in (content.get("splits") or {}).items():
-            fields.append((f"splits.{split}.path", spec.get("path"), spec.get("sha256")))
-        return fields
-    model = content.get("model") or {}
-    for key in ("graph", "weights"):
-        if model.get(f"{key}_path"):
-            fields.append((f"model.{key}_path", model[f"{key}_path"], model.get(f"{key}_sha256")))
-    for i, output in enumerate(content.get("outputs") or []):
-        parameters = output.get("parameters") or {}
-        if parameters.get("labels_path"):
-            fields.append((f"outputs.{i}.parameters.labels_path", parameters["labels_path"], None))
-        if parameters.get("charset_path"):  # a ctc output's charset file
-            fields.append(
-                (
-                    f"outputs.{i}.parameters.charset_path",
-                    parameters["charset_path"],
-                    parameters.get("charset_sha256"),
-                )
-            )
-    return fields
+    """(field, path, declared sha256) of every file a manifest names (`rules.file_refs`)."""
+    kind = "dataset" if content.get("kind") == "dataset" else "model"
+    return [
+        (".".join(map(str, path)), uri, sha)
+        for path, uri, _, sha in rules.file_refs(content, kind)
+        if uri
+    ]
 
 
 def file_rows(manifest: Manifest) -> list[FileRow]:

@@ -17,6 +17,7 @@ __all__ = [
     "BOTH_METRICS",
     "CLIP_TASKS",
     "DATA_INPUTS",
+    "DECODED_TASKS",
     "DETECTION_OUTPUTS",
     "LOADGEN_TASKS",
     "LOWER_IS_BETTER",
@@ -30,6 +31,8 @@ __all__ = [
     "metric_problem",
     "metric_text",
     "metrics_text",
+    "decoded_outputs",
+    "scored_output",
     "scored_output_name",
     "unsupported",
 ]
@@ -127,6 +130,9 @@ _SCORED_OUTPUTS = {
     "feature_extraction": ("embedding",),
 }
 DATA_INPUTS = ("image", "tensor", "audio", "bytes")
+# The tasks whose custom postprocess code returns outputs the manifest declares apart
+# (`postprocess_outputs`, `decoded_outputs`): a detector's boxes, a segmenter's class scores.
+DECODED_TASKS = ("object_detection", "semantic_segmentation")
 # The tasks whose inputs may be whole audio clips (an audio input without chunk).
 CLIP_TASKS = ("feature_extraction", "multi_label_classification")
 
@@ -185,7 +191,8 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
     if latency_only:
         return latency_only_problem(data)
     outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
-    if outputs and all(o.get("type") in ("tensor", "state") for o in outputs):
+    tensors = all(o.get("type") in ("tensor", "state") for o in outputs)
+    if outputs and tensors and not decoded_outputs(data):
         return (
             f"{name}'s outputs are tensors, which are not scored (no labels): evaluate it for "
             "latency only (latency_only, mlms evaluate --latency-only)"
@@ -206,12 +213,23 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
             "constant and state inputs"
         )
+    decoded = decoded_outputs(data)
+    if data.get("postprocess_outputs") is not None and not decoded:
+        return (
+            f"{name} declares postprocess_outputs, what custom postprocess code returns, "
+            "which object_detection and semantic_segmentation models read; "
+            + (
+                "this one has no postprocess code"
+                if task in DECODED_TASKS
+                else f"a {task} model's code returns the scores its first output's type names"
+            )
+        )
     if task == "object_detection":
         problem = _image_task_problem(str(name), task, "boxes", data, inputs)
-        return problem or _unsupported_detector(str(name), data, outputs)
+        return problem or _unsupported_detector(str(name), data, decoded or outputs)
     if task == "semantic_segmentation":
         problem = _image_task_problem(str(name), task, "masks", data, inputs)
-        return problem or _unsupported_segmenter(str(name), outputs)
+        return problem or _unsupported_segmenter(str(name), data, decoded or outputs)
     # Custom postprocess code takes every output that is not a state by name where there are
     # several (`predictors.processing.custom_code.named_outputs`): its scores are read as the
     # first one's type.
@@ -324,6 +342,32 @@ def data_input_name(data: Mapping[str, Any]) -> str:
     return str((fed or inputs)[0]["name"])
 
 
+def decoded_outputs(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """What a detector's or segmenter's custom postprocess code returns, in the form its task's
+    loop reads (the manifest's `postprocess_outputs`: boxes, scores and classes; or per-pixel
+    logits or probabilities), where the model is one of those and has postprocess code; none
+    otherwise (the loop reads the model's own outputs)."""
+    declared = data.get("postprocess_outputs")
+    code = data.get("postprocess")
+    if (
+        data.get("task") not in DECODED_TASKS
+        or not isinstance(declared, list)
+        or not (isinstance(code, str) and code.strip())
+    ):
+        return []
+    return [entry for entry in declared if isinstance(entry, Mapping)]
+
+
+def scored_output(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The output entry whose type and parameters (labels, a detector's box format) the loop
+    reads: of what custom postprocess code returns where the manifest says
+    (`decoded_outputs`), else of the model's outputs (`scored_output_name`)."""
+    decoded = decoded_outputs(data)
+    entries = decoded or [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
+    name = scored_output_name({"outputs": entries})
+    return next(entry for entry in entries if str(entry.get("name")) == name)
+
+
 def scored_output_name(data: Mapping[str, Any]) -> str:
     """The name of the output that is scored (the first that is neither a state nor a tensor,
     which is not read; a detector's classes, which name the labels); of a model whose outputs
@@ -343,7 +387,8 @@ def _image_task_problem(
 ) -> str | None:
     """The rules the detection and segmentation loops share: one image input, whose `what`
     (boxes, masks) is mapped back to the whole image through a resize and padding, not through
-    a crop; no custom code (those loops do not run it)."""
+    a crop; no custom preprocess code (it could move the pixels); custom postprocess code only
+    with what it returns declared (`postprocess_outputs`), and no state."""
     if len(inputs) != 1 or inputs[0].get("type") != "image":
         return f"{name} is an {task} model; the loop feeds it one image input"
     parameters = inputs[0].get("parameters")
@@ -355,11 +400,32 @@ def _image_task_problem(
             f"keep_aspect_ratio): its {what} could not be mapped back to the whole image; "
             "resize (resize_side or resize_size) and pad instead"
         )
-    code = [field for field in ("preprocess", "postprocess") if data.get(field)]
-    if code:
+    if data.get("preprocess"):
         return (
-            f"{name} is an {task} model with custom {' and '.join(code)} code, which the "
-            "loop of its task does not run: describe the processing with parameters"
+            f"{name} is an {task} model with custom preprocess code, which the loop of its "
+            f"task does not run (its {what} are mapped back to the image through the input's "
+            "parameters): describe the preprocessing with parameters"
+        )
+    code = data.get("postprocess")
+    if isinstance(code, str) and code.strip() and not decoded_outputs(data):
+        returns = (
+            "boxes, scores and classes"
+            if task == "object_detection"
+            else "per-pixel logits or probabilities"
+        )
+        return (
+            f"{name} is an {task} model with custom postprocess code: declare what the code "
+            f"returns ({returns}) in postprocess_outputs"
+        )
+    states = [
+        str(o.get("name"))
+        for o in data.get("outputs") or []
+        if isinstance(o, Mapping) and o.get("type") == "state"
+    ]
+    if states:
+        return (
+            f"{name} is an {task} model with state outputs ({', '.join(states)}); the loop "
+            "feeds state to sequence_labelling models, which run on ordered streams"
         )
     return None
 
@@ -368,30 +434,48 @@ def _unsupported_detector(
     name: str, data: Mapping[str, Any], outputs: list[Mapping[str, Any]]
 ) -> str | None:
     """What the detection loop cannot run, past its input (`_image_task_problem`): it reads
-    one output of each type boxes, scores and classes, by name (every framework's `run`)."""
+    one output of each type boxes, scores and classes, by name (every framework's `run`), or
+    one raw yolo output it decodes; or those three as custom postprocess code returns them
+    (`outputs`: `decoded_outputs`)."""
     kinds = sorted(str(o.get("type")) for o in outputs)
+    if decoded_outputs(data):
+        if kinds != sorted(DETECTION_OUTPUTS):
+            return (
+                f"{name}'s postprocess_outputs are of types {', '.join(kinds)}; a detector's "
+                "custom postprocess code returns one each of boxes, scores and classes"
+            )
+        return None
     if kinds != sorted(DETECTION_OUTPUTS) and kinds != ["yolo"]:
         return (
             f"{name} is an object_detection model with outputs of types {', '.join(kinds)}; "
             "the loop reads exactly one each of boxes, scores and classes, or one raw yolo "
-            "output it decodes"
+            "output it decodes, or what custom postprocess code returns (postprocess_outputs)"
         )
     return None
 
 
-def _unsupported_segmenter(name: str, outputs: list[Mapping[str, Any]]) -> str | None:
+def _unsupported_segmenter(
+    name: str, data: Mapping[str, Any], outputs: list[Mapping[str, Any]]
+) -> str | None:
     """What the segmentation loop cannot run, past its input (`_image_task_problem`): it reads
-    one output of per-pixel logits or probabilities, with its layout."""
+    one output of per-pixel logits or probabilities, with its layout: the model's, or what
+    custom postprocess code returns (`outputs`: `decoded_outputs`)."""
+    field = "postprocess_outputs" if decoded_outputs(data) else "outputs"
     if len(outputs) != 1 or outputs[0].get("type") not in ("logits", "probabilities"):
         kinds = ", ".join(str(o.get("type")) for o in outputs)
         return (
-            f"{name} is a semantic_segmentation model with outputs of types {kinds}; the loop "
+            f"{name} is a semantic_segmentation model with {field} of types {kinds}; the loop "
             "reads one output of per-pixel logits or probabilities"
+            + (
+                ", or what custom postprocess code returns (postprocess_outputs)"
+                if field == "outputs"
+                else ""
+            )
         )
     parameters = outputs[0].get("parameters")
     if not isinstance(parameters, Mapping) or parameters.get("layout") not in ("NCHW", "NHWC"):
         return (
-            f"{name}'s output {outputs[0].get('name')} needs parameters.layout (NCHW or NHWC): "
-            "where a semantic_segmentation model's per-pixel class axis is"
+            f"{name}'s {field[:-1]} {outputs[0].get('name')} needs parameters.layout (NCHW or "
+            "NHWC): where a semantic_segmentation model's per-pixel class axis is"
         )
     return None

@@ -24,7 +24,7 @@ from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
-from predictors.tasks import loadgen_problem, scored_output_name, unsupported
+from predictors.tasks import loadgen_problem, scored_output, unsupported
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
 
@@ -168,15 +168,7 @@ def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Mani
         if is_untrained(content):
             continue
         # The scored output's labels (a detector's classes output).
-        scored = scored_output_name(content) if content.get("outputs") else None
-        output = next(
-            (
-                o
-                for o in content.get("outputs") or []
-                if isinstance(o, dict) and o.get("name") == scored
-            ),
-            {},
-        )
+        output = scored_output(content) if content.get("outputs") else {}
         model_labels = hub_actions.stored_labels(output.get("parameters") or {})
         if model_labels is None:
             continue

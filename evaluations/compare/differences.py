@@ -1,5 +1,6 @@
 """What differs between compared evaluations: the request, the processing parameters (the
-model manifests' `inputs` and `outputs` with each evaluation's overrides applied, flattened)
+model manifests' `inputs`, `outputs` and `postprocess_outputs` with each evaluation's
+overrides applied, flattened)
 and the stack, each row saying whether it follows the framework or the host."""
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _processing(evaluation: Evaluation) -> dict[str, Any]:
-    """The processing parameters the evaluation ran with: its model manifest's `inputs` and
-    `outputs`, with its overrides applied."""
+    """The processing parameters the evaluation ran with: its model manifest's `inputs`,
+    `outputs` and `postprocess_outputs`, with its overrides applied."""
     manifest = (
         evaluation.model
         or Manifest.objects.filter(
@@ -55,7 +56,8 @@ def _processing(evaluation: Evaluation) -> dict[str, Any]:
             content = spec.apply_overrides(manifest.content, _override_lines(evaluation)).data
         except spec.ManifestError:
             pass  # checked at launch; a manifest edited since is shown as it is
-    return _flatten({key: content.get(key) for key in ("inputs", "outputs") if key in content})
+    fields = ("inputs", "outputs", "postprocess_outputs")
+    return _flatten({key: content.get(key) for key in fields if key in content})
 
 
 def _stack(evaluation: Evaluation) -> dict[str, Any]:

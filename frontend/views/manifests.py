@@ -26,7 +26,7 @@ from hub.errors import DomainError
 from hub.models import Manifest
 from predictors import manifests as spec
 from predictors.manifests.versioning import version_key
-from predictors.tasks import LOWER_IS_BETTER
+from predictors.tasks import LOWER_IS_BETTER, decoded_outputs
 
 
 def _versions_of(request: HttpRequest, kind: str, name: str) -> list[Manifest]:
@@ -112,6 +112,7 @@ def model(request: HttpRequest, name: str) -> HttpResponse:
                 for entry in content.get("inputs") or []
             ],
             "outputs": content.get("outputs") or [],
+            "decoded_outputs": decoded_outputs(content),
             "files": display.file_rows(chosen),
             "accuracy": display.accuracy_rows(content),
             "attributes": display.attribute_rows(content),

@@ -50,7 +50,7 @@ from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
-from predictors.tasks import data_input_name, loadgen_problem, scored_output_name, unsupported
+from predictors.tasks import data_input_name, loadgen_problem, scored_output, unsupported
 from predictors.tracing.counters import CounterSampler
 
 __all__ = ["Fetch", "evaluate", "split_entry"]
@@ -401,9 +401,8 @@ def _model_spec(model: Manifest, latency_only: bool = False) -> ModelSpec:
         raise EvaluationError(problem)
     # The input fed from the dataset, and the output scored (whose parameters name the labels).
     fed = data_input_name(model.data)
-    scored = scored_output_name(model.data)
     data_input = next(entry for entry in model.data["inputs"] if entry["name"] == fed)
-    output = next(entry for entry in model.data["outputs"] if entry["name"] == scored)
+    output = scored_output(model.data)
     files = model.data["model"]
     return ModelSpec(
         input=data_input,

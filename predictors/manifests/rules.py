@@ -3,8 +3,8 @@
 The cross-field rules are those a schema cannot express: semver versions and npm version
 ranges, repo:// paths inside the manifest's own folder, sha256 for https:// files, custom code,
 crop, resize and per-channel rules of image inputs, the slices and padding of bytes inputs,
-labels of outputs (a ctc output's charset), state and constant inputs. docs/manifest.md
-describes them.
+labels of outputs (a ctc output's charset), what a detector's or segmenter's postprocess code
+returns, state and constant inputs. docs/manifest.md describes them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from predictors.manifests.errors import (
 )
 from predictors.manifests.json_schema import KINDS, schema_problems, validator
 from predictors.processing import custom_code
+from predictors.tasks import DECODED_TASKS, DETECTION_OUTPUTS
 
 __all__ = [
     "MAX_CONSTANT_ELEMENTS",
@@ -153,19 +154,20 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                 yield from _bytes_problems(parameters, ("inputs", index, "parameters"))
             if entry.get("type") == "audio" and isinstance(parameters, dict):
                 yield from _audio_problems(parameters, ("inputs", index, "parameters"))
-        for index, entry in _entries(data.get("outputs")):
+        yield from _decoded_problems(data)
+        for field, index, entry in _output_entries(data):
             parameters = entry.get("parameters")
             if entry.get("type") == "ctc":  # a charset, not labels
-                yield from _ctc_problems(data, parameters, ("outputs", index))
+                yield from _ctc_problems(data, parameters, (field, index))
                 continue
             if entry.get("type") == "yolo" and data.get("task") != "object_detection":
                 yield (
-                    ("outputs", index, "type"),
+                    (field, index, "type"),
                     "yolo is a detector's raw output, decoded into its detections: for "
                     f"object_detection models; this is a {data.get('task')} model",
                 )
             if isinstance(parameters, dict) and entry.get("type") not in _UNLABELLED_OUTPUTS:
-                yield from _labels_problems(parameters, ("outputs", index, "parameters"))
+                yield from _labels_problems(parameters, (field, index, "parameters"))
                 for key, task, what in _TASK_PARAMETERS:
                     # A yolo output's layout is its own (its candidates' axis).
                     if (
@@ -174,12 +176,12 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                         and entry.get("type") != "yolo"
                     ):
                         yield (
-                            ("outputs", index, "parameters", key),
+                            (field, index, "parameters", key),
                             f"is read for {task} models only ({what}); this is a "
                             f"{data.get('task')} model",
                         )
                 if "frames" in parameters:
-                    yield from _frames_problems(data, ("outputs", index, "parameters", "frames"))
+                    yield from _frames_problems(data, (field, index, "parameters", "frames"))
                 labels = parameters.get("labels")
                 if (
                     str(entry.get("type")).startswith("binary_")
@@ -191,7 +193,7 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
                         f"{entry.get('type')} output reads two classes (the second is the "
                         "positive one)"
                     )
-                    yield ("outputs", index, "parameters", "labels"), message
+                    yield (field, index, "parameters", "labels"), message
         yield from _port_problems(data)
         yield from formats.format_problems(data)
         yield from _code_file_problems(data.get("code_files"))
@@ -333,6 +335,67 @@ def _constant_problem(value: Any, element_type: Any) -> str | None:
         if np.abs(array).max() > largest:
             return f"holds numbers beyond {element_type}'s largest, {largest:g}"
     return None
+
+
+def _output_entries(data: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(field, index, entry) of a model's outputs, then of what its custom postprocess code
+    returns (`postprocess_outputs`), which are read alike (labels, parameters)."""
+    for field in ("outputs", "postprocess_outputs"):
+        for index, entry in _entries(data.get(field)):
+            yield field, index, entry
+
+
+def _decoded_problems(data: dict[str, Any]) -> Iterator[tuple[FieldPath, str]]:
+    """`postprocess_outputs`: what a detector's or segmenter's postprocess code returns, so
+    with postprocess code, of those tasks, in the form the task's loop reads; and a detector
+    or segmenter with postprocess code declares it."""
+    declared = data.get("postprocess_outputs")
+    task = data.get("task")
+    code = "postprocess" in custom_code.fields_with_code(data)
+    if declared is None:
+        if code and task in DECODED_TASKS:
+            returns = (
+                "boxes, scores and classes"
+                if task == "object_detection"
+                else "per-pixel logits or probabilities, with their layout"
+            )
+            yield (
+                ("postprocess",),
+                f"an {task} model's postprocess code returns what its loop reads: declare it "
+                f"in postprocess_outputs ({returns})",
+            )
+        return
+    if task not in DECODED_TASKS:
+        yield (
+            ("postprocess_outputs",),
+            f"is read for {' and '.join(DECODED_TASKS)} models (what their postprocess code "
+            f"returns); a {task} model's postprocess code returns the scores its first "
+            "output's type names",
+        )
+        return
+    if not code:
+        yield (
+            ("postprocess_outputs",),
+            "declares what postprocess code returns, but the manifest has no postprocess code",
+        )
+        return
+    kinds = sorted(str(entry.get("type")) for _, entry in _entries(declared))
+    if task == "object_detection" and kinds != sorted(DETECTION_OUTPUTS):
+        yield (
+            ("postprocess_outputs",),
+            f"holds outputs of types {', '.join(kinds) or 'none'}; a detector's postprocess "
+            "code returns one each of boxes, scores and classes",
+        )
+    if task == "semantic_segmentation" and kinds not in (["logits"], ["probabilities"]):
+        yield (
+            ("postprocess_outputs",),
+            f"holds outputs of types {', '.join(kinds) or 'none'}; a segmenter's postprocess "
+            "code returns one output of per-pixel logits or probabilities",
+        )
+    names = [str(entry.get("name")) for _, entry in _entries(declared)]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            yield ("postprocess_outputs", index, "name"), f"{show(name)} is declared twice"
 
 
 def _entries(value: Any) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -574,13 +637,13 @@ def file_refs(
                         ("model", f"{stem}_sha256"),
                         files.get(f"{stem}_sha256"),
                     )
-        for index, entry in _entries(data.get("outputs")):
+        for field, index, entry in _output_entries(data):
             parameters = entry.get("parameters")
             if isinstance(parameters, dict) and "labels_path" in parameters:
-                path = ("outputs", index, "parameters", "labels_path")
+                path = (field, index, "parameters", "labels_path")
                 yield path, parameters["labels_path"], None, None
             if isinstance(parameters, dict) and "charset_path" in parameters:
-                where = ("outputs", index, "parameters")
+                where = (field, index, "parameters")
                 yield (
                     (*where, "charset_path"),
                     parameters["charset_path"],

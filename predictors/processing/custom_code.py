@@ -19,6 +19,11 @@ it returns the (N, classes) scores, read as the type of the first of them (the s
 output). With one such output it receives that output's batch array, as before. The timed
 call computes the extra outputs only then; otherwise it is the one-output call.
 
+Detectors and segmenters. Their code returns what the manifest's `postprocess_outputs`
+declare (`predictors.tasks.decoded_outputs`): a detector's boxes, scores and classes, a
+segmenter's per-pixel scores, as a dict by name of batch arrays or of lists of one array per
+input (`custom_returns`), read as the task's loop reads a model's own outputs.
+
 Files. The manifest's `code_files` ({name, path, sha256} each) are fetched with the job, and
 the code finds them in a read-only mapping `files` in its namespace, {name: local path (a
 str)}: `open(files["charset.txt"])`; in a predictor container they lie in the job's read-only
@@ -269,10 +274,10 @@ class CustomPreprocessor:
         return np.stack(examples)
 
 
-def custom_outputs(code: CustomCode, outputs: Any, rows: int) -> np.ndarray:
-    """The manifest's `postprocess` on a batch of outputs: (rows, classes) scores, checked.
-    `outputs`: the scored output's batch array; or, where the code takes every output by name
-    (`code.outputs`), their batch arrays in that order, handed to it as a dict."""
+def _code_input(code: CustomCode, outputs: Any, rows: int) -> tuple[Any, str]:
+    """What `postprocess` receives of a batch's outputs, and the words for it in an error:
+    the scored output's batch array; or, where the code takes every output by name
+    (`code.outputs`), a dict of their batch arrays (`outputs` in that order)."""
     if code.outputs:
         arrays = list(outputs)
         if len(arrays) != len(code.outputs):
@@ -282,10 +287,15 @@ def custom_outputs(code: CustomCode, outputs: Any, rows: int) -> np.ndarray:
             )
         value_in: Any = dict(zip(code.outputs, arrays, strict=True))
         shapes = ", ".join(f"{name} {tuple(np.shape(a))}" for name, a in value_in.items())
-        where = f"a batch of {rows} inputs' outputs ({shapes})"
-    else:
-        value_in = outputs
-        where = f"a batch of {rows} outputs of shape {tuple(np.shape(outputs))}"
+        return value_in, f"a batch of {rows} inputs' outputs ({shapes})"
+    return outputs, f"a batch of {rows} outputs of shape {tuple(np.shape(outputs))}"
+
+
+def custom_outputs(code: CustomCode, outputs: Any, rows: int) -> np.ndarray:
+    """The manifest's `postprocess` on a batch of outputs: (rows, classes) scores, checked.
+    `outputs`: the scored output's batch array; or, where the code takes every output by name
+    (`code.outputs`), their batch arrays in that order, handed to it as a dict."""
+    value_in, where = _code_input(code, outputs, rows)
     value = _array("postprocess", code.call("postprocess", value_in, where), where)
     if value.ndim != 2 or value.shape[0] != rows:
         raise CustomCodeError(
@@ -297,6 +307,53 @@ def custom_outputs(code: CustomCode, outputs: Any, rows: int) -> np.ndarray:
             f"custom postprocess code must return real numbers; it returned {value.dtype}"
         )
     return value.astype(np.float32, copy=False)
+
+
+def custom_returns(
+    code: CustomCode, outputs: Any, rows: int, names: Sequence[str]
+) -> dict[str, list[np.ndarray]]:
+    """The manifest's `postprocess` on a batch of a detector's or segmenter's outputs (as
+    `custom_outputs` hands them over): what it returns, the manifest's `postprocess_outputs`
+    (`names`), each as one array per input. The code returns a dict {name: value}, or with
+    one name the value alone; a value is a batch array (N first) or a list of N arrays, one
+    per input (a detector's inputs may have different numbers of detections)."""
+    value_in, where = _code_input(code, outputs, rows)
+    value = code.call("postprocess", value_in, where)
+    if len(names) == 1 and not isinstance(value, Mapping):
+        value = {names[0]: value}
+    if not isinstance(value, Mapping) or sorted(map(str, value)) != sorted(names):
+        got = (
+            f"a dict of {', '.join(sorted(map(str, value))) or 'nothing'}"
+            if isinstance(value, Mapping)
+            else type(value).__name__
+        )
+        raise CustomCodeError(
+            f"custom postprocess code must return a dict of {', '.join(names)} (its "
+            f"postprocess_outputs), each a batch array or a list of one array per input; it "
+            f"returned {got} for {where}"
+        )
+    returned: dict[str, list[np.ndarray]] = {}
+    for name in names:
+        item = value[name]
+        if isinstance(item, (list, tuple)):
+            if len(item) != rows:
+                raise CustomCodeError(
+                    f"custom postprocess code returned a list of {len(item)} for {name}; it "
+                    f"takes one array per input ({rows} here) for {where}"
+                )
+            returned[name] = [
+                _array("postprocess", one, f"{name} of input {index} of {where}")
+                for index, one in enumerate(item)
+            ]
+            continue
+        array = _array("postprocess", item, f"{name} of {where}")
+        if array.ndim < 1 or array.shape[0] != rows:
+            raise CustomCodeError(
+                f"custom postprocess code returned {name} of shape {array.shape}; a batch "
+                f"array has one row per input ({rows} here) for {where}"
+            )
+        returned[name] = list(array)
+    return returned
 
 
 def _array(field: str, value: Any, where: str) -> np.ndarray:

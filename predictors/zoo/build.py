@@ -43,6 +43,10 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
 - ``datasets/piano-chords/1.0.0/validation.parquet`` (chords of struck tones, the keys that
   sound) and ``models/basic-pitch/1.0.0/basic-pitch.tflite``, Spotify's Basic Pitch as its
   wheel ships it for TensorFlow Lite (``notes.py``)
+- ``datasets/text-pages/1.0.0/validation.parquet`` (pages of printed lines, each line boxed)
+  and ``models/text-detector/1.0.0/text-detector.onnx``, PaddleOCR's text detector as the
+  ``rapidocr-onnxruntime`` wheel ships it, decoded by its manifest's custom postprocess code
+  (``textboxes.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -161,6 +165,8 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry("dataset", "piano-chords", ("validation.parquet",), builder="notes"),
     Entry("model", "basic-pitch", ("basic-pitch.tflite",), builder="notes"),
+    Entry("dataset", "text-pages", ("validation.parquet",), builder="textboxes"),
+    Entry("model", "text-detector", ("text-detector.onnx",), builder="textboxes"),
 )
 
 

@@ -61,6 +61,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
                     "shapes-detector",
                     "speaker-encoder",
                     "speaker-clips",
+                    "text-detector",
+                    "text-pages",
                 )
             )
         ),
@@ -498,6 +500,42 @@ def test_a_state_dict_on_whole_clips_runs_in_the_pytorch_image_of_a_host_that_ru
     assert accuracy["top1"] == run["result"]["accuracy"]["top1"] == accuracy["recall_at_1"]
     for key in ("recall_at_1", "recall_at_5", "eer"):
         assert abs(accuracy[key] - expected[key]) <= 0.005, (key, accuracy, expected)
+
+
+def test_a_detector_decoded_by_its_custom_code_runs_in_the_container(
+    hub: LiveHub, code_host: str
+) -> None:
+    """The built-in text detector: PaddleOCR's DB text detector, whose boxes its manifest's
+    postprocess code decodes from its probability map (OpenCV and pyclipper, imported in the
+    ONNX Runtime image); every page's boxes are those of the package's own pipeline on the
+    same pages, computed here."""
+    import pyarrow.parquet as pq
+
+    from tests.predictors.test_pretrained_text_detector import _package_boxes
+
+    pages = 6
+    run = _succeeded(
+        hub,
+        hub.launch(
+            model="text-detector",
+            framework="onnxruntime",
+            dataset="text-pages",
+            batch_sizes=[2],
+            limit=pages,
+        ),
+    )
+    assert run["host"] == code_host
+    assert run["result"]["stack"]["container"]["image"] == ONNXRUNTIME
+    status, stored = hub.get(f"evaluations/{run['id']}/?predictions=1")
+    assert status == 200, stored
+    boxes = stored["result"]["predictions"]["boxes"]
+    split = Path(hub.env["ARTIFACT_ROOT"]) / "datasets/text-pages/1.0.0/validation.parquet"
+    images = pq.read_table(split).column("image").to_pylist()[:pages]
+    theirs = _package_boxes(images)
+    assert len(boxes) == pages
+    for ours, package in zip(boxes, theirs, strict=True):
+        xywh = [[x1, y1, x2 - x1, y2 - y1] for x1, y1, x2, y2 in package[:, :4].tolist()]
+        assert sorted(map(list, ours)) == sorted(xywh)
 
 
 @pytest.mark.parametrize(

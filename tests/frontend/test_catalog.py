@@ -37,6 +37,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "shapes-tagger",
         "silero-vad",
         "speaker-encoder",
+        "text-detector",
         "text-direction",
         "text-recognizer",
         "toggle-gru",
@@ -47,7 +48,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(13)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(14)
     shoot(page, "catalog")
 
 
@@ -81,7 +82,7 @@ def test_the_catalog_filters_by_framework_task_and_dataset(page, builtin_manifes
 
     expect(page.locator("#models tr.empty")).to_contain_text("No model matches these filters")
     page.get_by_role("link", name="Clear").click()
-    assert len(_names(page)) == 17
+    assert len(_names(page)) == 18
 
     # The tasks of the zoo's models, each a filter of its own.
     page.get_by_label("Task", exact=True).select_option("regression")

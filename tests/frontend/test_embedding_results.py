@@ -201,14 +201,17 @@ def test_an_embedding_result_without_both_kinds_of_pair_has_no_eer(  # type: ign
         ("/models/basic-pitch/", "start_in_clip"),
         ("/datasets/speaker-clips/", "en-gb-scotland+f5"),
         ("/datasets/piano-chords/", "C8"),
+        ("/models/text-detector/", "What the postprocess code returns"),
+        ("/datasets/text-pages/", "validation"),
     ],
 )
 def test_the_pages_of_the_clip_models_and_datasets_fit(  # type: ignore[no-untyped-def]
     page, builtin_manifests, path: str, words: str
 ) -> None:
     """Their audio inputs' nested parameters (a spectrogram, windows) and long label lists are
-    shown, within a phone's width and a desktop's (a dataset's splits table, its long paths
-    and checksums, scrolls in its frame)."""
+    shown, and a detector's decoded outputs beside its own and its code, within a phone's width
+    and a desktop's (a dataset's splits table, its long paths and checksums, scrolls in its
+    frame)."""
     page.goto(path)
     expect(page.locator("main")).to_contain_text(words)
     _fits(page)

@@ -209,9 +209,13 @@ ZOO = {
     # cut into windows (predictors/zoo/notes.py).
     ("model", "basic-pitch", "tensorflow"),
     ("dataset", "piano-chords", ""),
+    # Pretrained, from a PyPI package's wheel, a detector decoded by custom postprocess code
+    # (predictors/zoo/textboxes.py).
+    ("model", "text-detector", "onnxruntime"),
+    ("dataset", "text-pages", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
-OBJECT_DETECTION = {"shapes-detector", "shapes-boxes"}
+OBJECT_DETECTION = {"shapes-detector", "shapes-boxes", "text-detector", "text-pages"}
 SEMANTIC_SEGMENTATION = {"shapes-segmenter", "shapes-masks"}
 MULTI_LABEL = {"shapes-tagger", "shapes-sets", "basic-pitch", "piano-chords"}
 REGRESSION = {"diabetes-mlp", "diabetes"}
@@ -284,10 +288,12 @@ def test_builtin_processing_parameters() -> None:
             "text-recognizer",
             "speaker-encoder",
             "basic-pitch",
+            "text-detector",
         ):
-            continue  # text-direction, text-recognizer, speaker-encoder, basic-pitch: their
-            # package's own processing (test_pretrained.py, test_pretrained_ocr.py,
-            # test_pretrained_speakers.py, test_pretrained_basic_pitch.py);
+            continue  # text-direction, text-recognizer, speaker-encoder, basic-pitch,
+            # text-detector: their package's own processing (test_pretrained.py,
+            # test_pretrained_ocr.py, test_pretrained_speakers.py, test_pretrained_basic_pitch.py,
+            # test_pretrained_text_detector.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
             # their task's tests; file-type: a bytes input (test_pretrained_magika.py)
         (image,) = manifest.data["inputs"]

@@ -247,6 +247,7 @@ ZOO_RUNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "file-type": ("file-types", (1, 8, 32)),
     "speaker-encoder": ("speaker-clips", (1, 4)),
     "basic-pitch": ("piano-chords", (1, 4)),
+    "text-detector": ("text-pages", (1,)),
 }
 CASES = [
     (name, framework)

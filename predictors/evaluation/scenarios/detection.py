@@ -5,7 +5,10 @@ The loop is `FixedBatches`' (staged batches timed back to back, warm-up, repetit
 with each call feeding the image input and reading the three outputs the manifest declares:
 `boxes` (N, K, 4), `scores` (N, K) and `classes` (N, K), the model's K detections per image;
 or its one raw output of type `yolo`, decoded here (score threshold, non-maximum suppression,
-`predictors.processing.yolo`), its boxes clipped to each image once mapped back to it.
+`predictors.processing.yolo`); or every output it has, handed to the manifest's custom
+postprocess code, which returns the three as `postprocess_outputs` declares them (a list per
+image where images have different numbers of detections). Decoded boxes (yolo, code) are
+clipped to each image once mapped back to it.
 A detector of dynamic input size (no `resize_size`, or `resize_side` and `pad` to multiples) is
 timed at each image's own size; the result says which sizes ran (`input_sizes`).
 
@@ -34,8 +37,9 @@ from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import PerImage
 from predictors.manifests import Manifest
 from predictors.processing import ProcessingError
+from predictors.processing.custom_code import custom_returns
 from predictors.processing.yolo import YoloDecoder
-from predictors.tasks import data_input_name
+from predictors.tasks import data_input_name, decoded_outputs, scored_output_name
 
 # COCOeval's `stats`, by name.
 _STATS = (
@@ -55,8 +59,11 @@ _STATS = (
 
 
 def output_names(model: Manifest) -> dict[str, dict[str, Any]]:
-    """The detector's outputs by type: {"boxes": entry, "scores": entry, "classes": entry}."""
-    return {str(entry["type"]): entry for entry in model.data["outputs"]}
+    """The detector's outputs the loop reads, by type: {"boxes": entry, "scores": entry,
+    "classes": entry} (the model's, or what its custom postprocess code returns,
+    `decoded_outputs`), or {"yolo": entry}."""
+    entries = decoded_outputs(model.data) or model.data["outputs"]
+    return {str(entry["type"]): dict(entry) for entry in entries}
 
 
 def to_xywh(boxes: np.ndarray, box_format: str) -> np.ndarray:
@@ -158,7 +165,14 @@ class Detections(PerImage):
         # A YOLO-style raw output, decoded here (`predictors.processing.yolo`), its boxes
         # clipped to each image; or the model's own three outputs.
         self.decoder: YoloDecoder | None = None
-        if "yolo" in outputs:
+        # Custom postprocess code, which takes the model's outputs (by name where it has
+        # several) and returns boxes, scores and classes (`decoded_outputs`): their names.
+        self.returns: list[str] = []
+        code = self.custom_postprocess
+        if code is not None:
+            self.returns = [str(outputs[kind]["name"]) for kind in ("boxes", "scores", "classes")]
+            self.names = list(code.outputs) or [scored_output_name(self.model.data)]
+        elif "yolo" in outputs:
             parameters = outputs["yolo"]["parameters"]
             self.decoder = YoloDecoder.of(parameters)
             self.names = [str(outputs["yolo"]["name"])]
@@ -166,6 +180,7 @@ class Detections(PerImage):
             self.min_score = self.decoder.score_threshold
         else:
             self.names = [str(outputs[kind]["name"]) for kind in ("boxes", "scores", "classes")]
+        if self.decoder is None:
             boxes = outputs["boxes"]["parameters"]
             self.box_format, self.box_units = str(boxes["format"]), str(boxes["units"])
             self.min_score = float(outputs["scores"]["parameters"]["min_score"])
@@ -197,35 +212,20 @@ class Detections(PerImage):
             stage.batches, stage.labels, stage.images, stage_outputs, strict=True
         ):
             self._shapes.add(tuple(batch.shape[1:]))
-            if self.decoder is not None:
-                try:
-                    boxes, scores, classes = self.decoder.decode(outputs[0], len(self.labels))
-                except ProcessingError as error:
-                    raise EvaluationError(f"{self.what}'s yolo output: {error}") from error
-            else:
-                boxes, scores, classes = (np.asarray(o) for o in outputs)
-            if (
-                boxes.ndim != 3
-                or boxes.shape[-1] != 4
-                or scores.shape != boxes.shape[:2]
-                or classes.shape != boxes.shape[:2]
-            ):
-                raise EvaluationError(
-                    f"{self.model.name}'s detections have shapes boxes {boxes.shape}, scores "
-                    f"{scores.shape}, classes {classes.shape}; expected (N, K, 4), (N, K), (N, K)"
-                )
+            found_by_image = self._detections(outputs, len(images))
             nchw = self.preprocessor.layout == "NCHW"
             height, width = batch.shape[2:4] if nchw else batch.shape[1:3]
-            for index, encoded in enumerate(images):
+            for encoded, (boxes, scores, classes) in zip(images, found_by_image, strict=True):
                 try:
                     scale_x, scale_y, left, top = self.preprocessor.to_image(encoded)
                 except ProcessingError as error:
                     raise EvaluationError(str(error)) from error
                 # Non-finite detections (a model's NaN) are no detections; a kept detection's
                 # class must name a label.
-                keep = (scores[index] >= self.min_score) & np.isfinite(boxes[index]).all(axis=1)
-                self._check_classes(classes[index][keep])
-                xywh = to_xywh(boxes[index][keep], self.box_format)
+                finite = np.isfinite(scores) & np.isfinite(boxes).all(axis=1)
+                keep = finite & (scores >= self.min_score)
+                self._check_classes(classes[keep])
+                xywh = to_xywh(boxes[keep], self.box_format)
                 if self.box_units == "normalized":
                     xywh = xywh * [width, height, width, height]
                 xywh[:, 0] = (xywh[:, 0] - left) * scale_x
@@ -233,16 +233,64 @@ class Detections(PerImage):
                 xywh[:, 2] *= scale_x
                 xywh[:, 3] *= scale_y
                 size = _image_size(encoded)
-                found = np.column_stack(
-                    [xywh, scores[index][keep], classes[index][keep].astype(np.float64)]
-                )
-                if self.decoder is not None:
+                found = np.column_stack([xywh, scores[keep], classes[keep].astype(np.float64)])
+                if self.decoder is not None or self.returns:
                     # Clipped to the image; a box wholly outside it (in a padding) is none.
                     found[:, :4] = _clipped(xywh, size)
                     found = found[(found[:, 2] > 0) & (found[:, 3] > 0)]
                 self._found.append(found[np.argsort(-found[:, 4], kind="stable")])
                 self._sizes.append(size)
             self._annotations.extend(truth)
+
+    def _detections(
+        self, outputs: Any, images: int
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A batch's detections, image by image: boxes (K, 4), scores (K,) and classes (K,),
+        K of each image's own where custom postprocess code returns them so."""
+        if self.returns:
+            code = self.custom_postprocess
+            assert code is not None
+            given = outputs if code.outputs else outputs[0]
+            returned = custom_returns(code, given, images, self.returns)
+            found = []
+            for index in range(images):
+                boxes, scores, classes = (returned[name][index] for name in self.returns)
+                if boxes.size == 0:
+                    boxes = boxes.reshape(0, 4)
+                if boxes.ndim != 2 or boxes.shape[1] != 4 or scores.shape != boxes.shape[:1]:
+                    shapes = f"boxes {boxes.shape}, scores {scores.shape}"
+                    raise EvaluationError(
+                        f"{self.model.name}'s custom postprocess code returned, for input "
+                        f"{index} of a batch, {shapes}, classes {classes.shape}; expected "
+                        "(K, 4), (K,), (K,) for K detections"
+                    )
+                if classes.shape != scores.shape:
+                    raise EvaluationError(
+                        f"{self.model.name}'s custom postprocess code returned, for input "
+                        f"{index} of a batch, {len(scores)} scores and classes of shape "
+                        f"{classes.shape}; expected one class per detection"
+                    )
+                found.append((boxes, scores, classes))
+            return found
+        if self.decoder is not None:
+            try:
+                boxes, scores, classes = self.decoder.decode(outputs[0], len(self.labels))
+            except ProcessingError as error:
+                raise EvaluationError(f"{self.what}'s yolo output: {error}") from error
+        else:
+            boxes, scores, classes = (np.asarray(o) for o in outputs)
+        if (
+            boxes.ndim != 3
+            or boxes.shape[-1] != 4
+            or scores.shape != boxes.shape[:2]
+            or classes.shape != boxes.shape[:2]
+            or len(boxes) != images
+        ):
+            raise EvaluationError(
+                f"{self.model.name}'s detections have shapes boxes {boxes.shape}, scores "
+                f"{scores.shape}, classes {classes.shape}; expected (N, K, 4), (N, K), (N, K)"
+            )
+        return [(boxes[i], scores[i], classes[i]) for i in range(images)]
 
     def score(self) -> tuple[dict[str, Any], int]:
         accuracy = coco_metrics(self._annotations, self._sizes, self._found, len(self.labels))

@@ -2,7 +2,9 @@
 
 The loop is `FixedBatches`' (staged batches timed back to back, warm-up, repetitions, spans);
 the model's one output holds a score per class and pixel, its class axis where the output's
-`layout` says (NCHW: (N, classes, H, W); NHWC: (N, H, W, classes)). Each image's predicted
+`layout` says (NCHW: (N, classes, H, W); NHWC: (N, H, W, classes)); or the manifest's custom
+postprocess code computes those scores from every output the model has, as its
+`postprocess_outputs` declare them. Each image's predicted
 classes (the best score per pixel) are brought back to the image's own pixels: scaled to the
 model input's size where the output is smaller, the padding cut off, and resized to the image
 (nearest neighbour), through `ImagePreprocessor.to_image`.
@@ -29,6 +31,8 @@ from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import PerImage
 from predictors.processing import ProcessingError
+from predictors.processing.custom_code import custom_returns
+from predictors.tasks import data_input_name, decoded_outputs, scored_output_name
 
 
 def confusion(truth: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
@@ -77,6 +81,15 @@ class Segmentation(PerImage):
         super().configure()
         self.ignore_label: int | None = self.setup.dataset.data.get("ignore_label")
         self.layout = str(self.spec.output_parameters.get("layout"))
+        # Custom postprocess code takes the model's outputs (by name where it has several)
+        # and returns the per-pixel scores (`decoded_outputs`), whose layout is read above.
+        self.returns: list[str] = []
+        code = self.custom_postprocess
+        if code is not None:
+            self.returns = [str(entry["name"]) for entry in decoded_outputs(self.model.data)]
+            feed, run = data_input_name(self.model.data), self.predictor.run
+            names = list(code.outputs) or [scored_output_name(self.model.data)]
+            self.call = lambda batch: run({feed: batch}, names)
 
     def output_type(self) -> str:
         return "class_shares"
@@ -92,21 +105,39 @@ class Segmentation(PerImage):
         for batch, masks, images, outputs in zip(
             stage.batches, stage.labels, stage.images, stage_outputs, strict=True
         ):
+            if self.returns:
+                code = self.custom_postprocess
+                assert code is not None
+                given = outputs if code.outputs else outputs[0]
+                [returned] = custom_returns(code, given, len(images), self.returns).values()
+                shapes = sorted({array.shape for array in returned})
+                if len(shapes) != 1:
+                    raise EvaluationError(
+                        f"{self.model.name}'s custom postprocess code returned scores of "
+                        f"different shapes in one batch ({', '.join(map(str, shapes))}); the "
+                        "images of a batch share the model input's size"
+                    )
+                outputs = np.stack(returned)
             scores = np.asarray(outputs)
+            what = (
+                f"what {self.model.name}'s custom postprocess code returned"
+                if self.returns
+                else f"{self.model.name}'s output"
+            )
             if scores.ndim != 4:
                 raise EvaluationError(
-                    f"{self.model.name}'s output has shape {scores.shape}; a "
+                    f"{what} has shape {scores.shape}; a "
                     f"semantic_segmentation output is (N, classes, H, W) or (N, H, W, classes)"
                 )
             if self.layout == "NHWC":
                 scores = scores.transpose(0, 3, 1, 2)
             if scores.shape[1] != classes:
                 raise EvaluationError(
-                    f"{self.model.name}'s output has {scores.shape[1]} classes on its class "
+                    f"{what} has {scores.shape[1]} classes on its class "
                     f"axis ({self.layout}) for {classes} labels"
                 )
             if not np.all(np.isfinite(scores)):
-                raise EvaluationError(f"{self.model.name}'s output is not finite (NaN or inf)")
+                raise EvaluationError(f"{what} is not finite (NaN or inf)")
             predicted = scores.argmax(axis=1).astype(np.int32)
             nchw = self.preprocessor.layout == "NCHW"
             input_h, input_w = batch.shape[2:4] if nchw else batch.shape[1:3]
