@@ -272,8 +272,14 @@ def test_a_split_without_objects_scores_zero_not_minus_one() -> None:
     assert metrics["objects"] == 0 and metrics["detections"] == 1
 
 
-def test_a_detector_with_custom_code_is_refused_at_launch() -> None:
+def test_a_detector_with_custom_code_is_refused_at_launch_unless_it_says_what_it_returns() -> None:
+    """Postprocess code that decodes a detector's outputs declares what it returns
+    (`postprocess_outputs`, test_custom_decoding.py); preprocess code is refused outright."""
     data = {**_manifest(), "postprocess": "def postprocess(outputs):\n    return outputs\n"}
-    assert "custom postprocess code, which the loop of its task does not run" in str(
+    assert "declare what the code returns (boxes, scores and classes) in postprocess_outputs" in (
+        str(unsupported(data))
+    )
+    data = {**_manifest(), "preprocess": "def preprocess(example):\n    return example\n"}
+    assert "custom preprocess code, which the loop of its task does not run" in str(
         unsupported(data)
     )
