@@ -26,6 +26,7 @@ from predictors.manifests.errors import ManifestError
 from predictors.processing.custom_code import CustomCodeError
 from predictors.tasks import scored_output, unsupported
 from tests.predictors.conftest import RunEvaluation
+from tests.predictors.test_custom_outputs import IMAGE as GRAY_IMAGE
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.database_free]
 
@@ -40,22 +41,8 @@ RECTANGLES = [
 ]
 NAMESPACE = "models/identity/1.0.0"
 
-IMAGE = {
-    "decoder": "pillow",
-    "jpeg_dct_method": "islow",
-    "color_mode": "GRAY",
-    "layout": "NCHW",
-    "resize_method": "nearest",
-    "resize_size": [2 * HEIGHT, 2 * WIDTH],
-    "keep_aspect_ratio": False,
-    "crop_method": "none",
-    "crop_size": None,
-    "element_type": "float32",
-    "normalization_order": "convert_then_normalize",
-    "scale": 255.0,
-    "mean": [0.0],
-    "std": [1.0],
-}
+# The gray-image input of test_custom_outputs, resized to twice the size, pixels as they are.
+IMAGE = {**GRAY_IMAGE, "resize_size": [2 * HEIGHT, 2 * WIDTH], "mean": [0.0], "std": [1.0]}
 
 # Each bright rectangle's box, in the model input's pixels: found by OpenCV, a list per image
 # (as many boxes as the image holds), scored 1 - 1 / (1 + area) so that larger come first.
