@@ -138,6 +138,7 @@ def register_manifest(
             if artifact is not None:
                 artifacts.append(artifact)
         _check_code_files(doc)  # sizes first: no model is loaded for an upload refused anyway
+        _check_tokenizers(doc)
         _check_graph(doc, load=not builtin)
         _check_splits(doc)
         with transaction.atomic():
@@ -243,6 +244,33 @@ def _check_code_files(doc: spec.Manifest) -> None:
                 for index, problem in found
             ]
         )
+
+
+def _check_tokenizers(doc: spec.Manifest) -> None:
+    """A text input's tokenizer file must be one `tokenizers` reads, within its size limit, that
+    makes the input's rows (`predictors.processing.text`), read in a process of its own with
+    limits (`predictors.frameworks.probe.check_tokenizer_files`): Invalid naming the parameter
+    at fault. Files the hub does not hold (https://) are checked by the agent that fetches
+    them."""
+    if doc.kind != "model":
+        return
+    files = {}
+    for index, entry in enumerate(doc.data.get("inputs") or []):
+        parameters = entry.get("parameters") if isinstance(entry, dict) else None
+        if entry.get("type") != "text" or not isinstance(parameters, dict):
+            continue
+        path = str(parameters.get("tokenizer_path") or "")
+        if not path.startswith("repo://"):
+            continue
+        file = storage.resolve(path.removeprefix("repo://"))
+        if file.is_file():
+            files[index] = file
+    try:
+        found = probe.check_tokenizer_files(doc.data, files, seconds=settings.MODEL_CHECK_SECONDS)
+    except probe.ProbeUnavailable:
+        return
+    if found:
+        raise Invalid([{"path": path, "message": message} for path, message in found])
 
 
 def _check_splits(doc: spec.Manifest) -> None:

@@ -129,7 +129,7 @@ _SCORED_OUTPUTS = {
     # One vector per input, compared by cosine similarity (retrieval and verification).
     "feature_extraction": ("embedding",),
 }
-DATA_INPUTS = ("image", "tensor", "audio", "bytes")
+DATA_INPUTS = ("image", "tensor", "audio", "bytes", "text")
 # The tasks whose custom postprocess code returns outputs the manifest declares apart
 # (`postprocess_outputs`, `decoded_outputs`): a detector's boxes, a segmenter's class scores.
 DECODED_TASKS = ("object_detection", "semantic_segmentation")
@@ -181,6 +181,28 @@ def loadgen_problem(
     return None
 
 
+def dataset_problem(model: Mapping[str, Any], dataset: Mapping[str, Any]) -> str | None:
+    """Why a model's input cannot be fed from a dataset's rows, or None: a text input reads a
+    dataset of encoding text, and only a text input does (its rows are strings). The hub asks
+    this at launch, and the loop again before it runs."""
+    inputs = [i for i in model.get("inputs") or [] if isinstance(i, Mapping)]
+    fed = next((i for i in inputs if i.get("type") in DATA_INPUTS), None)
+    if fed is None:
+        return None
+    text_input, text_rows = fed.get("type") == "text", dataset.get("encoding") == "text"
+    if text_input == text_rows:
+        return None
+    if text_input:
+        return (
+            f"{model.get('name')}'s input {fed.get('name')} is text, tokenised from a dataset "
+            f"of encoding text; {dataset.get('name')}'s encoding is {dataset.get('encoding')}"
+        )
+    return (
+        f"{dataset.get('name')} holds text (encoding text), which only a text input reads; "
+        f"{model.get('name')}'s input {fed.get('name')} is {fed.get('type')}"
+    )
+
+
 def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str | None:
     """Why the evaluation loop cannot run a model manifest (its data) as it says, or None;
     `latency_only`: timed without scoring (`latency_only_problem`). The hub asks this at launch
@@ -208,8 +230,8 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
     fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
     if len(fed) != 1:
         return (
-            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor or "
-            f"audio: "
+            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor, "
+            f"audio, bytes or text: "
             f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
             "constant and state inputs"
         )
@@ -320,12 +342,13 @@ def latency_only_problem(data: Mapping[str, Any]) -> str | None:
         and inputs[0].get("type") == "audio"
         and "chunk" not in (inputs[0].get("parameters") or {})
     )
-    if len(inputs) != 1 or not clips and inputs[0].get("type") not in ("image", "tensor", "bytes"):
+    batched = ("image", "tensor", "bytes", "text")
+    if len(inputs) != 1 or not clips and inputs[0].get("type") not in batched:
         kinds = ", ".join(f"{i.get('name')} ({i.get('type')})" for i in inputs) or "none"
         return (
             f"{name} takes the inputs {kinds}; a latency-only evaluation feeds one image, "
-            "tensor, bytes or whole-clip audio input in batches (streams, with their constant and state inputs, are timed "
-            "by their sequence_labelling evaluation)"
+            "tensor, bytes, text or whole-clip audio input in batches (streams, with their "
+            "constant and state inputs, are timed by their sequence_labelling evaluation)"
         )
     if data.get("postprocess"):
         return (

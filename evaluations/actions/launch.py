@@ -24,7 +24,7 @@ from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
-from predictors.tasks import loadgen_problem, scored_output, unsupported
+from predictors.tasks import dataset_problem, loadgen_problem, scored_output, unsupported
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
 
@@ -60,6 +60,7 @@ def launch_evaluation(
     )
     timing = bool(request.get("latency_only"))
     _check_supported(contents, timing)
+    _check_dataset(contents, dataset)
     _check_scenario(contents, request, timing)
     if not request.get("allow_label_mismatch") and not timing:
         _check_labels(contents, dataset)
@@ -139,6 +140,16 @@ def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]], latency_on
         problem = unsupported(content, latency_only=latency_only)
         if problem:
             raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
+
+
+def _check_dataset(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:
+    """A model whose input cannot read the dataset's rows (text against images, and the other
+    way round: `predictors.tasks.dataset_problem`) is refused at launch: Invalid naming
+    `dataset`."""
+    for _manifest, content in contents:
+        problem = dataset_problem(content, dataset.content or {})
+        if problem:
+            raise Invalid(problem, path="dataset", code=EvaluationErrorCode.UNSUPPORTED)
 
 
 def _check_scenario(

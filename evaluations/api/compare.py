@@ -23,7 +23,13 @@ from hub import storage
 from hub.api.query import flag, flag_parameter
 from hub.errors import NotFound
 
-_IMAGE_TYPES = {"jpeg": "image/jpeg", "jpg": "image/jpeg", "png": "image/png"}
+# The content type an input is served as, by its dataset's encoding (others as bytes).
+_IMAGE_TYPES = {
+    "jpeg": "image/jpeg",
+    "jpg": "image/jpeg",
+    "png": "image/png",
+    "text": "text/plain; charset=utf-8",
+}
 
 
 class Compare(generics.GenericAPIView[Any]):
@@ -85,7 +91,7 @@ class EvaluationInput(generics.GenericAPIView[Any]):
                 for group in range(parquet.metadata.num_row_groups):
                     size = parquet.metadata.row_group(group).num_rows
                     if start <= index < start + size:
-                        # `image`, or `input` (.npy tensors: served as bytes).
+                        # `image`, or `input` (.npy tensors: served as bytes; text).
                         names = parquet.schema_arrow.names
                         column = "image" if "image" in names else "input"
                         table = parquet.read_row_group(group, columns=[column])

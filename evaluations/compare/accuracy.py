@@ -237,9 +237,10 @@ def _paired(base: Any, other: Any, n: int) -> dict[str, Any] | None:
 def _disagreements(
     evaluations: list[Evaluation], loaded: list[Any], indices: list[int]
 ) -> list[dict[str, Any]]:
-    labels = (
-        evaluations[0].dataset.content.get("labels") if evaluations[0].dataset else None
-    ) or []
+    dataset = evaluations[0].dataset.content if evaluations[0].dataset else {}
+    labels = dataset.get("labels") or []
+    # Images are shown; other inputs (text, tensors, raw files) are linked.
+    image = str(dataset.get("encoding") or "").lower() in ("png", "jpeg", "jpg")
     shown = []
     for index in indices[:DISAGREEMENTS_SHOWN]:
         entry: dict[str, Any] = {"index": index, "label": None, "label_name": None, "top": []}
@@ -264,5 +265,6 @@ def _disagreements(
         entry["input_url"] = reverse(
             "api-evaluation-input", kwargs={"pk": evaluations[0].pk, "index": index}
         )
+        entry["input_is_image"] = image
         shown.append(entry)
     return shown

@@ -147,13 +147,19 @@ _COUNTED_FORMATS = {
 }
 
 
-def count(framework: str, graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> Count:
+def count(
+    framework: str,
+    graph_file: Path,
+    input_shapes: Mapping[str, Sequence[int]],
+    element_type: str = "float32",
+) -> Count:
     """The count of the model in `graph_file` as `framework` loads it, for inputs of
-    `input_shapes` (name → shape of one input, without the batch axis)."""
+    `input_shapes` (name → shape of one input, without the batch axis) of `element_type` (a
+    NumPy type name: what a TorchScript module is run on, zeros, to count its work)."""
     if framework == "onnxruntime":
         return count_onnx(graph_file, input_shapes)
     if framework == "pytorch":
-        return count_torchscript(graph_file, input_shapes)
+        return count_torchscript(graph_file, input_shapes, element_type)
     if framework == "tensorflow":
         return count_keras(graph_file, input_shapes)
     raise CountError(f"no counter for framework {framework!r} (known: {', '.join(_FRAMEWORKS)})")
@@ -349,7 +355,9 @@ def _onnx_macs(node: Any, shapes: Mapping[str, tuple[list[int], int]]) -> int | 
 # --- TorchScript ---------------------------------------------------------------------------
 
 
-def count_torchscript(graph_file: Path, input_shapes: Mapping[str, Sequence[int]]) -> Count:
+def count_torchscript(
+    graph_file: Path, input_shapes: Mapping[str, Sequence[int]], element_type: str = "float32"
+) -> Count:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
@@ -422,7 +430,8 @@ def count_torchscript(graph_file: Path, input_shapes: Mapping[str, Sequence[int]
             layer.weight_bytes += sum(t.numel() * t.element_size() for t in owned)
             return out
 
-    example = torch.zeros((1, *input_shape), dtype=torch.float32)
+    # Zeros of the type fed (token ids are integers, and 0 is an id).
+    example = torch.zeros((1, *input_shape), dtype=getattr(torch, element_type, torch.float32))
     try:
         with torch.no_grad(), Attribute():
             module(example)
@@ -558,7 +567,7 @@ def theoretical(
         }
     shape = [int(d) for d in sample.shape[1:]]
     try:
-        counted = count(framework, graph_file, {input_name: shape})
+        counted = count(framework, graph_file, {input_name: shape}, str(sample.dtype))
     except CountError as exc:
         return {"counted": False, "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a counter's library failed on this graph

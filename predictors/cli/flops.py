@@ -91,6 +91,8 @@ def input_shape(model: Manifest, size: list[int] | None, shape: list[int] | None
         raise UsageError(f"--input-size: {where} takes a tensor: give --input-shape")
     if shape is not None:
         return shape
+    if spec.get("type") == "text" and isinstance(parameters.get("max_length"), int):
+        return [int(parameters["max_length"])]  # a row of max_length token ids
     declared = parameters.get("shape")
     if not declared or not all(isinstance(d, int) and d > 0 for d in declared):
         raise CommandError(f"{where}: its input has no fixed shape: give --input-shape")
@@ -113,9 +115,24 @@ def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
         graph = model.data["model"]
         graph_file = fetch(graph["graph_path"], graph.get("graph_sha256"))
         name = data_input_name(model.data)
+        spec = next(i for i in model.data.get("inputs") or [] if i.get("name") == name)
+        # Token ids are integers (0 is an id); other inputs are counted at float32.
+        element_type = (
+            str((spec.get("parameters") or {}).get("element_type") or "int64")
+            if spec.get("type") == "text"
+            else "float32"
+        )
         try:
             found.append(
-                (model, count(model.framework, graph_file, {name: input_shape(model, size, shape)}))
+                (
+                    model,
+                    count(
+                        model.framework,
+                        graph_file,
+                        {name: input_shape(model, size, shape)},
+                        element_type,
+                    ),
+                )
             )
         except CountError as exc:
             raise CommandError(f"{model.name} ({model.framework}): {exc}") from None

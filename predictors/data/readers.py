@@ -69,6 +69,10 @@ def is_binary(kind: pa.DataType) -> bool:
     return bool(pa.types.is_binary(kind) or pa.types.is_large_binary(kind))
 
 
+def is_string(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
 def _is_list(kind: pa.DataType, element: Callable[[pa.DataType], bool]) -> bool:
     """Whether `kind` is a list whose items satisfy `element`."""
     return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and element(kind.value_type)
@@ -145,7 +149,7 @@ def label_type_problem(target: str, kind: pa.DataType) -> str | None:
         return f"is {kind}, not a list of class indices (integers)"
     if target == "values" and not (_is_number(kind) or _is_list(kind, _is_number)):
         return f"is {kind}, not a number or a list of numbers"
-    if target == "text" and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if target == "text" and not is_string(kind):
         return f"is {kind}, not a string (the line's text, UTF-8)"
     return None
 
@@ -246,8 +250,13 @@ class DatasetReader:
                 + f"; it has {sorted(names)}"
             )
         image_type = schema.field(self.column).type
-        if not is_binary(image_type):
-            raise DatasetError(f"{self.path}: column '{self.column}' is {image_type}, not binary")
+        # A text input's column may hold strings (`encoding: text`), yielded as str.
+        text = self.column == "input" and is_string(image_type)
+        if not is_binary(image_type) and not text:
+            raise DatasetError(
+                f"{self.path}: column '{self.column}' is {image_type}, not binary"
+                + (" (or, for a text input, string)" if self.column == "input" else "")
+            )
         if self.label_column is not None:
             problem = label_type_problem(target, schema.field(self.label_column).type)
             if problem:

@@ -253,6 +253,17 @@ def _row_problems(
                 )
             if classes is not None:
                 problems += _label_problems(reader.target, classes, row, labels)
+            strings = pa.types.is_string(images.type) or pa.types.is_large_string(images.type)
+            if strings and encoding != "text":
+                problems.append(
+                    f"column '{column}' holds strings, which only a dataset of encoding text may "
+                    f"(this one's is {encoding or 'not given'}): store the inputs as binary"
+                )
+                break
+            if encoding == "text":
+                problem = _text_rows_problem(images, row, column)
+                if problem:
+                    problems.append(problem)
             if magic is not None:
                 for index, image in enumerate(images.to_pylist()):
                     if image is not None and not image.startswith(magic):
@@ -265,6 +276,29 @@ def _row_problems(
             if len(problems) >= _MAX_PROBLEMS:
                 break
     return problems
+
+
+def _text_rows_problem(values: pa.Array, row: int, column: str) -> str | None:
+    """The first row of a batch (the first is `row`) of an `encoding: text` split whose input
+    is not UTF-8 text (a string column is; bytes must decode)."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        try:
+            values.validate(full=True)  # a string column's bytes are not checked on reading
+        except pa.ArrowInvalid as exc:
+            last = row + len(values) - 1
+            return f"rows {row} to {last}: the {column} column is not valid UTF-8 text ({exc})"
+        return None
+    for index, value in enumerate(values.to_pylist()):
+        if value is None:
+            continue
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return (
+                f"row {row + index}'s {column} is not UTF-8 text (byte {exc.start}; the "
+                "manifest's encoding is text)"
+            )
+    return None
 
 
 def _label_problems(target: str, column: pa.Array, row: int, labels: int | None) -> list[str]:

@@ -50,7 +50,13 @@ from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import at_least
-from predictors.tasks import data_input_name, loadgen_problem, scored_output, unsupported
+from predictors.tasks import (
+    data_input_name,
+    dataset_problem,
+    loadgen_problem,
+    scored_output,
+    unsupported,
+)
 from predictors.tracing.counters import CounterSampler
 
 __all__ = ["Fetch", "evaluate", "split_entry"]
@@ -126,7 +132,7 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     if options.overrides:
         model = apply_overrides(model.data, list(options.overrides))
     spec = _model_spec(model, options.latency_only)
-    problem = loadgen_problem(
+    problem = dataset_problem(model.data, dataset.data) or loadgen_problem(
         model.data, options.scenario, options.loadgen_mode, options.latency_only
     )
     if problem:
@@ -138,7 +144,7 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     _check_version(model, software["version"])
     predictor_type.check_device(options.device)
     custom = _custom_code(model, options, fetch)
-    preprocessor: Any = preprocessor_for(spec.input)
+    preprocessor: Any = preprocessor_for(spec.input, fetch)
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)

@@ -1,7 +1,8 @@
 """A model file loaded in a process of its own, to check it before anything runs it.
 
 The hub stores an uploaded model's files, then asks this module whether they load as the
-manifest's `model.format` says (`check_model_files`): a child process (`python -m
+manifest's `model.format` says (`check_model_files`), and whether a text input's tokenizer file
+tokenises (`check_tokenizer_files`): a child process (`python -m
 predictors.frameworks.probe`) loads them in the framework, on the CPU with one thread, and
 reports the problems as (field path, message) pairs, or none. What the file declares of its
 inputs and outputs (`Predictor.signature`) is checked against the manifest's on the way, so a
@@ -65,7 +66,27 @@ def check_model_files(
         "graph_file": str(graph_file),
         "weights_file": str(weights_file) if weights_file is not None else None,
     }
-    fmt = model_format(data)
+    fmt = f"as {FORMAT_NAMES.get(model_format(data), model_format(data))}"
+    return _in_child(request, seconds, "model.graph_path", f"loading it {fmt}")
+
+
+def check_tokenizer_files(
+    data: Mapping[str, Any], files: Mapping[int, Path], *, seconds: float = DEFAULT_SECONDS
+) -> Problems:
+    """(field path, message) for every text input (by its index in `inputs`, `files`) whose
+    tokenizer file `tokenizers` cannot read, or that cannot make the input's rows
+    (`predictors.processing.text`), found in a child process as `check_model_files` does; []
+    when each one tokenises a text as its input says."""
+    if not files:
+        return []
+    request = {"manifest": dict(data), "tokenizers": {str(i): str(p) for i, p in files.items()}}
+    field = f"inputs.{min(files)}.parameters.tokenizer_path"
+    return _in_child(request, seconds, field, "reading the tokenizer file")
+
+
+def _in_child(request: dict[str, Any], seconds: float, field: str, what: str) -> Problems:
+    """The problems the child finds for `request`; a child that runs out of time, or ends
+    without an answer, is a problem of `field` (`what` it was doing)."""
     with tempfile.TemporaryDirectory(prefix="mlms-probe-") as folder:
         environment = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -90,13 +111,7 @@ def check_model_files(
                     check=False,
                 )
         except subprocess.TimeoutExpired:
-            return [
-                (
-                    "model.graph_path",
-                    f"loading it as {FORMAT_NAMES.get(fmt, fmt)} took more than {seconds:g} s; "
-                    "the check gave up",
-                )
-            ]
+            return [(field, f"{what} took more than {seconds:g} s; the check gave up")]
     lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
     if finished.returncode != 0 or not lines:
         tail = (finished.stderr.strip().splitlines() or ["no message"])[-1]
@@ -104,9 +119,9 @@ def check_model_files(
             raise ProbeUnavailable(tail.partition(": ")[2] or tail)
         return [
             (
-                "model.graph_path",
-                f"loading it as {FORMAT_NAMES.get(fmt, fmt)} ended the checking process "
-                f"(exit status {finished.returncode}): {tail[:500]}",
+                field,
+                f"{what} ended the checking process (exit status {finished.returncode}): "
+                f"{tail[:500]}",
             )
         ]
     answer = json.loads(lines[-1])
@@ -242,9 +257,38 @@ def _field_named(message: str) -> str:
     return "model.weights_path"
 
 
+def tokenizer_problems(data: Mapping[str, Any], files: Mapping[int, Path]) -> Problems:
+    """What `check_tokenizer_files` reports, computed in this process (the child's work): each
+    text input built on its file, and a text of unknown words, digits and marks tokenised."""
+    try:
+        from predictors.processing.text import TextPreprocessor
+    except ImportError as exc:
+        raise ProbeUnavailable(f"tokenizers is not installed here ({exc})") from None
+    from predictors.processing.parameters import ProcessingError
+
+    found: Problems = []
+    inputs = list(data.get("inputs") or [])
+    for index, file in sorted(files.items()):
+        parameters = inputs[index].get("parameters") or {}
+
+        def held(_url: str, _sha256: str | None, file: Path = file) -> Path:
+            return file
+
+        try:
+            TextPreprocessor(parameters, held).batch(["Zyxw 0123, qvpk! ünïcødé 文字"])
+        except ProcessingError as error:
+            field = f"inputs.{index}.parameters.{error.parameter or 'tokenizer_path'}"
+            found.append((field, str(error)))
+    return found
+
+
 def main() -> None:
     request = json.loads(sys.stdin.read())
     _limit(float(request.get("seconds") or DEFAULT_SECONDS))
+    if "tokenizers" in request:
+        files = {int(index): Path(path) for index, path in request["tokenizers"].items()}
+        print(json.dumps({"problems": tokenizer_problems(request["manifest"], files)}))
+        return
     weights = request.get("weights_file")
     found = problems_of(
         request["manifest"], Path(request["graph_file"]), Path(weights) if weights else None

@@ -154,6 +154,8 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
         parameters = entry.get("parameters") if isinstance(entry.get("parameters"), Mapping) else {}
         assert isinstance(parameters, Mapping)
         element_type = parameters.get("element_type")
+        if entry.get("type") == "text" and element_type is None:
+            element_type = "int64"  # a text input's ids, unless it says int32
         if port.element_type and element_type and element_type != port.element_type:
             yield (
                 f"inputs.{index}.parameters.element_type",
@@ -175,6 +177,8 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 expected, what = 2, "a batch of clips' samples (layout NT)"
         elif entry.get("type") == "bytes":
             expected, what = 2, "a batch of files' bytes"
+        elif entry.get("type") == "text":
+            expected, what = 2, "a batch of rows of token ids"
         elif entry.get("type") == "constant" and "value" in parameters:
             expected = _rank(parameters["value"])
             what = "the constant's value (not batched)"
@@ -233,7 +237,7 @@ def _axis_problems(
             for declared in data.get("inputs") or []
             if isinstance(declared, Mapping)
             and declared.get("name") == p.name
-            and declared.get("type") in ("image", "tensor", "audio", "bytes")
+            and declared.get("type") in ("image", "tensor", "audio", "bytes", "text")
         ),
         None,
     )

@@ -10,7 +10,7 @@ import yaml
 from predictors.manifests.document import Manifest
 from predictors.manifests.errors import ManifestError, describe, dotted, error_at, show
 from predictors.manifests.loader import Dumper, parse_value
-from predictors.manifests.rules import validate
+from predictors.manifests.rules import file_refs, file_urls, validate
 
 __all__ = ["apply_overrides"]
 
@@ -29,6 +29,20 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> Manifest:
         error = _assign(result, assignment)
         if error is not None:
             errors.append(error)
+    # A job fetches the files its manifest names, which the hub checked at upload: an override
+    # names none it does not (a tokenizer, labels or a charset of anyone's choosing).
+    kind = str(data.get("kind"))
+    named = file_urls(data, kind)
+    for path, uri, _, _ in file_refs(result, kind):
+        if isinstance(uri, str) and uri not in named:
+            errors.append(
+                error_at(
+                    path,
+                    None,
+                    f"an override cannot name a file the manifest does not ({show(uri)}): "
+                    "publish a version of the manifest with it instead",
+                )
+            )
     if errors:
         raise ManifestError(errors)
     source = yaml.dump(result, Dumper=Dumper, sort_keys=False, allow_unicode=True)

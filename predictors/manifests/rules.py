@@ -2,9 +2,9 @@
 
 The cross-field rules are those a schema cannot express: semver versions and npm version
 ranges, repo:// paths inside the manifest's own folder, sha256 for https:// files, custom code,
-crop, resize and per-channel rules of image inputs, the slices and padding of bytes inputs,
-labels of outputs (a ctc output's charset), what a detector's or segmenter's postprocess code
-returns, state and constant inputs. docs/manifest.md describes them.
+crop, resize and per-channel rules of image inputs, the slices and padding of bytes inputs, a
+text input's tokenizer file, labels of outputs (a ctc output's charset), what a detector's or
+segmenter's postprocess code returns, state and constant inputs. docs/manifest.md describes them.
 """
 
 from __future__ import annotations
@@ -636,6 +636,17 @@ def file_refs(
                         files[f"{stem}_path"],
                         ("model", f"{stem}_sha256"),
                         files.get(f"{stem}_sha256"),
+                    )
+        for index, entry in _entries(data.get("inputs")):
+            parameters = entry.get("parameters")
+            if entry.get("type") == "text" and isinstance(parameters, dict):
+                if "tokenizer_path" in parameters:
+                    where = ("inputs", index, "parameters")
+                    yield (
+                        (*where, "tokenizer_path"),
+                        parameters["tokenizer_path"],
+                        (*where, "tokenizer_sha256"),
+                        parameters.get("tokenizer_sha256"),
                     )
         for field, index, entry in _output_entries(data):
             parameters = entry.get("parameters")

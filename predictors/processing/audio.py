@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.processing.parameters import ProcessingError, audio_keys
+from predictors.processing.parameters import ProcessingError, input_keys
 
 PARAMETERS = ("sample_rate", "chunk", "tail", "element_type")
 _KNOWN = (*PARAMETERS, "context")
@@ -58,7 +58,7 @@ class AudioPreprocessor:
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         if not isinstance(parameters, Mapping):
             raise ProcessingError("audio input parameters must be a mapping")
-        audio_keys(parameters, _KNOWN, PARAMETERS)
+        input_keys("audio", parameters, _KNOWN, PARAMETERS)
         rate, chunk = parameters["sample_rate"], parameters["chunk"]
         for name, value in (("sample_rate", rate), ("chunk", chunk)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from predictors.processing.audio import MAX_CLIP_SECONDS, AudioPreprocessor
-from predictors.processing.parameters import ProcessingError, audio_keys
+from predictors.processing.parameters import ProcessingError, input_keys
 
 __all__ = ["ClipPreprocessor", "Spectrogram", "Windows"]
 
@@ -354,7 +354,7 @@ class ClipPreprocessor:
                 f"input parameter {streamed[0]!r} frames a stream, which needs 'chunk' too",
                 parameter=streamed[0],
             )
-        audio_keys(parameters, (*_KNOWN, *_STREAM_ONLY), PARAMETERS)
+        input_keys("audio", parameters, (*_KNOWN, *_STREAM_ONLY), PARAMETERS)
         # Decoding and resampling as for streams.
         self.decoder = AudioPreprocessor(
             {

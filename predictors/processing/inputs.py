@@ -1,4 +1,4 @@
-"""The preprocessor of a manifest input, by its type: image, tensor, audio or bytes."""
+"""The preprocessor of a manifest input, by its type: image, tensor, audio, bytes or text."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from predictors.processing.image import ImagePreprocessor
 from predictors.processing.parameters import ProcessingError
 from predictors.processing.raw_bytes import RawBytesPreprocessor
 from predictors.processing.tensor import TensorPreprocessor
+from predictors.processing.text import Fetch, TextPreprocessor
 
 
-def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
-    """The preprocessor for one manifest input (`name`, `type`, `parameters`)."""
+def preprocessor_for(input_spec: Mapping[str, Any], fetch: Fetch | None = None) -> Any:
+    """The preprocessor for one manifest input (`name`, `type`, `parameters`); `fetch(url,
+    sha256)` brings the files an input names (a text input's tokenizer)."""
     kind = input_spec.get("type")
     parameters = input_spec.get("parameters")
     if parameters is None:
@@ -31,6 +33,13 @@ def preprocessor_for(input_spec: Mapping[str, Any]) -> Any:
         return ClipPreprocessor(parameters)
     if kind == "bytes":
         return RawBytesPreprocessor(parameters)
+    if kind == "text":
+        if fetch is None:
+            raise ProcessingError(
+                f"input {input_spec.get('name')!r} is text: its tokenizer file is fetched with "
+                "the model's files"
+            )
+        return TextPreprocessor(parameters, fetch)
     raise ProcessingError(
-        f"input type must be image, tensor, audio or bytes; got {kind!r}", parameter="type"
+        f"input type must be image, tensor, audio, bytes or text; got {kind!r}", parameter="type"
     )

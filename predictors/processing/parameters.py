@@ -32,20 +32,22 @@ ELEMENT_TYPES: dict[str, type[np.generic]] = {
 }
 
 
-def audio_keys(
-    parameters: Mapping[str, Any], known: Sequence[str], required: Sequence[str]
+def input_keys(
+    kind: str, parameters: Mapping[str, Any], known: Sequence[str], required: Sequence[str]
 ) -> None:
-    """An audio input's parameters hold only `known` keys and every `required` one
-    (ProcessingError naming the first that does not)."""
+    """A `kind` input's parameters (audio, bytes, text) hold only `known` keys and every
+    `required` one (ProcessingError naming the first that does not)."""
     unknown = sorted(set(parameters) - set(known))
     if unknown:
         raise ProcessingError(
-            f"unknown audio input parameter {unknown[0]!r}", parameter=str(unknown[0])
+            f"unknown {kind} input parameter {unknown[0]!r}; a {kind} input takes "
+            f"{', '.join(known)}",
+            parameter=str(unknown[0]),
         )
     for name in required:
         if name not in parameters:
             raise ProcessingError(
-                f"input parameter {name!r} is missing; audio inputs state every one of "
+                f"input parameter {name!r} is missing; {kind} inputs state every one of "
                 f"{', '.join(required)}",
                 parameter=name,
             )

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from predictors.processing.parameters import ProcessingError
+from predictors.processing.parameters import ProcessingError, input_keys
 
 PARAMETERS = ("block_size", "strip", "slices", "pad_value", "element_type")
 STRIP_MODES = ("whitespace", "none")
@@ -65,20 +65,7 @@ class RawBytesPreprocessor:
     def __init__(self, parameters: Mapping[str, Any]) -> None:
         if not isinstance(parameters, Mapping):
             raise ProcessingError("bytes input parameters must be a mapping")
-        unknown = sorted(set(parameters) - set(PARAMETERS))
-        if unknown:
-            raise ProcessingError(
-                f"unknown bytes input parameter {unknown[0]!r}; a bytes input takes "
-                f"{', '.join(PARAMETERS)}",
-                parameter=str(unknown[0]),
-            )
-        missing = [name for name in PARAMETERS if name not in parameters]
-        if missing:
-            raise ProcessingError(
-                f"bytes input parameter {missing[0]!r} is missing (every one of "
-                f"{', '.join(PARAMETERS)} is required)",
-                parameter=missing[0],
-            )
+        input_keys("bytes", parameters, PARAMETERS, PARAMETERS)
         block = parameters["block_size"]
         if not _integer(block) or not 1 <= block <= MAX_BLOCK:
             raise ProcessingError(

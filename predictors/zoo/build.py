@@ -47,6 +47,10 @@ The zoo's entries and the files each one writes (paths relative to the store, i.
   and ``models/text-detector/1.0.0/text-detector.onnx``, PaddleOCR's text detector as the
   ``rapidocr-onnxruntime`` wheel ships it, decoded by its manifest's custom postprocess code
   (``textboxes.py``)
+- ``datasets/short-reviews/1.0.0/{train,validation}.parquet`` (one-sentence product reviews,
+  negative or positive) and ``models/review-sentiment/1.0.0/{review-sentiment.onnx,
+  review-sentiment.pt,labels.txt,tokenizer.json}``, a text classifier over the ids of its
+  word-level tokenizer (``reviews.py``)
 
 An entry whose files all exist is skipped (unless ``force``); otherwise all of its files are
 written again, so that the files of one model always come from the same weights. Datasets are
@@ -167,6 +171,14 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("model", "basic-pitch", ("basic-pitch.tflite",), builder="notes"),
     Entry("dataset", "text-pages", ("validation.parquet",), builder="textboxes"),
     Entry("model", "text-detector", ("text-detector.onnx",), builder="textboxes"),
+    Entry("dataset", "short-reviews", ("train.parquet", "validation.parquet"), builder="reviews"),
+    Entry(
+        "model",
+        "review-sentiment",
+        ("review-sentiment.onnx", "review-sentiment.pt", "labels.txt", "tokenizer.json"),
+        requires="datasets/short-reviews",
+        builder="reviews",
+    ),
 )
 
 

@@ -63,6 +63,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveHub]:
                     "speaker-clips",
                     "text-detector",
                     "text-pages",
+                    "review-sentiment",
                 )
             )
         ),
@@ -536,6 +537,38 @@ def test_a_detector_decoded_by_its_custom_code_runs_in_the_container(
     for ours, package in zip(boxes, theirs, strict=True):
         xywh = [[x1, y1, x2 - x1, y2 - y1] for x1, y1, x2, y2 in package[:, :4].tolist()]
         assert sorted(map(list, ours)) == sorted(xywh)
+
+
+def test_a_text_model_reads_its_tokenizer_file_in_the_container(hub: LiveHub) -> None:
+    """The built-in review-sentiment in the PyTorch image: its tokenizer file is fetched
+    through the agent and applied by the image's tokenizers; every review's class is the one
+    its ONNX graph gives the library's own ids, computed here."""
+    import onnxruntime as ort
+    import pyarrow.parquet as pq
+
+    from tests.predictors.test_text_inputs import _library_ids
+
+    run = _succeeded(
+        hub,
+        hub.launch(
+            model="review-sentiment", framework="pytorch", dataset="short-reviews", batch_sizes=[32]
+        ),
+    )
+    assert run["result"]["stack"]["container"]["image"] == PYTORCH
+    root = Path(hub.env["ARTIFACT_ROOT"])
+    folder = root / "models/review-sentiment/1.0.0"
+    rows = pq.read_table(root / "datasets/short-reviews/1.0.0/validation.parquet").to_pylist()
+    ids = _library_ids(folder / "tokenizer.json", [row["input"] for row in rows], 24)
+    session = ort.InferenceSession(
+        str(folder / "review-sentiment.onnx"), providers=["CPUExecutionProvider"]
+    )
+    (logits,) = session.run(None, {"input": ids})
+    status, body = hub.get(f"evaluations/{run['id']}/predictions/?page_size=500")
+    assert status == 200, body
+    assert [row["classes"][0] for row in body["results"]] == logits.argmax(1).tolist()
+    truth = [row["label"] for row in rows]
+    expected = sum(int(a == b) for a, b in zip(logits.argmax(1).tolist(), truth, strict=True))
+    assert run["result"]["accuracy"]["top1"] == pytest.approx(expected / len(rows))
 
 
 @pytest.mark.parametrize(

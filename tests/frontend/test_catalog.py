@@ -29,6 +29,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "digits-cnn",
         "file-type",
         "mobilenet-v2",
+        "review-sentiment",
         "resnet-18",
         "resnet-50",
         "shapes-color",
@@ -48,7 +49,7 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
     expect(digits.get_by_role("link", name="digits", exact=True)).to_have_attribute(
         "href", "/datasets/digits/"
     )
-    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(14)
+    expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(15)
     shoot(page, "catalog")
 
 

@@ -203,6 +203,8 @@ def test_an_embedding_result_without_both_kinds_of_pair_has_no_eer(  # type: ign
         ("/datasets/piano-chords/", "C8"),
         ("/models/text-detector/", "What the postprocess code returns"),
         ("/datasets/text-pages/", "validation"),
+        ("/models/review-sentiment/", "tokenizer.json"),
+        ("/datasets/short-reviews/", "validation"),
     ],
 )
 def test_the_pages_of_the_clip_models_and_datasets_fit(  # type: ignore[no-untyped-def]

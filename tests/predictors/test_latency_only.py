@@ -209,7 +209,7 @@ def test_what_a_latency_only_run_cannot_feed_is_refused_naming_it() -> None:
     assert unsupported(data, latency_only=True) is None
     assert "evaluate it for latency only (latency_only" in str(unsupported(data))
     vad = Catalog().find_model("silero-vad", "*", "onnxruntime").data
-    assert "a latency-only evaluation feeds one image, tensor, bytes or whole-clip audio" in str(
+    assert "a latency-only evaluation feeds one image, tensor, bytes, text or whole-clip" in str(
         unsupported(vad, latency_only=True)
     )
     with_code = {**data, "postprocess": "def postprocess(outputs):\n    return outputs\n"}

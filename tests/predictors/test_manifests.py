@@ -213,6 +213,10 @@ ZOO = {
     # (predictors/zoo/textboxes.py).
     ("model", "text-detector", "onnxruntime"),
     ("dataset", "text-pages", ""),
+    # A text classifier over the ids of its tokenizer file (predictors/zoo/reviews.py).
+    ("model", "review-sentiment", "onnxruntime"),
+    ("model", "review-sentiment", "pytorch"),
+    ("dataset", "short-reviews", ""),
 }
 SEQUENCE_LABELLING = {"toggle-gru", "toggle-clicks", "silero-vad", "speech-clips"}
 OBJECT_DETECTION = {"shapes-detector", "shapes-boxes", "text-detector", "text-pages"}
@@ -289,13 +293,15 @@ def test_builtin_processing_parameters() -> None:
             "speaker-encoder",
             "basic-pitch",
             "text-detector",
+            "review-sentiment",
         ):
             continue  # text-direction, text-recognizer, speaker-encoder, basic-pitch,
             # text-detector: their package's own processing (test_pretrained.py,
             # test_pretrained_ocr.py, test_pretrained_speakers.py, test_pretrained_basic_pitch.py,
             # test_pretrained_text_detector.py);
             # toggle-gru: tensor, constant and state inputs (test_streams.py); the others:
-            # their task's tests; file-type: a bytes input (test_pretrained_magika.py)
+            # their task's tests; file-type: a bytes input (test_pretrained_magika.py);
+            # review-sentiment: a text input (test_text_inputs.py)
         (image,) = manifest.data["inputs"]
         parameters = image["parameters"]
         assert image["type"] == "image"

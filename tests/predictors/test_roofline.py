@@ -248,6 +248,7 @@ ZOO_RUNS: dict[str, tuple[str, tuple[int, ...]]] = {
     "speaker-encoder": ("speaker-clips", (1, 4)),
     "basic-pitch": ("piano-chords", (1, 4)),
     "text-detector": ("text-pages", (1,)),
+    "review-sentiment": ("short-reviews", (1, 8, 32)),
 }
 CASES = [
     (name, framework)

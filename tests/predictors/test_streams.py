@@ -264,8 +264,9 @@ def test_what_the_loop_cannot_run_is_refused_at_launch_naming_it() -> None:
     keras = {**data, "framework": {"name": "tensorflow", "version": "^2.15"}}
     assert unsupported(keras) is None
     two = {**data, "inputs": [data["inputs"][0], {**data["inputs"][0], "name": "other"}]}
-    assert "2 inputs fed from the dataset (type image, tensor or audio: chunk, other)" in str(
-        unsupported(two)
+    assert (
+        "2 inputs fed from the dataset (type image, tensor, audio, bytes or text: chunk, other)"
+        in str(unsupported(two))
     )
     scored = {**data, "outputs": [data["outputs"][0], {**data["outputs"][0], "name": "x"}]}
     assert "2 scored outputs (logits, x)" in str(unsupported(scored))

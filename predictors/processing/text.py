@@ -1,0 +1,231 @@
+"""Text inputs (`type: text`): a string, tokenised by the tokenizer file the manifest names
+(a Hugging Face `tokenizers` JSON file, `tokenizer.json`, read and applied by that library),
+fed to the model as a row of token ids.
+
+Parameters:
+
+- `tokenizer_path` (required): a repo:// or https:// tokenizer file (`tokenizers`'
+  `Tokenizer.to_file` / `save_pretrained` writes one); an https:// file needs
+  `tokenizer_sha256`;
+- `max_length` (required): the row's length: longer texts are truncated by the tokenizer's
+  own truncation (special tokens kept), shorter ones padded up to it;
+- `pad_id`: the id padding takes; by default the tokenizer file's own (its `padding`), and a
+  file that configures none needs it;
+- `add_special_tokens` (default true): whether the tokenizer's post-processor adds its special
+  tokens (`[CLS]`, `[SEP]`, `<s>`, …), as `Tokenizer.encode` does;
+- `element_type` (default `int64`): `int64` or `int32`.
+
+An input is a (max_length,) array of ids; a batch is (N, max_length). The dataset of such a
+model has `encoding: text`: its `input` column holds each row's text (a string, or UTF-8
+bytes). Whatever the tokenizer does besides (normalising, pre-tokenising, the model's
+vocabulary) is the file's, applied as `tokenizers` applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictors.processing.parameters import ProcessingError, input_keys
+
+PARAMETERS = (
+    "tokenizer_path",
+    "tokenizer_sha256",
+    "max_length",
+    "pad_id",
+    "add_special_tokens",
+    "element_type",
+)
+REQUIRED = ("tokenizer_path", "max_length")
+TEXT_ELEMENT_TYPES: dict[str, type[np.integer]] = {"int64": np.int64, "int32": np.int32}
+# The longest row of ids, and the largest tokenizer file read.
+MAX_LENGTH = 8192
+MAX_TOKENIZER_BYTES = 64 << 20
+# A text longer than this (in characters) is refused before it is tokenised.
+MAX_TEXT_CHARACTERS = 1 << 20
+
+Fetch = Callable[[str, str | None], Path]
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_parameters(parameters: Any) -> None:
+    """What the parameters must be, before the tokenizer file is read (ProcessingError naming
+    the parameter)."""
+    if not isinstance(parameters, Mapping):
+        raise ProcessingError("text input parameters must be a mapping")
+    input_keys("text", parameters, PARAMETERS, REQUIRED)
+    length = parameters["max_length"]
+    if not _integer(length) or not 1 <= length <= MAX_LENGTH:
+        raise ProcessingError(
+            f"input parameter 'max_length' must be an integer from 1 to {MAX_LENGTH} (the "
+            f"row of token ids each text becomes); got {length!r}",
+            parameter="max_length",
+        )
+    pad = parameters.get("pad_id")
+    if pad is not None and (not _integer(pad) or pad < 0):
+        raise ProcessingError(
+            f"input parameter 'pad_id' must be a token id (an integer from 0); got {pad!r}",
+            parameter="pad_id",
+        )
+    special = parameters.get("add_special_tokens", True)
+    if not isinstance(special, bool):
+        raise ProcessingError(
+            f"input parameter 'add_special_tokens' must be true or false; got {special!r}",
+            parameter="add_special_tokens",
+        )
+    element_type = parameters.get("element_type", "int64")
+    if element_type not in TEXT_ELEMENT_TYPES:
+        raise ProcessingError(
+            "input parameter 'element_type' of a text input must be one of "
+            f"{', '.join(TEXT_ELEMENT_TYPES)}; got {element_type!r}",
+            parameter="element_type",
+        )
+
+
+def _library(call: Callable[[], Any], what: str) -> Any:
+    """`call()`, a call into `tokenizers`; what it raises is a ProcessingError naming
+    `tokenizer_path`: its own errors, and the panics of its Rust core (pyo3's PanicException, a
+    BaseException), which a crafted file can cause and which would otherwise end the process."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - see the docstring
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProcessingError(f"{what}: {detail[:500]}", parameter="tokenizer_path") from None
+
+
+def load_tokenizer(path: Path) -> Any:
+    """A `tokenizers.Tokenizer` read from `path`; ProcessingError naming `tokenizer_path`
+    where the file is too large or not a tokenizer."""
+    from tokenizers import Tokenizer
+
+    size = path.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise ProcessingError(
+            f"the tokenizer file is {size} bytes, more than {MAX_TOKENIZER_BYTES}",
+            parameter="tokenizer_path",
+        )
+    return _library(
+        lambda: Tokenizer.from_file(str(path)), "the tokenizer file is not a tokenizers JSON file"
+    )
+
+
+class TextPreprocessor:
+    """Texts into rows of token ids (see the module docstring). `fetch(url, sha256)` brings
+    the tokenizer file."""
+
+    def __init__(self, parameters: Mapping[str, Any], fetch: Fetch) -> None:
+        check_parameters(parameters)
+        self.max_length: int = parameters["max_length"]
+        self.add_special_tokens: bool = parameters.get("add_special_tokens", True)
+        self.element_type: str = parameters.get("element_type", "int64")
+        self.dtype = np.dtype(TEXT_ELEMENT_TYPES[self.element_type])
+        path = fetch(parameters["tokenizer_path"], parameters.get("tokenizer_sha256"))
+        tokenizer = load_tokenizer(Path(path))
+        vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
+        pad = parameters.get("pad_id")
+        if pad is None:
+            padding = tokenizer.padding
+            if not padding:
+                raise ProcessingError(
+                    "the tokenizer file configures no padding: give the input parameter "
+                    "pad_id (the id padding takes)",
+                    parameter="pad_id",
+                )
+            pad = int(padding["pad_id"])
+        if pad >= vocabulary:
+            raise ProcessingError(
+                f"input parameter 'pad_id' is {pad}, beyond the tokenizer's {vocabulary} ids",
+                parameter="pad_id",
+            )
+        if np.iinfo(self.dtype).max < vocabulary - 1:
+            raise ProcessingError(
+                f"element_type {self.element_type} cannot hold the tokenizer's {vocabulary} ids",
+                parameter="element_type",
+            )
+        self.pad_id: int = pad
+        special = (
+            _library(lambda: tokenizer.num_special_tokens_to_add(False), "the tokenizer failed")
+            if self.add_special_tokens
+            else 0
+        )
+        if self.max_length <= special:
+            raise ProcessingError(
+                f"input parameter 'max_length' is {self.max_length}, but the tokenizer adds "
+                f"{special} special tokens to every text: give more (or add_special_tokens: "
+                "false)",
+                parameter="max_length",
+            )
+        # The file's own directions (left padding, left truncation) are kept; the length is
+        # max_length.
+        padding, truncation = tokenizer.padding or {}, tokenizer.truncation or {}
+        _library(
+            lambda: tokenizer.enable_truncation(
+                max_length=self.max_length,
+                direction=str(truncation.get("direction") or "right").lower(),
+            ),
+            "the tokenizer cannot truncate",
+        )
+        _library(
+            lambda: tokenizer.enable_padding(
+                length=self.max_length,
+                pad_id=pad,
+                pad_token=tokenizer.id_to_token(pad) or "[PAD]",
+                direction=str(padding.get("direction") or "right").lower(),
+            ),
+            "the tokenizer cannot pad",
+        )
+        self.tokenizer = tokenizer
+
+    @property
+    def features(self) -> int:
+        """The length of one input: max_length ids."""
+        return self.max_length
+
+    @staticmethod
+    def text(value: Any) -> str:
+        """A row's text: a string, or UTF-8 bytes."""
+        if isinstance(value, str):
+            data = value
+        elif isinstance(value, bytes | bytearray | memoryview):
+            try:
+                data = bytes(value).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProcessingError(
+                    f"a text input takes UTF-8 text; byte {exc.start} is not UTF-8"
+                ) from None
+        else:
+            raise ProcessingError(f"a text input takes a string; got {type(value).__name__}")
+        if len(data) > MAX_TEXT_CHARACTERS:
+            raise ProcessingError(
+                f"a text input is {len(data)} characters, more than {MAX_TEXT_CHARACTERS}"
+            )
+        return data
+
+    def __call__(self, value: Any) -> np.ndarray:
+        return self.batch([value])[0]
+
+    def batch(self, values: Sequence[Any]) -> np.ndarray:
+        if not values:
+            raise ProcessingError("a batch needs at least one text")
+        texts = [self.text(value) for value in values]
+        encodings = _library(
+            lambda: self.tokenizer.encode_batch(texts, add_special_tokens=self.add_special_tokens),
+            "the tokenizer cannot tokenise the text",
+        )
+        rows = [encoding.ids for encoding in encodings]
+        lengths = sorted({len(row) for row in rows})
+        if lengths != [self.max_length]:
+            raise ProcessingError(
+                f"the tokenizer made rows of {', '.join(map(str, lengths))} ids, not max_length "
+                f"({self.max_length})",
+                parameter="tokenizer_path",
+            )
+        return np.array(rows, dtype=self.dtype)

@@ -1,0 +1,125 @@
+"""A text classifier through the hub: its tokenizer file is read at upload (a broken one, or
+one that cannot pad as the input says, is refused naming the parameter, and nothing is kept),
+and a text dataset's rows must be UTF-8 text."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from hub.models import Artifact, Manifest
+from tests.hub.factories import dataset_manifest, to_yaml, upload
+from tests.predictors.zoo_store import zoo_store
+
+pytestmark = [pytest.mark.django_db, pytest.mark.frameworks]
+
+MANIFEST = (
+    Path(__file__).resolve().parents[2] / "manifests/models/review-sentiment/onnxruntime.yaml"
+)
+
+
+@pytest.fixture(scope="module")
+def zoo() -> Path:
+    return zoo_store(("review-sentiment",))
+
+
+def _model(zoo: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The built-in review-sentiment, renamed, with its files to upload."""
+    document = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    text = yaml.safe_dump(document).replace("review-sentiment/1.0.0", "my-reviews/1.0.0")
+    document = yaml.safe_load(text)
+    document["name"] = "my-reviews"
+    folder = zoo / "models/review-sentiment/1.0.0"
+    files = {
+        "review-sentiment.onnx": (folder / "review-sentiment.onnx").read_bytes(),
+        "labels.txt": (folder / "labels.txt").read_bytes(),
+        "tokenizer.json": (folder / "tokenizer.json").read_bytes(),
+    }
+    return document, files
+
+
+def test_a_tokenizer_file_is_read_at_upload(
+    alice_full_client: Any, zoo: Path, artifact_root: Path
+) -> None:
+    document, files = _model(zoo)
+    broken = {**files, "tokenizer.json": b'{"model": {"type": "Nonsense"}}'}
+    response = upload(alice_full_client, to_yaml(document), broken)
+    assert response.status_code == 400, response.content
+    [error] = response.json()["errors"]
+    assert error["path"] == "inputs.0.parameters.tokenizer_path"
+    assert "not a tokenizers JSON file" in error["message"]
+    assert not Manifest.objects.filter(name="my-reviews").exists()
+    assert not Artifact.objects.exists()
+    assert not [path for path in artifact_root.rglob("*") if path.is_file()]
+
+    # A pad_id beyond the tokenizer's ids is named too.
+    document["inputs"][0]["parameters"]["pad_id"] = 5000
+    response = upload(alice_full_client, to_yaml(document), files)
+    assert response.status_code == 400, response.content
+    [error] = response.json()["errors"]
+    assert error["path"] == "inputs.0.parameters.pad_id"
+    assert "beyond the tokenizer's 73 ids" in error["message"]
+
+    del document["inputs"][0]["parameters"]["pad_id"]
+    response = upload(alice_full_client, to_yaml(document), files)
+    assert response.status_code == 201, response.content
+    stored = sorted(path.name for path in artifact_root.rglob("*") if path.is_file())
+    assert stored == ["labels.txt", "review-sentiment.onnx", "tokenizer.json"]
+
+
+def test_a_text_datasets_rows_must_be_utf8(alice_full_client: Any) -> None:
+    def split(values: pa.Array) -> bytes:
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"input": values, "label": [0, 1]}), sink)
+        return sink.getvalue()
+
+    document = dataset_manifest(name="my-texts", split_file="validation.parquet")
+    document.update(encoding="text", labels=["negative", "positive"])
+    bad = split(pa.array([b"fine", b"\xc3("], pa.binary()))
+    response = upload(alice_full_client, to_yaml(document), {"validation.parquet": bad})
+    assert response.status_code == 400, response.content
+    [error] = response.json()["errors"]
+    assert error["path"] == "splits.validation.path"
+    assert "row 1's input is not UTF-8 text (byte 0" in error["message"]
+    assert not Manifest.objects.filter(name="my-texts").exists()
+
+    good = split(pa.array(["fine", "très bien"]))
+    response = upload(alice_full_client, to_yaml(document), {"validation.parquet": good})
+    assert response.status_code == 201, response.content
+
+
+def test_a_text_input_is_served_as_text_for_comparisons(
+    alice_full_client: Any, agent: Any, zoo: Path
+) -> None:
+    from tests.evaluations.factories import launch, launched_id, register_hosts
+    from tests.hub.factories import model_yaml
+
+    register_hosts(agent)
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"input": ["fine", "très bien"], "label": [0, 1]}), sink)
+    document = dataset_manifest(name="texts", split_file="validation.parquet")
+    document.update(encoding="text", labels=["negative", "positive"])
+    files = {"validation.parquet": sink.getvalue()}
+    assert upload(alice_full_client, to_yaml(document), files).status_code == 201
+    model, model_files = _model(zoo)
+    assert upload(alice_full_client, to_yaml(model), model_files).status_code == 201
+    evaluation = launched_id(launch(alice_full_client, model="my-reviews", dataset="texts"))
+
+    response = alice_full_client.get(f"/api/v1/evaluations/{evaluation}/inputs/1/")
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode("utf-8") == "très bien"
+
+    # An image model on the texts, or the text model on images, is refused at launch.
+    assert upload(alice_full_client, model_yaml("m", "1.0.0")).status_code == 201
+    refused = launch(alice_full_client, model="m", dataset="texts")
+    assert refused.status_code == 400, refused.content
+    [error] = refused.json()["errors"]
+    assert error["path"] == "dataset"
+    assert "texts holds text (encoding text), which only a text input reads" in error["message"]
