@@ -214,7 +214,7 @@ def staged_batches(
     model: Manifest, dataset: Manifest, fetch: Callable[..., Path], size: int, limit: int | None
 ) -> list[np.ndarray]:
     split = dataset.data["splits"]["validation"]
-    preprocessor = preprocessor_for(model.data["inputs"][0])
+    preprocessor = preprocessor_for(model.data["inputs"][0], fetch)
     reader = DatasetReader(fetch(split["path"], split.get("sha256")), size, limit=limit)
     return [preprocessor.batch(images) for images, _ in reader]
 

@@ -250,7 +250,7 @@ def _check_tokenizers(doc: spec.Manifest) -> None:
     """A text input's tokenizer file must be one `tokenizers` reads, within its size limit, that
     makes the input's rows (`predictors.processing.text`), read in a process of its own with
     limits (`predictors.frameworks.probe.check_tokenizer_files`): Invalid naming the parameter
-    at fault. Files the hub does not hold (https://) are checked by the agent that fetches
+    at fault. Files the hub does not hold (https://) are checked by the job that reads
     them."""
     if doc.kind != "model":
         return

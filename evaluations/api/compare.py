@@ -22,6 +22,7 @@ from evaluations.api.evaluations import READ_SCOPES, visible_evaluations
 from hub import storage
 from hub.api.query import flag, flag_parameter
 from hub.errors import NotFound
+from predictors.data.readers import input_column
 
 # The content type an input is served as, by its dataset's encoding (others as bytes).
 _IMAGE_TYPES = {
@@ -91,9 +92,8 @@ class EvaluationInput(generics.GenericAPIView[Any]):
                 for group in range(parquet.metadata.num_row_groups):
                     size = parquet.metadata.row_group(group).num_rows
                     if start <= index < start + size:
-                        # `image`, or `input` (.npy tensors: served as bytes; text).
-                        names = parquet.schema_arrow.names
-                        column = "image" if "image" in names else "input"
+                        # `image`, `audio` or `input` (.npy tensors, text), as the loop reads.
+                        column = input_column(parquet.schema_arrow.names)
                         table = parquet.read_row_group(group, columns=[column])
                         data = table.column(column)[index - start].as_py()
                         break

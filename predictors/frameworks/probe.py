@@ -261,6 +261,8 @@ def tokenizer_problems(data: Mapping[str, Any], files: Mapping[int, Path]) -> Pr
     """What `check_tokenizer_files` reports, computed in this process (the child's work): each
     text input built on its file, and a text of unknown words, digits and marks tokenised."""
     try:
+        import tokenizers  # noqa: F401 - read by TextPreprocessor; a hub without it skips
+
         from predictors.processing.text import TextPreprocessor
     except ImportError as exc:
         raise ProbeUnavailable(f"tokenizers is not installed here ({exc})") from None

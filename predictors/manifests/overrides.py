@@ -10,7 +10,7 @@ import yaml
 from predictors.manifests.document import Manifest
 from predictors.manifests.errors import ManifestError, describe, dotted, error_at, show
 from predictors.manifests.loader import Dumper, parse_value
-from predictors.manifests.rules import file_refs, file_urls, validate
+from predictors.manifests.rules import file_refs, validate
 
 __all__ = ["apply_overrides"]
 
@@ -32,15 +32,15 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> Manifest:
     # A job fetches the files its manifest names, which the hub checked at upload: an override
     # names none it does not (a tokenizer, labels or a charset of anyone's choosing).
     kind = str(data.get("kind"))
-    named = file_urls(data, kind)
+    named = {path: uri for path, uri, _, _ in file_refs(data, kind)}
     for path, uri, _, _ in file_refs(result, kind):
-        if isinstance(uri, str) and uri not in named:
+        if named.get(path) != uri:  # another file, or one of the manifest's in another field
             errors.append(
                 error_at(
                     path,
                     None,
-                    f"an override cannot name a file the manifest does not ({show(uri)}): "
-                    "publish a version of the manifest with it instead",
+                    f"an override cannot name a file the manifest does not name there "
+                    f"({show(uri)}): publish a version of the manifest with it instead",
                 )
             )
     if errors:

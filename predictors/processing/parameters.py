@@ -39,8 +39,9 @@ def input_keys(
     `required` one (ProcessingError naming the first that does not)."""
     unknown = sorted(set(parameters) - set(known))
     if unknown:
+        article = "an" if kind[:1] in "aeiou" else "a"
         raise ProcessingError(
-            f"unknown {kind} input parameter {unknown[0]!r}; a {kind} input takes "
+            f"unknown {kind} input parameter {unknown[0]!r}; {article} {kind} input takes "
             f"{', '.join(known)}",
             parameter=str(unknown[0]),
         )

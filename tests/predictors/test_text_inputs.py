@@ -279,7 +279,13 @@ def test_a_text_input_reads_text_datasets_only_and_overrides_name_no_other_token
         )
     [error] = raised.value.errors
     assert error["path"] == "inputs.0.parameters.tokenizer_path"
-    assert "an override cannot name a file the manifest does not" in error["message"]
+    assert "an override cannot name a file the manifest does not name there" in error["message"]
+    # Nor one of the manifest's files in another field (the graph read as a tokenizer).
+    with pytest.raises(ManifestError) as raised:
+        apply_overrides(
+            model, ["inputs.0.parameters.tokenizer_path=repo://models/texty/1.0.0/texty.onnx"]
+        )
+    assert [e["path"] for e in raised.value.errors] == ["inputs.0.parameters.tokenizer_path"]
     # Its other parameters may be overridden.
     longer = apply_overrides(model, ["inputs.0.parameters.max_length=32"])
     assert longer.data["inputs"][0]["parameters"]["max_length"] == 32
