@@ -250,7 +250,8 @@ class DatasetReader:
                 + f"; it has {sorted(names)}"
             )
         image_type = schema.field(self.column).type
-        # A text input's column may hold strings (`encoding: text`), yielded as str.
+        # A text input's column may hold strings (`encoding: text`), yielded as their UTF-8
+        # bytes, as every input is (a preprocessor of another type refuses them as its own).
         text = self.column == "input" and is_string(image_type)
         if not is_binary(image_type) and not text:
             raise DatasetError(
@@ -284,6 +285,8 @@ class DatasetReader:
                 record_batch = record_batch.slice(0, remaining)
                 remaining -= record_batch.num_rows
                 image_column = record_batch.column(0)
+                if is_string(image_column.type):
+                    image_column = image_column.cast(pa.large_binary())
                 label_column = record_batch.column(1) if self.label_column else None
                 if image_column.null_count or label_column is not None and label_column.null_count:
                     raise DatasetError(f"{self.path} has rows without an image or a label")

@@ -296,7 +296,7 @@ def test_a_text_dataset_holds_strings_or_utf8_and_bad_rows_are_named(tmp_path: P
     pq.write_table(pa.table({"input": ["é bon", "bad"], "label": [1, 0]}), strings)
     assert split_problems(strings, labels=2, encoding="text", count=2) == []
     [(texts, labels)] = list(DatasetReader(strings, batch_size=4))
-    assert texts == ["é bon", "bad"] and labels.tolist() == [1, 0]
+    assert texts == ["é bon".encode(), b"bad"] and labels.tolist() == [1, 0]
 
     raw = tmp_path / "raw.parquet"
     values = pa.array([b"fine", b"\xff\xfe", b"ok"], pa.binary())
