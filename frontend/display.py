@@ -40,12 +40,26 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "batch_axis": ("Batch axis", "where the streams' rows are stacked (0 first)"),
     "initial": ("Initial value", "every element's value at the start of a stream"),
     "from_output": ("From output", "the output whose value the next call of the stream takes"),
+    "tokenizer_path": ("Tokenizer", "tokenizers JSON file that turns the text into ids"),
+    "tokenizer_sha256": ("Tokenizer SHA-256", "checksum of the tokenizer file"),
+    "max_length": ("Length", "ids per text: longer ones truncated, shorter ones padded"),
+    "pad_id": ("Padding id", "the id padding takes (default: the tokenizer's own)"),
+    "add_special_tokens": ("Special tokens", "the tokenizer's [CLS], [SEP], … added"),
 }
 
 # The parameters of an image input and of a tensor input, in the order the pipeline applies them
 # (PARAMETERS' order).
 IMAGE_PARAMETERS = tuple(key for key in PARAMETERS if key in processing.IMAGE_PARAMETERS)
 TENSOR_PARAMETERS = ("element_type", "shape", "value", "batch_axis", "initial", "from_output")
+# A text input's, in the order its tokenizer applies them (`predictors.processing.text`).
+TEXT_PARAMETERS = (
+    "tokenizer_path",
+    "tokenizer_sha256",
+    "add_special_tokens",
+    "max_length",
+    "pad_id",
+    "element_type",
+)
 
 _WORDS = {
     "pillow": "Pillow",
@@ -134,7 +148,9 @@ class ParameterRow:
 def parameter_rows(entry: dict[str, Any]) -> list[ParameterRow]:
     """The processing parameters of one input, in pipeline order, in words."""
     parameters = entry.get("parameters") or {}
-    known = IMAGE_PARAMETERS if entry.get("type") == "image" else TENSOR_PARAMETERS
+    known = {"image": IMAGE_PARAMETERS, "text": TEXT_PARAMETERS}.get(
+        str(entry.get("type")), TENSOR_PARAMETERS
+    )
     rows = []
     for key in known:
         if key in parameters:

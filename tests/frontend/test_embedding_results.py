@@ -203,7 +203,7 @@ def test_an_embedding_result_without_both_kinds_of_pair_has_no_eer(  # type: ign
         ("/datasets/piano-chords/", "C8"),
         ("/models/text-detector/", "What the postprocess code returns"),
         ("/datasets/text-pages/", "validation"),
-        ("/models/review-sentiment/", "tokenizer.json"),
+        ("/models/review-sentiment/", "tokenizers JSON file that turns the text into ids"),
         ("/datasets/short-reviews/", "validation"),
     ],
 )
