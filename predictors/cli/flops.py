@@ -23,6 +23,7 @@ from predictors.cli.args import CommandError, UsageError, check_store, framework
 from predictors.data import DataManager
 from predictors.manifests import Manifest
 from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
+from predictors.processing.text import DEFAULT_ELEMENT_TYPE
 from predictors.tasks import data_input_name
 from predictors.zoo.build import default_store
 
@@ -118,7 +119,7 @@ def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
         spec = next(i for i in model.data.get("inputs") or [] if i.get("name") == name)
         # Token ids are integers (0 is an id); other inputs are counted at float32.
         element_type = (
-            str((spec.get("parameters") or {}).get("element_type") or "int64")
+            str((spec.get("parameters") or {}).get("element_type") or DEFAULT_ELEMENT_TYPE)
             if spec.get("type") == "text"
             else "float32"
         )

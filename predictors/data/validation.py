@@ -24,6 +24,7 @@ from predictors.data.readers import (
     annotation_problem,
     batches,
     decode_mask,
+    is_string,
     text_problem,
 )
 from predictors.data.streams import ClipReader, StreamReader, segment_problem
@@ -253,8 +254,7 @@ def _row_problems(
                 )
             if classes is not None:
                 problems += _label_problems(reader.target, classes, row, labels)
-            strings = pa.types.is_string(images.type) or pa.types.is_large_string(images.type)
-            if strings and encoding != "text":
+            if is_string(images.type) and encoding != "text":
                 problems.append(
                     f"column '{column}' holds strings, which only a dataset of encoding text may "
                     f"(this one's is {encoding or 'not given'}): store the inputs as binary"
@@ -281,7 +281,7 @@ def _row_problems(
 def _text_rows_problem(values: pa.Array, row: int, column: str) -> str | None:
     """The first row of a batch (the first is `row`) of an `encoding: text` split whose input
     is not UTF-8 text (a string column is; bytes must decode)."""
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+    if is_string(values.type):
         try:
             values.validate(full=True)  # a string column's bytes are not checked on reading
         except pa.ArrowInvalid as exc:

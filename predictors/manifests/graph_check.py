@@ -155,7 +155,9 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
         assert isinstance(parameters, Mapping)
         element_type = parameters.get("element_type")
         if entry.get("type") == "text" and element_type is None:
-            element_type = "int64"  # a text input's ids, unless it says int32
+            from predictors.processing.text import DEFAULT_ELEMENT_TYPE
+
+            element_type = DEFAULT_ELEMENT_TYPE  # a text input's ids, unless it says int32
         if port.element_type and element_type and element_type != port.element_type:
             yield (
                 f"inputs.{index}.parameters.element_type",

@@ -41,6 +41,7 @@ PARAMETERS = (
 )
 REQUIRED = ("tokenizer_path", "max_length")
 TEXT_ELEMENT_TYPES: dict[str, type[np.integer]] = {"int64": np.int64, "int32": np.int32}
+DEFAULT_ELEMENT_TYPE = "int64"
 # The longest row of ids, and the largest tokenizer file read.
 MAX_LENGTH = 8192
 MAX_TOKENIZER_BYTES = 64 << 20
@@ -79,7 +80,7 @@ def check_parameters(parameters: Any) -> None:
             f"input parameter 'add_special_tokens' must be true or false; got {special!r}",
             parameter="add_special_tokens",
         )
-    element_type = parameters.get("element_type", "int64")
+    element_type = parameters.get("element_type", DEFAULT_ELEMENT_TYPE)
     if element_type not in TEXT_ELEMENT_TYPES:
         raise ProcessingError(
             "input parameter 'element_type' of a text input must be one of "
@@ -125,7 +126,7 @@ class TextPreprocessor:
         check_parameters(parameters)
         self.max_length: int = parameters["max_length"]
         self.add_special_tokens: bool = parameters.get("add_special_tokens", True)
-        self.element_type: str = parameters.get("element_type", "int64")
+        self.element_type: str = parameters.get("element_type", DEFAULT_ELEMENT_TYPE)
         self.dtype = np.dtype(TEXT_ELEMENT_TYPES[self.element_type])
         path = fetch(parameters["tokenizer_path"], parameters.get("tokenizer_sha256"))
         tokenizer = load_tokenizer(Path(path))
@@ -183,11 +184,6 @@ class TextPreprocessor:
             "the tokenizer cannot pad",
         )
         self.tokenizer = tokenizer
-
-    @property
-    def features(self) -> int:
-        """The length of one input: max_length ids."""
-        return self.max_length
 
     @staticmethod
     def text(value: Any) -> str:

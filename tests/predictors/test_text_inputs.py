@@ -104,7 +104,7 @@ def test_the_text_preprocessor_is_the_library_on_strings_and_utf8(
         "parameters": {"tokenizer_path": "repo://t/tokenizer.json", "max_length": 8},
     }
     text = preprocessor_for(spec, _held(tokenizer_file))
-    assert isinstance(text, TextPreprocessor) and text.features == 8 and text.pad_id == 0
+    assert isinstance(text, TextPreprocessor) and text.pad_id == 0
     reviews = ["the café grinder is not bad!", "Honestly, THE KETTLE is awful"]
     expected = _library_ids(tokenizer_file, reviews, 8)
     from_bytes = text.batch([review.encode("utf-8") for review in reviews])
