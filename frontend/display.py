@@ -45,6 +45,7 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "max_length": ("Length", "ids per text: longer ones truncated, shorter ones padded"),
     "pad_id": ("Padding id", "the id padding takes (default: the tokenizer's own)"),
     "add_special_tokens": ("Special tokens", "the tokenizer's [CLS], [SEP], … added"),
+    "feature": ("Feature of the text", "what the tokenizer gives beside the ids, row for row"),
 }
 
 # The parameters of an image input and of a tensor input, in the order the pipeline applies them
@@ -60,6 +61,8 @@ TEXT_PARAMETERS = (
     "pad_id",
     "element_type",
 )
+# A text_feature input's (`predictors.processing.text.TextFeeds`).
+TEXT_FEATURE_PARAMETERS = ("feature", "element_type")
 
 _WORDS = {
     "pillow": "Pillow",
@@ -71,6 +74,9 @@ _WORDS = {
     "normalize_then_convert": "normalize, then convert (in byte space, wraps around)",
     "none": "none",
     "center": "center",
+    "attention_mask": "attention mask (1 for a token, 0 for padding)",
+    "type_ids": "type ids (each token's segment)",
+    "special_tokens_mask": "special-tokens mask (1 for a special token or padding)",
 }
 
 _CHANNELS = {"RGB": ["R", "G", "B"], "BGR": ["B", "G", "R"], "GRAY": ["Y"]}
@@ -148,9 +154,11 @@ class ParameterRow:
 def parameter_rows(entry: dict[str, Any]) -> list[ParameterRow]:
     """The processing parameters of one input, in pipeline order, in words."""
     parameters = entry.get("parameters") or {}
-    known = {"image": IMAGE_PARAMETERS, "text": TEXT_PARAMETERS}.get(
-        str(entry.get("type")), TENSOR_PARAMETERS
-    )
+    known = {
+        "image": IMAGE_PARAMETERS,
+        "text": TEXT_PARAMETERS,
+        "text_feature": TEXT_FEATURE_PARAMETERS,
+    }.get(str(entry.get("type")), TENSOR_PARAMETERS)
     rows = []
     for key in known:
         if key in parameters:

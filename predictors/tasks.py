@@ -24,6 +24,7 @@ __all__ = [
     "METRIC_NAMES",
     "PERCENT_ERRORS",
     "SCORED_TASKS",
+    "TEXT_FEATURE",
     "data_input_name",
     "latency_only_problem",
     "loadgen_problem",
@@ -130,6 +131,9 @@ _SCORED_OUTPUTS = {
     "feature_extraction": ("embedding",),
 }
 DATA_INPUTS = ("image", "tensor", "audio", "bytes", "text")
+# An input fed what the tokenizer gives of the text input's text besides its ids (an attention
+# mask, type ids: `predictors.processing.text.TextFeeds`).
+TEXT_FEATURE = "text_feature"
 # The tasks whose custom postprocess code returns outputs the manifest declares apart
 # (`postprocess_outputs`, `decoded_outputs`): a detector's boxes, a segmenter's class scores.
 DECODED_TASKS = ("object_detection", "semantic_segmentation")
@@ -268,6 +272,14 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
             "one: declare the others as state outputs, or leave them out"
         )
     stateful = [str(i.get("name")) for i in inputs if i.get("type") in ("state", "constant")]
+    features = [str(i.get("name")) for i in inputs if i.get("type") == TEXT_FEATURE]
+    if features and task == "sequence_labelling":
+        return (
+            f"{name}'s inputs {', '.join(features)} are features of a text, fed with its ids "
+            "in batches; a sequence_labelling model runs on streams"
+        )
+    if features and data.get("preprocess"):
+        return _features_preprocessed(str(name), features)
     contexts = [
         str(i.get("name"))
         for i in inputs
@@ -331,12 +343,25 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
     return None
 
 
+def _features_preprocessed(name: str, features: list[str]) -> str:
+    return (
+        f"{name}'s inputs {', '.join(features)} are features of its text, tokenised with its "
+        "ids by the loop: custom preprocess code does not run on such a model (the tokenizer "
+        "file and the parameters say the processing)"
+    )
+
+
 def latency_only_problem(data: Mapping[str, Any]) -> str | None:
     """Why a model cannot be timed without scoring, or None. A latency-only evaluation feeds
     one input from the dataset (an image or a tensor, in batches) and computes every output,
-    whatever its task or its outputs' types; it reads no labels and scores nothing."""
+    whatever its task or its outputs' types; it reads no labels and scores nothing (a text
+    input's features, `text_feature` inputs, come with its batches)."""
     name = data.get("name")
-    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    declared = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    features = [str(i.get("name")) for i in declared if i.get("type") == TEXT_FEATURE]
+    if features and data.get("preprocess"):
+        return _features_preprocessed(str(name), features)
+    inputs = [i for i in declared if i.get("type") != TEXT_FEATURE]
     clips = (
         len(inputs) == 1
         and inputs[0].get("type") == "audio"

@@ -374,9 +374,6 @@ def count_torchscript(
         ) from None
     if not input_shapes:
         raise CountError("a TorchScript model is counted by running it: give its input's shape")
-    if len(input_shapes) != 1:
-        raise CountError("a TorchScript model is counted with one input (this one has several)")
-    ((input_name, input_shape),) = input_shapes.items()
 
     # Each parameter's storage → its module's path, type and parameter count.
     owners: dict[int, str] = {}
@@ -430,22 +427,24 @@ def count_torchscript(
             layer.weight_bytes += sum(t.numel() * t.element_size() for t in owned)
             return out
 
-    # Zeros of the type fed (token ids are integers, and 0 is an id).
-    example = torch.zeros((1, *input_shape), dtype=getattr(torch, element_type, torch.float32))
+    # Zeros of the type fed (token ids are integers, and 0 is an id), one per input in the
+    # order of `input_shapes` (a text's ids, then its features: zeros of one shape each).
+    dtype = getattr(torch, element_type, torch.float32)
+    examples = [torch.zeros((1, *shape), dtype=dtype) for shape in input_shapes.values()]
     try:
         with torch.no_grad(), Attribute():
-            module(example)
+            module(*examples)
     except Exception as exc:  # noqa: BLE001 - the model refused the input
-        raise CountError(
-            f"the model did not run on an input of shape {[1, *input_shape]}: {exc}"
-        ) from None
+        shapes = " and ".join(str([1, *shape]) for shape in input_shapes.values())
+        what = "an input" if len(input_shapes) == 1 else "inputs"
+        raise CountError(f"the model did not run on {what} of shape {shapes}: {exc}") from None
     # Layers in the order their work ran, then those that did none (normalizations).
     ordered = [layers[name] for name in order] + [
         layer for name, layer in layers.items() if name not in order
     ]
     return Count(
         framework="pytorch",
-        input_shapes={input_name: list(input_shape)},
+        input_shapes={name: list(shape) for name, shape in input_shapes.items()},
         layers=ordered,
         params=total,
     )
@@ -542,8 +541,10 @@ def theoretical(
     *,
     file_format: str | None = None,
     windowed: bool = False,
+    input_names: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch)
+    """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch;
+    where `input_names` are given, the inputs packed side by side on its second axis)
     and, per batch size, the FLOP/s its p50 latency achieved, at its arithmetic intensity (set
     on the roofline by `predictors.analysis.roofline.place`). A model that cannot be counted
     says why (`counted: false`, `reason`), and the evaluation goes on."""
@@ -566,8 +567,10 @@ def theoretical(
             f"{framework}; this model's format is {file_format}",
         }
     shape = [int(d) for d in sample.shape[1:]]
+    # A text's ids with its features, packed (N, 1 + F, L): each input is a row of L.
+    shapes = {name: shape[1:] for name in input_names} if input_names else {input_name: shape}
     try:
-        counted = count(framework, graph_file, {input_name: shape}, str(sample.dtype))
+        counted = count(framework, graph_file, shapes, str(sample.dtype))
     except CountError as exc:
         return {"counted": False, "reason": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a counter's library failed on this graph

@@ -23,7 +23,7 @@ from predictors.cli.args import CommandError, UsageError, check_store, framework
 from predictors.data import DataManager
 from predictors.manifests import Manifest
 from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
-from predictors.processing.text import DEFAULT_ELEMENT_TYPE
+from predictors.processing.text import DEFAULT_ELEMENT_TYPE, TextFeeds
 from predictors.tasks import data_input_name
 from predictors.zoo.build import default_store
 
@@ -123,16 +123,15 @@ def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
             if spec.get("type") == "text"
             else "float32"
         )
+        # A text's features are rows of its length beside its ids (`TextFeeds`).
+        feeds = TextFeeds.of(model.data.get("inputs") or [])
+        names = feeds.names if feeds is not None else [name]
+        shapes = dict.fromkeys(names, input_shape(model, size, shape))
         try:
             found.append(
                 (
                     model,
-                    count(
-                        model.framework,
-                        graph_file,
-                        {name: input_shape(model, size, shape)},
-                        element_type,
-                    ),
+                    count(model.framework, graph_file, shapes, element_type),
                 )
             )
         except CountError as exc:

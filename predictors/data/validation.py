@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from predictors.data.formats import MAGIC
@@ -280,23 +281,35 @@ def _row_problems(
 
 def _text_rows_problem(values: pa.Array, row: int, column: str) -> str | None:
     """The first row of a batch (the first is `row`) of an `encoding: text` split whose input
-    is not UTF-8 text (a string column is; bytes must decode)."""
+    is not UTF-8 text (a string column is; bytes must decode), or is longer than a text input
+    reads (`MAX_TEXT_CHARACTERS`)."""
+    from predictors.processing.text import MAX_TEXT_CHARACTERS
+
     if is_string(values.type):
         try:
             values.validate(full=True)  # a string column's bytes are not checked on reading
         except pa.ArrowInvalid as exc:
             last = row + len(values) - 1
             return f"rows {row} to {last}: the {column} column is not valid UTF-8 text ({exc})"
-        return None
-    for index, value in enumerate(values.to_pylist()):
-        if value is None:
-            continue
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError as exc:
+        lengths = pc.utf8_length(values).to_pylist()
+    else:
+        lengths = []
+        for index, value in enumerate(values.to_pylist()):
+            if value is None:
+                lengths.append(None)
+                continue
+            try:
+                lengths.append(len(value.decode("utf-8")))
+            except UnicodeDecodeError as exc:
+                return (
+                    f"row {row + index}'s {column} is not UTF-8 text (byte {exc.start}; the "
+                    "manifest's encoding is text)"
+                )
+    for index, length in enumerate(lengths):
+        if length is not None and length > MAX_TEXT_CHARACTERS:
             return (
-                f"row {row + index}'s {column} is not UTF-8 text (byte {exc.start}; the "
-                "manifest's encoding is text)"
+                f"row {row + index}'s {column} is {length} characters, more than a text input "
+                f"reads ({MAX_TEXT_CHARACTERS})"
             )
     return None
 

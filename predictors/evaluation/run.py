@@ -27,6 +27,7 @@ from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.report import Evaluation, Measured, result_of
 from predictors.evaluation.scenarios import follow_up_for, scenario_for
 from predictors.evaluation.sinks import SpanList, SpanSink
+from predictors.frameworks.feeds import SeveralFeeds
 from predictors.frameworks.predictor import (
     Predictor,
     PredictorError,
@@ -49,6 +50,7 @@ from predictors.processing.custom_code import (
 from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
+from predictors.processing.text import TextFeeds
 from predictors.protocol import at_least
 from predictors.tasks import (
     data_input_name,
@@ -144,12 +146,21 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     _check_version(model, software["version"])
     predictor_type.check_device(options.device)
     custom = _custom_code(model, options, fetch)
-    preprocessor: Any = preprocessor_for(spec.input, fetch)
+    preprocessor: Any = preprocessor_for(spec.input, fetch, TextFeeds.of(model.data["inputs"]))
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
     scenario = scenario_for(model.task, options.latency_only)
     scenario.check_trace_level(options.trace_level, model.task)
+    feeds = TextFeeds.of(model.data["inputs"])
+    layers = at_least(options.trace_level, "framework")
+    if feeds is not None and layers and model.framework != "onnxruntime":
+        raise EvaluationError(
+            f"trace level {options.trace_level}: {model.name} {model.version} takes several "
+            f"inputs from each text ({', '.join(feeds.names)}), and the {model.framework} "
+            "predictor traces the layers of one-input calls only; ask for trace level model "
+            "or coarser (ONNX Runtime traces them)"
+        )
     setup = Setup(
         model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
     )
@@ -209,7 +220,7 @@ def _load(job: _Job, fetch: Fetch) -> _Loaded:
     spec, options = job.setup.spec, job.setup.options
     graph_file = fetch(spec.graph_path, spec.graph_sha256)
     weights_file = fetch(spec.weights_path, spec.weights_sha256) if spec.weights_path else None
-    predictor = job.predictor_type()
+    predictor = _predictor(job)
     start = time.perf_counter_ns()
     predictor.load(
         job.setup.model, _predictor_options(options, graph_file, weights_file, options.trace_level)
@@ -217,10 +228,18 @@ def _load(job: _Job, fetch: Fetch) -> _Loaded:
     return _Loaded(predictor, graph_file, weights_file, start, time.perf_counter_ns())
 
 
+def _predictor(job: _Job) -> Predictor:
+    """A predictor of the job's framework; of a model fed several inputs from each text, the
+    one that takes each packed batch apart into them (`SeveralFeeds`)."""
+    predictor = job.predictor_type()
+    feeds = TextFeeds.of(job.setup.model.data["inputs"])
+    return predictor if feeds is None else SeveralFeeds(predictor, feeds)
+
+
 def _untraced(job: _Job, loaded: _Loaded) -> Predictor:
     """The model loaded again as the run loaded it, but tracing nothing (the calibration of
     the tracing overhead)."""
-    untraced = job.predictor_type()
+    untraced = _predictor(job)
     options = _predictor_options(job.setup.options, loaded.graph_file, loaded.weights_file, "none")
     untraced.load(job.setup.model, options)
     return untraced
@@ -347,6 +366,7 @@ def _report(
     setup, loop = job.setup, measured.loop
     options, model = setup.options, setup.model
     overhead = tracing_overhead(loop, measured.per_batch_size[0], lambda: _untraced(job, loaded))
+    feeds = TextFeeds.of(model.data["inputs"])
     # Parameters and multiply-adds per layer at the shape fed, the FLOP/s achieved, and where
     # they sit on the roofline of this framework on this device at the run's threads.
     theoretical = roofline.attach(
@@ -358,6 +378,7 @@ def _report(
             measured.per_batch_size,
             file_format=model_format(model.data),
             windowed=bool(getattr(setup.preprocessor, "windowed", False)),
+            input_names=feeds.names if feeds is not None else (),
         ),
         options.device,
         model.framework,

@@ -153,6 +153,11 @@ class Predictor(ABC):
             "inputs run in ONNX Runtime or PyTorch"
         )
 
+    def predict_feeds(self, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
+        """Run the model on every input (`feeds`, by the manifest's input names); its scored
+        output `output`, as `predict` gives a one-input model's. By default through `run`."""
+        return self.run(feeds, [output])[0]
+
     def layer_outputs(
         self, batch: np.ndarray, *, max_bytes: int = MAX_CAPTURE_BYTES
     ) -> list[LayerOutput]:

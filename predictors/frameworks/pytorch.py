@@ -263,6 +263,18 @@ class PyTorchPredictor(LayerTimingPredictor):
             outputs = _first(outputs)
         return outputs.numpy() if self._on_host else outputs.cpu().numpy()
 
+    def predict_feeds(self, feeds: dict[str, np.ndarray], output: str) -> np.ndarray:
+        """The module called with every input in the manifest's order; its first output, as
+        `predict` reads a one-input module's (a module may return more than the manifest
+        declares)."""
+        model = self._model
+        assert model is not None, "load() first"
+        device = self._device
+        outputs = model(*(torch.from_numpy(feeds[name]).to(device) for name in self._input_names))
+        if not isinstance(outputs, torch.Tensor):
+            outputs = _first(outputs)
+        return outputs.detach().cpu().numpy()
+
     def run(self, feeds: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         model = self._model
         assert model is not None, "load() first"

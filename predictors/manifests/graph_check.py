@@ -154,14 +154,20 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
         parameters = entry.get("parameters") if isinstance(entry.get("parameters"), Mapping) else {}
         assert isinstance(parameters, Mapping)
         element_type = parameters.get("element_type")
-        if entry.get("type") == "text" and element_type is None:
-            from predictors.processing.text import DEFAULT_ELEMENT_TYPE
-
-            element_type = DEFAULT_ELEMENT_TYPE  # a text input's ids, unless it says int32
+        if entry.get("type") in ("text", "text_feature") and element_type is None:
+            element_type = _text_element_type(data, entry)
         if port.element_type and element_type and element_type != port.element_type:
+            default = (
+                ""
+                if "element_type" in parameters
+                else " (by default)"
+                if entry.get("type") == "text"
+                else " (the text input's, by default)"
+            )
             yield (
                 f"inputs.{index}.parameters.element_type",
-                f"is {element_type}, but the graph's input '{name}' takes {port.element_type}",
+                f"is {element_type}{default}, but the graph's input '{name}' takes "
+                f"{port.element_type}",
             )
         expected = None
         what = "the batch axis + shape"
@@ -179,8 +185,12 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 expected, what = 2, "a batch of clips' samples (layout NT)"
         elif entry.get("type") == "bytes":
             expected, what = 2, "a batch of files' bytes"
-        elif entry.get("type") == "text":
-            expected, what = 2, "a batch of rows of token ids"
+        elif entry.get("type") in ("text", "text_feature"):
+            expected = 2
+            what = (
+                f"a batch of rows of {'token ids' if entry.get('type') == 'text' else 'a feature'}"
+            )
+            yield from _length_problems(data, index, port)
         elif entry.get("type") == "constant" and "value" in parameters:
             expected = _rank(parameters["value"])
             what = "the constant's value (not batched)"
@@ -218,6 +228,44 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
             )
         else:
             yield from _axis_problems(data, signature, index, entry, output)
+
+
+def _text_input(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next(
+        (
+            entry
+            for entry in data.get("inputs") or []
+            if isinstance(entry, Mapping) and entry.get("type") == "text"
+        ),
+        {},
+    )
+
+
+def _text_element_type(data: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+    """The element type of a text input's ids, or of a text_feature input, where the entry
+    does not say: int64 for the ids, the ids' own for a feature."""
+    from predictors.processing.text import DEFAULT_ELEMENT_TYPE
+
+    text = entry if entry.get("type") == "text" else _text_input(data)
+    parameters = text.get("parameters")
+    declared = parameters.get("element_type") if isinstance(parameters, Mapping) else None
+    return str(declared or DEFAULT_ELEMENT_TYPE)
+
+
+def _length_problems(data: Mapping[str, Any], index: int, port: Port) -> Iterator[tuple[str, str]]:
+    """A text input's rows (and its features') are max_length long: a graph that fixes the
+    length of its rows to another is named before a run."""
+    parameters = _text_input(data).get("parameters")
+    length = parameters.get("max_length") if isinstance(parameters, Mapping) else None
+    fixed = port.dims[1] if port.dims is not None and len(port.dims) == 2 else None
+    if isinstance(length, int) and isinstance(fixed, int) and fixed > 0 and fixed != length:
+        entry = (data.get("inputs") or [])[index]
+        field = ".parameters.max_length" if entry.get("type") == "text" else ""
+        yield (
+            f"inputs.{index}{field}",
+            f"the text input's max_length is {length}, but the graph's input '{port.name}' "
+            f"takes rows of {fixed}",
+        )
 
 
 # The tasks whose scored output is one row of class scores per input.

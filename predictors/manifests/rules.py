@@ -234,14 +234,26 @@ _INTEGER_TYPES = ("uint8", "int8", "int32", "int64")
 
 
 def _port_problems(data: dict[str, Any]) -> Iterator[tuple[FieldPath, str]]:
-    """The rules across inputs and outputs: every state input takes a state output and every state output goes to one state input; a constant's value is a
-    rectangular array of numbers of its element type; a state's batch axis fits its shape."""
+    """The rules across inputs and outputs: every state input takes a state output and every
+    state output goes to one state input; a constant's value is a rectangular array of numbers
+    of its element type; a state's batch axis fits its shape; a text_feature input is of the
+    model's one text input."""
     outputs = list(_entries(data.get("outputs")))
     state_outputs = {
         str(entry.get("name")): index for index, entry in outputs if entry.get("type") == "state"
     }
     carried: dict[str, int] = {}
-    for index, entry in _entries(data.get("inputs")):
+    inputs = list(_entries(data.get("inputs")))
+    texts = [str(entry.get("name")) for _, entry in inputs if entry.get("type") == "text"]
+    for index, entry in inputs:
+        if entry.get("type") == "text_feature" and len(texts) != 1:
+            yield (
+                ("inputs", index, "type"),
+                (
+                    "text_feature: a feature of the text the model's text input tokenises, which "
+                    f"needs exactly one text input; this model has {len(texts)}"
+                ),
+            )
         parameters = entry.get("parameters")
         if not isinstance(parameters, dict):
             continue

@@ -11,12 +11,15 @@ from predictors.processing.image import ImagePreprocessor
 from predictors.processing.parameters import ProcessingError
 from predictors.processing.raw_bytes import RawBytesPreprocessor
 from predictors.processing.tensor import TensorPreprocessor
-from predictors.processing.text import Fetch, TextPreprocessor
+from predictors.processing.text import Fetch, TextFeeds, TextPreprocessor
 
 
-def preprocessor_for(input_spec: Mapping[str, Any], fetch: Fetch | None = None) -> Any:
+def preprocessor_for(
+    input_spec: Mapping[str, Any], fetch: Fetch | None = None, feeds: TextFeeds | None = None
+) -> Any:
     """The preprocessor for one manifest input (`name`, `type`, `parameters`); `fetch(url,
-    sha256)` brings the files an input names (a text input's tokenizer)."""
+    sha256)` brings the files an input names (a text input's tokenizer); `feeds`: the inputs
+    a text input feeds besides its ids (`TextFeeds.of` the model's inputs)."""
     kind = input_spec.get("type")
     parameters = input_spec.get("parameters")
     if parameters is None:
@@ -39,7 +42,7 @@ def preprocessor_for(input_spec: Mapping[str, Any], fetch: Fetch | None = None) 
                 f"input {input_spec.get('name')!r} is text: its tokenizer file is fetched with "
                 "the model's files"
             )
-        return TextPreprocessor(parameters, fetch)
+        return TextPreprocessor(parameters, fetch, feeds)
     raise ProcessingError(
         f"input type must be image, tensor, audio, bytes or text; got {kind!r}", parameter="type"
     )

@@ -19,17 +19,29 @@ An input is a (max_length,) array of ids; a batch is (N, max_length). The datase
 model has `encoding: text`: its `input` column holds each row's text (a string, or UTF-8
 bytes). Whatever the tokenizer does besides (normalising, pre-tokenising, the model's
 vocabulary) is the file's, applied as `tokenizers` applies it.
+
+Several inputs from one text (`type: text_feature`): what else the tokenizer gives of each
+text, row for row with its ids, fed to inputs of the model's own: `attention_mask` (1 for a
+token, 0 for padding), `type_ids` (the segment of each token, BERT's `token_type_ids`; the
+file's `pad_type_id` for padding) and `special_tokens_mask` (1 for a special token the
+post-processor added, and for padding). Parameters: `feature` (required) and `element_type`
+(default the text input's). A model with such inputs gets its
+rows packed, (N, 1 + F, max_length) int64: the ids first, then each feature in the order of
+the manifest's inputs (`TextFeeds`), taken apart into the model's inputs, each of its own
+type, by the predictor (`predictors.frameworks.feeds.SeveralFeeds`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from predictors.processing.parameters import ProcessingError, input_keys
+from predictors.tasks import TEXT_FEATURE
 
 PARAMETERS = (
     "tokenizer_path",
@@ -89,6 +101,56 @@ def check_parameters(parameters: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class TextFeeds:
+    """The inputs a model takes from one text: its ids, then each text_feature input, by name,
+    feature and element type. `unpack` takes a packed batch (`TextPreprocessor.batch`) apart
+    into them."""
+
+    ids: str
+    ids_type: str
+    features: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def of(cls, inputs: Sequence[Mapping[str, Any]]) -> TextFeeds | None:
+        """The feeds of a model's inputs (checked by the schema and the rules): None where it
+        has no text_feature input (its ids are fed as they are)."""
+        text = next((i for i in inputs if i.get("type") == "text"), None)
+        features = [i for i in inputs if i.get("type") == TEXT_FEATURE]
+        if text is None or not features:
+            return None
+        ids_type = str((text.get("parameters") or {}).get("element_type", DEFAULT_ELEMENT_TYPE))
+        return cls(
+            str(text["name"]),
+            ids_type,
+            tuple(
+                (
+                    str(entry["name"]),
+                    str(entry["parameters"]["feature"]),
+                    str(entry["parameters"].get("element_type", ids_type)),
+                )
+                for entry in features
+            ),
+        )
+
+    @property
+    def names(self) -> list[str]:
+        return [self.ids, *(name for name, _, _ in self.features)]
+
+    def unpack(self, batch: np.ndarray) -> dict[str, np.ndarray]:
+        """A packed batch (N, 1 + F, L) as the model's inputs, each (N, L) of its own type."""
+        if batch.ndim != 3 or batch.shape[1] != len(self.names):
+            raise ProcessingError(
+                f"a batch of texts' ids and features is (N, {len(self.names)}, length) "
+                f"({', '.join(self.names)}); got {tuple(batch.shape)}"
+            )
+        types = [self.ids_type, *(element_type for _, _, element_type in self.features)]
+        return {
+            name: batch[:, index].astype(TEXT_ELEMENT_TYPES[element_type])
+            for index, (name, element_type) in enumerate(zip(self.names, types, strict=True))
+        }
+
+
 def _library(call: Callable[[], Any], what: str) -> Any:
     """`call()`, a call into `tokenizers`; what it raises is a ProcessingError naming
     `tokenizer_path`: its own errors, and the panics of its Rust core (pyo3's PanicException, a
@@ -120,17 +182,27 @@ def load_tokenizer(path: Path) -> Any:
 
 class TextPreprocessor:
     """Texts into rows of token ids (see the module docstring). `fetch(url, sha256)` brings
-    the tokenizer file."""
+    the tokenizer file; `feeds`, where the model takes features of the text besides its ids,
+    makes each batch the packed rows of them all."""
 
-    def __init__(self, parameters: Mapping[str, Any], fetch: Fetch) -> None:
+    def __init__(
+        self, parameters: Mapping[str, Any], fetch: Fetch, feeds: TextFeeds | None = None
+    ) -> None:
         check_parameters(parameters)
+        self.feeds = feeds
         self.max_length: int = parameters["max_length"]
         self.add_special_tokens: bool = parameters.get("add_special_tokens", True)
         self.element_type: str = parameters.get("element_type", DEFAULT_ELEMENT_TYPE)
         self.dtype = np.dtype(TEXT_ELEMENT_TYPES[self.element_type])
         path = fetch(parameters["tokenizer_path"], parameters.get("tokenizer_sha256"))
         tokenizer = load_tokenizer(Path(path))
-        vocabulary = tokenizer.get_vocab_size(with_added_tokens=True)
+        # The largest id (added tokens may take ids past the vocabulary's size).
+        largest = max(
+            _library(
+                lambda: tokenizer.get_vocab(with_added_tokens=True), "the tokenizer failed"
+            ).values(),
+            default=-1,
+        )
         pad = parameters.get("pad_id")
         if pad is None:
             padding = tokenizer.padding
@@ -141,14 +213,15 @@ class TextPreprocessor:
                     parameter="pad_id",
                 )
             pad = int(padding["pad_id"])
-        if pad >= vocabulary:
+        if pad > largest:
             raise ProcessingError(
-                f"input parameter 'pad_id' is {pad}, beyond the tokenizer's {vocabulary} ids",
+                f"input parameter 'pad_id' is {pad}, beyond the tokenizer's ids (0 to {largest})",
                 parameter="pad_id",
             )
-        if np.iinfo(self.dtype).max < vocabulary - 1:
+        if np.iinfo(self.dtype).max < largest:
             raise ProcessingError(
-                f"element_type {self.element_type} cannot hold the tokenizer's {vocabulary} ids",
+                f"element_type {self.element_type} cannot hold the tokenizer's ids (0 to "
+                f"{largest})",
                 parameter="element_type",
             )
         self.pad_id: int = pad
@@ -180,6 +253,7 @@ class TextPreprocessor:
                 pad_id=pad,
                 pad_token=tokenizer.id_to_token(pad) or "[PAD]",
                 direction=str(padding.get("direction") or "right").lower(),
+                pad_type_id=int(padding.get("pad_type_id") or 0),
             ),
             "the tokenizer cannot pad",
         )
@@ -224,4 +298,14 @@ class TextPreprocessor:
                 f"({self.max_length})",
                 parameter="tokenizer_path",
             )
-        return np.array(rows, dtype=self.dtype)
+        if self.feeds is None:
+            return np.array(rows, dtype=self.dtype)
+        # Each text's ids, then each feature the model takes, row for row (`TextFeeds`).
+        features = [feature for _, feature, _ in self.feeds.features]
+        return np.array(
+            [
+                [ids, *(getattr(encoding, feature) for feature in features)]
+                for ids, encoding in zip(rows, encodings, strict=True)
+            ],
+            dtype=np.int64,
+        )

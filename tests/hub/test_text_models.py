@@ -64,7 +64,7 @@ def test_a_tokenizer_file_is_read_at_upload(
     assert response.status_code == 400, response.content
     [error] = response.json()["errors"]
     assert error["path"] == "inputs.0.parameters.pad_id"
-    assert "beyond the tokenizer's 73 ids" in error["message"]
+    assert "beyond the tokenizer's ids (0 to 72)" in error["message"]
 
     del document["inputs"][0]["parameters"]["pad_id"]
     response = upload(alice_full_client, to_yaml(document), files)
@@ -123,3 +123,43 @@ def test_a_text_input_is_served_as_text_for_comparisons(
     [error] = refused.json()["errors"]
     assert error["path"] == "dataset"
     assert "texts holds text (encoding text), which only a text input reads" in error["message"]
+
+
+def test_a_model_fed_features_of_its_text_is_checked_at_upload(
+    alice_full_client: Any, zoo: Path, artifact_root: Path
+) -> None:
+    """A BERT-style model (ids, attention mask, token type ids from one text): each of its
+    inputs is checked against the graph at upload, and its page says what each is fed."""
+    from django.test import Client
+
+    from tests.predictors.test_text_features import FOLDER, document, model_files
+
+    built = model_files(zoo)
+    files = {name: built[name] for name in ("tokenizer.json", "fixed.onnx")}
+    model = document()
+    model["model"]["graph_path"] = f"repo://{FOLDER}/fixed.onnx"
+    # The graph takes rows of 24: a max_length of 16 is named, and nothing is kept.
+    model["inputs"][0]["parameters"]["max_length"] = 16
+    model["inputs"][1]["parameters"]["element_type"] = "int32"
+    response = upload(alice_full_client, to_yaml(model), files)
+    assert response.status_code == 400, response.content
+    errors = {error["path"]: error["message"] for error in response.json()["errors"]}
+    assert errors["inputs.0.parameters.max_length"] == (
+        "the text input's max_length is 16, but the graph's input 'input_ids' takes rows of 24"
+    )
+    assert errors["inputs.1.parameters.element_type"] == (
+        "is int32, but the graph's input 'attention_mask' takes int64"
+    )
+    assert not Manifest.objects.filter(name=model["name"]).exists()
+    assert not [path for path in artifact_root.rglob("*") if path.is_file()]
+
+    model["inputs"][0]["parameters"]["max_length"] = 24
+    del model["inputs"][1]["parameters"]["element_type"]
+    response = upload(alice_full_client, to_yaml(model), files, visibility="public")
+    assert response.status_code == 201, response.content
+    page = Client().get(f"/models/{model['name']}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Feature of the text" in html
+    assert "attention mask (1 for a token, 0 for padding)" in html
+    assert "type ids (each token&#x27;s segment)" in html

@@ -157,7 +157,17 @@ def test_bad_text_inputs_and_tokenizer_files_are_refused_naming_the_problem(
     assert refused({**base, "add_special_tokens": "yes"}).parameter == "add_special_tokens"
     assert refused({**base, "element_type": "float32"}).parameter == "element_type"
     beyond = refused({**base, "pad_id": 100000})
-    assert beyond.parameter == "pad_id" and "beyond the tokenizer's 73 ids" in str(beyond)
+    assert beyond.parameter == "pad_id" and "beyond the tokenizer's ids (0 to 72)" in str(beyond)
+    # Ids need not be contiguous: a padding id past the vocabulary's size, but one of its ids.
+    from tokenizers import Tokenizer as Sparse
+    from tokenizers.models import WordLevel
+
+    sparse = Sparse(WordLevel({"[UNK]": 0, "kettle": 5, "[PAD]": 9}, unk_token="[UNK]"))
+    sparse_file = tmp_path / "sparse.json"
+    sparse.save(str(sparse_file))
+    padded = TextPreprocessor({**base, "pad_id": 9}, _held(sparse_file))("kettle")
+    assert padded.tolist() == [5] + [9] * 7
+    assert refused({**base, "pad_id": 10}, sparse_file).parameter == "pad_id"
     broken = tmp_path / "tokenizer.json"
     broken.write_text('{"version": "1.0", "model": {"type": "Nonsense"}}', encoding="utf-8")
     error = refused(base, broken)
@@ -253,11 +263,18 @@ def test_the_graph_takes_the_ids_the_text_input_makes(store: Path) -> None:
     from predictors.manifests.graph_check import onnx_problems
 
     graph = store / MODEL_DIR / "review-sentiment.onnx"
-    assert onnx_problems(_document(), graph) == []  # int64 ids, rank 2: as the graph takes
-    found = dict(onnx_problems(_document(element_type="int32"), graph))
+    # int64 ids, rank 2, rows of 24: as the graph takes them.
+    assert onnx_problems(_document(max_length=24), graph) == []
+    found = dict(onnx_problems(_document(element_type="int32", max_length=24), graph))
     assert found["inputs.0.parameters.element_type"] == (
         "is int32, but the graph's input 'input' takes int64"
     )
+    # The graph fixes its rows' length: another max_length is named before a run.
+    assert dict(onnx_problems(_document(), graph)) == {
+        "inputs.0.parameters.max_length": (
+            "the text input's max_length is 16, but the graph's input 'input' takes rows of 24"
+        )
+    }
 
 
 def test_a_text_input_reads_text_datasets_only_and_overrides_name_no_other_tokenizer() -> None:
@@ -311,6 +328,17 @@ def test_a_text_dataset_holds_strings_or_utf8_and_bad_rows_are_named(tmp_path: P
     pq.write_table(pa.table({"input": broken, "label": [0, 1]}), invalid)
     [problem] = split_problems(invalid, labels=2, encoding="text", count=2)
     assert problem.startswith("rows 0 to 1: the input column is not valid UTF-8 text")
+    # A text longer than a text input reads is named at upload, as a string or as bytes.
+    from predictors.processing.text import MAX_TEXT_CHARACTERS
+
+    long = "é" * (MAX_TEXT_CHARACTERS + 1)
+    for column in (pa.array(["ok", long]), pa.array([b"ok", long.encode()], pa.binary())):
+        overlong = tmp_path / "long.parquet"
+        pq.write_table(pa.table({"input": column, "label": [0, 1]}), overlong)
+        assert split_problems(overlong, labels=2, encoding="text", count=2) == [
+            f"row 1's input is {MAX_TEXT_CHARACTERS + 1} characters, more than a text input "
+            f"reads ({MAX_TEXT_CHARACTERS})"
+        ]
     # Strings in a dataset of another encoding.
     [problem] = split_problems(strings, labels=2, encoding="png", count=2)
     assert problem == (
