@@ -28,6 +28,7 @@ __all__ = [
     "data_input_name",
     "latency_only_problem",
     "loadgen_problem",
+    "trace_level_problem",
     "metric_names",
     "metric_problem",
     "metric_text",
@@ -348,6 +349,27 @@ def _features_preprocessed(name: str, features: list[str]) -> str:
         f"{name}'s inputs {', '.join(features)} are features of its text, tokenised with its "
         "ids by the loop: custom preprocess code does not run on such a model (the tokenizer "
         "file and the parameters say the processing)"
+    )
+
+
+def trace_level_problem(data: Mapping[str, Any], level: str) -> str | None:
+    """Why a model cannot be traced at trace level `level`, or None: the layers of a model fed
+    several inputs from each text (`text_feature` inputs) are traced by ONNX Runtime alone (the
+    PyTorch and TensorFlow predictors trace one-input calls). The hub asks this at launch, and
+    the loop again."""
+    from predictors.protocol.vocabulary import TRACE_LEVELS, at_least
+
+    if level not in TRACE_LEVELS or not at_least(level, "framework"):
+        return None
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    fed = [str(i.get("name")) for i in inputs if i.get("type") in ("text", TEXT_FEATURE)]
+    framework = (data.get("framework") or {}).get("name")
+    if len(fed) < 2 or framework == "onnxruntime":
+        return None
+    return (
+        f"trace level {level}: {data.get('name')} {data.get('version')} takes several inputs "
+        f"from each text ({', '.join(fed)}), and the {framework} predictor traces the layers of "
+        "one-input calls only; ask for trace level model or coarser (ONNX Runtime traces them)"
     )
 
 

@@ -24,7 +24,13 @@ from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
-from predictors.tasks import dataset_problem, loadgen_problem, scored_output, unsupported
+from predictors.tasks import (
+    dataset_problem,
+    loadgen_problem,
+    scored_output,
+    trace_level_problem,
+    unsupported,
+)
 from traces.actions import owned_by_another_user
 from traces.traceparent import TraceParent
 
@@ -62,6 +68,7 @@ def launch_evaluation(
     _check_supported(contents, timing)
     _check_dataset(contents, dataset)
     _check_scenario(contents, request, timing)
+    _check_trace_level(contents, request)
     if not request.get("allow_label_mismatch") and not timing:
         _check_labels(contents, dataset)
 
@@ -166,6 +173,18 @@ def _check_scenario(
         if problem:
             path = "loadgen_mode" if problem.startswith("loadgen_mode") else "scenario"
             raise Invalid(problem, path=path, code=EvaluationErrorCode.UNSUPPORTED)
+
+
+def _check_trace_level(
+    contents: list[tuple[Manifest, dict[str, Any]]], request: Mapping[str, Any]
+) -> None:
+    """A trace level the model's predictor cannot record (`predictors.tasks.
+    trace_level_problem`) is refused at launch: Invalid naming `trace_level`."""
+    level = str(request.get("trace_level") or "")
+    for _manifest, content in contents:
+        problem = trace_level_problem(content, level)
+        if problem:
+            raise Invalid(problem, path="trace_level", code=EvaluationErrorCode.UNSUPPORTED)
 
 
 def _check_labels(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:

@@ -57,6 +57,7 @@ from predictors.tasks import (
     dataset_problem,
     loadgen_problem,
     scored_output,
+    trace_level_problem,
     unsupported,
 )
 from predictors.tracing.counters import CounterSampler
@@ -152,15 +153,9 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
     scenario = scenario_for(model.task, options.latency_only)
     scenario.check_trace_level(options.trace_level, model.task)
-    feeds = TextFeeds.of(model.data["inputs"])
-    layers = at_least(options.trace_level, "framework")
-    if feeds is not None and layers and model.framework != "onnxruntime":
-        raise EvaluationError(
-            f"trace level {options.trace_level}: {model.name} {model.version} takes several "
-            f"inputs from each text ({', '.join(feeds.names)}), and the {model.framework} "
-            "predictor traces the layers of one-input calls only; ask for trace level model "
-            "or coarser (ONNX Runtime traces them)"
-        )
+    problem = trace_level_problem(model.data, options.trace_level)
+    if problem:
+        raise EvaluationError(problem)
     setup = Setup(
         model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
     )

@@ -163,3 +163,53 @@ def test_a_model_fed_features_of_its_text_is_checked_at_upload(
     assert "Feature of the text" in html
     assert "attention mask (1 for a token, 0 for padding)" in html
     assert "type ids (each token&#x27;s segment)" in html
+
+
+def test_a_trace_level_the_predictor_cannot_record_is_refused_at_launch(
+    alice_full_client: Any, agent: Any, zoo: Path
+) -> None:
+    """PyTorch traces the layers of one-input calls: a model fed its text's features is traced
+    down to model level there (ONNX Runtime traces its layers), and the launch says so."""
+    from tests.evaluations.factories import launch, launched_id, register_hosts
+    from tests.hub.factories import register_host
+    from tests.predictors.test_text_features import NAME, document, model_files
+
+    register_hosts(agent)
+    frameworks = [("pytorch", "2.13.0"), ("onnxruntime", "1.20.0")]
+    assert register_host(agent, "cpu-torch", frameworks, pool=True).status_code == 201
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"input": ["fine", "très bien"], "label": [0, 1]}), sink)
+    texts = dataset_manifest(name="texts", split_file="validation.parquet")
+    texts.update(encoding="text", labels=["negative", "positive"])
+    uploaded = upload(alice_full_client, to_yaml(texts), {"validation.parquet": sink.getvalue()})
+    assert uploaded.status_code == 201, uploaded.content
+    built = model_files(zoo)
+    for framework, graph in (("pytorch", "model.pt"), ("onnxruntime", "model.onnx")):
+        files = {name: built[name] for name in ("tokenizer.json", graph)}
+        response = upload(alice_full_client, to_yaml(document(framework)), files)
+        assert response.status_code == 201, response.content
+
+    refused = launch(
+        alice_full_client, model=NAME, framework="pytorch", dataset="texts", trace_level="framework"
+    )
+    assert refused.status_code == 400, refused.content
+    [error] = refused.json()["errors"]
+    assert error["path"] == "trace_level"
+    assert (
+        "takes several inputs from each text (input_ids, attention_mask, token_type_ids)"
+        in (error["message"])
+    )
+    launched_id(
+        launch(
+            alice_full_client, model=NAME, framework="pytorch", dataset="texts", trace_level="model"
+        )
+    )
+    launched_id(
+        launch(
+            alice_full_client,
+            model=NAME,
+            framework="onnxruntime",
+            dataset="texts",
+            trace_level="framework",
+        )
+    )
