@@ -352,25 +352,36 @@ def _features_preprocessed(name: str, features: list[str]) -> str:
     )
 
 
-def trace_level_problem(data: Mapping[str, Any], level: str) -> str | None:
-    """Why a model cannot be traced at trace level `level`, or None: the layers of a model fed
-    several inputs from each text (`text_feature` inputs) are traced by ONNX Runtime alone (the
-    PyTorch and TensorFlow predictors trace one-input calls). The hub asks this at launch, and
-    the loop again."""
+def trace_level_problem(
+    data: Mapping[str, Any], level: str, latency_only: bool = False
+) -> str | None:
+    """Why a model cannot be traced at trace level `level`, or None: the PyTorch and TensorFlow
+    predictors trace the layers of calls of one input and one output, so the layers of a model
+    fed several inputs from each text (`text_feature` inputs), or whose custom postprocess
+    takes several outputs by name (when it is scored), are traced by ONNX Runtime alone. The
+    hub asks this at launch, and the loop again."""
+    from predictors.processing.custom_code import named_outputs
     from predictors.protocol.vocabulary import TRACE_LEVELS, at_least
 
-    if level not in TRACE_LEVELS or not at_least(level, "framework"):
+    framework = (data.get("framework") or {}).get("name")
+    if level not in TRACE_LEVELS or not at_least(level, "framework") or framework == "onnxruntime":
         return None
+    what = f"trace level {level}: {data.get('name')} {data.get('version')}"
+    advice = "ask for trace level model or coarser (ONNX Runtime traces them)"
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
     fed = [str(i.get("name")) for i in inputs if i.get("type") in ("text", TEXT_FEATURE)]
-    framework = (data.get("framework") or {}).get("name")
-    if len(fed) < 2 or framework == "onnxruntime":
-        return None
-    return (
-        f"trace level {level}: {data.get('name')} {data.get('version')} takes several inputs "
-        f"from each text ({', '.join(fed)}), and the {framework} predictor traces the layers of "
-        "one-input calls only; ask for trace level model or coarser (ONNX Runtime traces them)"
-    )
+    if len(fed) > 1:
+        return (
+            f"{what} takes several inputs from each text ({', '.join(fed)}), and the "
+            f"{framework} predictor traces the layers of one-input calls only; {advice}"
+        )
+    named = [] if latency_only else named_outputs(data)
+    if named:
+        return (
+            f"{what}'s custom postprocess takes its outputs by name ({', '.join(named)}), and "
+            f"the {framework} predictor traces the layers of one-output calls only; {advice}"
+        )
+    return None
 
 
 def latency_only_problem(data: Mapping[str, Any]) -> str | None:

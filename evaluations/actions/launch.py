@@ -68,7 +68,7 @@ def launch_evaluation(
     _check_supported(contents, timing)
     _check_dataset(contents, dataset)
     _check_scenario(contents, request, timing)
-    _check_trace_level(contents, request)
+    _check_trace_level(contents, request, timing)
     if not request.get("allow_label_mismatch") and not timing:
         _check_labels(contents, dataset)
 
@@ -176,13 +176,13 @@ def _check_scenario(
 
 
 def _check_trace_level(
-    contents: list[tuple[Manifest, dict[str, Any]]], request: Mapping[str, Any]
+    contents: list[tuple[Manifest, dict[str, Any]]], request: Mapping[str, Any], latency_only: bool
 ) -> None:
     """A trace level the model's predictor cannot record (`predictors.tasks.
     trace_level_problem`) is refused at launch: Invalid naming `trace_level`."""
     level = str(request.get("trace_level") or "")
     for _manifest, content in contents:
-        problem = trace_level_problem(content, level)
+        problem = trace_level_problem(content, level, latency_only)
         if problem:
             raise Invalid(problem, path="trace_level", code=EvaluationErrorCode.UNSUPPORTED)
 

@@ -20,15 +20,22 @@ DISAGREEMENTS_SHOWN = 50
 DIVERGENCE_INPUTS = 200_000
 
 
-def _predictions(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(labels, classes [n, k], probabilities [n, k]) of the first DIVERGENCE_INPUTS inputs."""
+Predicted = tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]
+
+
+def _predictions(evaluation: Evaluation) -> Predicted | None:
+    """(labels, classes [n, k], probabilities [n, k], a text recognizer's decoded texts or
+    None) of the first DIVERGENCE_INPUTS inputs."""
     result = getattr(evaluation, "result", None)
     # A latency-only result predicted nothing to compare.
     if result is None or not result.predictions_path or result.top1 is None:
         return None
     try:
         with pq.ParquetFile(storage.resolve(result.predictions_path)) as parquet:
-            table = parquet.read(columns=["label", "classes", "probabilities"])
+            names = ["label", "classes", "probabilities"]
+            if "text" in parquet.schema_arrow.names:
+                names.append("text")
+            table = parquet.read(columns=names)
     except (OSError, ValueError):
         return None
     table = table.slice(0, DIVERGENCE_INPUTS)
@@ -48,7 +55,13 @@ def _predictions(evaluation: Evaluation) -> tuple[np.ndarray, np.ndarray, np.nda
             out[index, :length] = values[start : start + length]
         return out
 
-    return labels, matrix("classes", np.int64, -1), matrix("probabilities", np.float64, 0.0)
+    texts = table.column("text").to_pylist() if "text" in table.column_names else None
+    return (
+        labels,
+        matrix("classes", np.int64, -1),
+        matrix("probabilities", np.float64, 0.0),
+        texts,
+    )
 
 
 def _class_count(evaluation: Evaluation) -> int | None:
@@ -158,6 +171,12 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                 top1 = predicted[1][:n, 0]
                 base_top1 = base_predicted[1][:n, 0]
                 differ = np.nonzero(top1 != base_top1)[0]
+                texts, base_texts = predicted[3], base_predicted[3]
+                if task == "text_recognition" and texts is not None and base_texts is not None:
+                    # A text recognizer's prediction is its line's decoded text.
+                    differ = np.array(
+                        [i for i in range(n) if texts[i] != base_texts[i]], dtype=np.int64
+                    )
                 disagreeing.update(int(i) for i in differ[: DISAGREEMENTS_SHOWN * 4])
                 row["agreement"] = float(1.0 - len(differ) / n)
                 row["disagreeing_inputs"] = int(len(differ))
@@ -173,7 +192,7 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                     p = _stored(base_predicted[1][:n], base_predicted[2][:n], width)
                     q = _stored(predicted[1][:n], predicted[2][:n], width)
                     row["max_abs_difference"] = float(np.abs(p - q).max())
-                    if task in ("regression", "text_recognition"):
+                    if task == "regression" or (task == "text_recognition" and texts is None):
                         row["agreement"] = row["disagreeing_inputs"] = None
                     rows.append(row)
                     continue
@@ -190,6 +209,12 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         rows.append(row)
     return {
         "rows": rows,
+        # What the agreement compares, input by input.
+        "agreement": "inputs whose decoded text equals the baseline's"
+        if task == "text_recognition"
+        else "images whose best detection's class equals the baseline's"
+        if detector
+        else "inputs whose top-1 class equals the baseline's",
         "interval": statistics.ACCURACY_INTERVAL,
         "test": statistics.ACCURACY_TEST,
         "distributions": "none: a detector's scores are no distribution over the classes; the "
@@ -200,8 +225,8 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         if task == "multi_label_classification"
         else "none: a regression's values are compared by their largest difference"
         if task == "regression"
-        else "none: a text recognizer's confidences (one per line) are compared by their "
-        "largest difference"
+        else "none: a text recognizer's lines are compared by their decoded texts (the "
+        "agreement), their confidences by their largest difference"
         if task == "text_recognition"
         else "none: each input's prediction is its most similar other input's identity; the "
         "agreement compares those identities, the similarities by their largest difference"
@@ -249,6 +274,18 @@ def _disagreements(
                 entry["top"].append(None)
                 continue
             entry["label"] = int(predicted[0][index])
+            texts = predicted[3]
+            if texts is not None:  # a text recognizer's line: its text and its confidence
+                entry["top"].append(
+                    [
+                        {
+                            "class": 0,
+                            "name": texts[index],
+                            "probability": round(float(predicted[2][index][0]), 5),
+                        }
+                    ]
+                )
+                continue
             entry["top"].append(
                 [
                     {

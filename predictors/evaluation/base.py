@@ -217,13 +217,8 @@ class Scenario:
         self.gpu_spans = 0
         # perf_counter has no epoch; spans are anchored to the wall clock once.
         self.epoch_offset_ns = time.time_ns() - time.perf_counter_ns()
-        if named and self.layers and self.model.framework != "onnxruntime":
-            raise EvaluationError(
-                f"trace level {options.trace_level}: {self.what}'s custom postprocess takes its "
-                f"outputs by name ({', '.join(named)}), and the {self.model.framework} "
-                "predictor traces the layers of one-output calls only; ask for trace level "
-                "model or coarser"
-            )
+        # (A trace level whose layers the predictor cannot record in such calls is refused
+        # before the model loads: `predictors.tasks.trace_level_problem`.)
         self.configure()
 
     def configure(self) -> None:

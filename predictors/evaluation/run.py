@@ -153,7 +153,7 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
     scenario = scenario_for(model.task, options.latency_only)
     scenario.check_trace_level(options.trace_level, model.task)
-    problem = trace_level_problem(model.data, options.trace_level)
+    problem = trace_level_problem(model.data, options.trace_level, options.latency_only)
     if problem:
         raise EvaluationError(problem)
     setup = Setup(

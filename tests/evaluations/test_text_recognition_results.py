@@ -110,3 +110,42 @@ def test_a_text_recognition_result_is_its_error_rates_in_percent(bob_client, age
     assert APIClient().get("/datasets/lines/").status_code == 200
     evaluation_page = APIClient().get(f"/evaluations/{better}/")
     assert evaluation_page.status_code == 200
+
+
+def test_text_recognizers_are_compared_by_their_decoded_texts(bob_client, agent, hosts) -> None:
+    """Two readings of the same lines agree where their texts are the same: the comparison
+    counts the lines read otherwise and lists them with each reading's text."""
+    _upload(bob_client)
+    first, stored = _finish(bob_client, agent, hosts["cpu-1"], 0.05, 0.25)
+    assert stored.status_code == 201, stored.content
+    second = launched_id(launch(bob_client, model="reader", dataset="lines", batch_sizes=[1]))
+    claimed = claim(agent, second, hosts["cpu-2"]).json()
+    body = result_body(claimed["claim"])
+    body["accuracy"] = {"top1": 0.1, "top5": 0.5, "count": 2}
+    body["predictions"] = {
+        "top_k": 1,
+        "labels": [-1, -1],
+        "classes": [[0], [0]],
+        "probabilities": [[0.97], [0.5]],
+        "texts": ["Beautiful is", " better then ugly."],
+    }
+    body["details"] = {"model": {"task": "text_recognition"}}
+    assert post_result(agent, second, body).status_code == 201
+
+    compared = bob_client.get(f"/api/v1/compare/?evaluations={first},{second}").json()
+    accuracy = compared["accuracy"]
+    assert accuracy["agreement"] == "inputs whose decoded text equals the baseline's"
+    rows = accuracy["rows"]
+    assert [row["agreement"] for row in rows] == [1.0, 0.5]
+    assert [row["disagreeing_inputs"] for row in rows] == [0, 1]
+    assert rows[1]["max_abs_difference"] == pytest.approx(0.38, abs=1e-5)
+    [line] = accuracy["disagreements"]
+    assert line["index"] == 1 and line["label"] == -1
+    assert [top[0]["name"] for top in line["top"]] == [" better than ugly.", " better then ugly."]
+    assert [top[0]["probability"] for top in line["top"]] == [0.88, 0.5]
+    for published in (first, second):  # the page, for anyone, once they are public
+        assert bob_client.post(url(published, "publish")).status_code == 200
+    page = APIClient().get(f"/compare/?evaluations={first},{second}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "better then ugly." in html and "inputs whose decoded text equals the baseline" in html

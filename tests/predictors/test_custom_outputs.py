@@ -27,7 +27,7 @@ from predictors.manifests import Manifest
 from predictors.processing import custom_code
 from predictors.processing.custom_code import CustomCodeError
 from predictors.protocol import Job, JobOptions, ManifestRef
-from predictors.tasks import unsupported
+from predictors.tasks import trace_level_problem, unsupported
 from tests.predictors.conftest import RunEvaluation
 
 Test = TypeVar("Test", bound=Callable[..., Any])
@@ -267,6 +267,16 @@ def test_layers_of_calls_that_compute_several_outputs_are_traced_in_onnx_runtime
     levels = evaluation.result["trace"]["levels"]
     assert levels.get("framework", 0) > 0, levels
     assert evaluation.result["accuracy"]["top1"] == 1.0
+    # PyTorch and TensorFlow trace one-output calls: refused before a run (and at launch).
+    data = {**_model(postprocess=ADD).data, "framework": {"name": "pytorch", "version": "*"}}
+    problem = trace_level_problem(data, "framework")
+    assert problem == (
+        "trace level framework: twohead 1.0.0's custom postprocess takes its outputs by name "
+        "(a, b), and the pytorch predictor traces the layers of one-output calls only; ask for "
+        "trace level model or coarser (ONNX Runtime traces them)"
+    )
+    assert trace_level_problem(data, "model") is None
+    assert trace_level_problem(_model(postprocess=ADD).data, "framework") is None
 
 
 # -- files the code reads ------------------------------------------------------------------------
