@@ -1,9 +1,11 @@
 """Which tasks, inputs and outputs the evaluation loop supports, and how each task is scored.
 
 The hub and the loop ask the same questions of a model manifest (its data) here: whether the loop
-can run it as it says (`unsupported`), timed only (`latency_only_problem`), or driven by LoadGen
-(`loadgen_problem`); which input it feeds and which output it scores (`data_input_name`,
-`scored_output_name`); and what a result's two headline metrics are called and hold
+can run it as it says (`unsupported`), timed only (`latency_only_problem`), driven by LoadGen
+(`loadgen_problem`), traced at a level (`trace_level_problem`) or fed a dataset
+(`dataset_problem`); which input it feeds and which output it scores (`data_input_name`,
+`scored_output_name`), and which outputs custom postprocess code takes by name
+(`named_outputs`); and what a result's two headline metrics are called and hold
 (`metric_names`, `metric_text`, `metrics_text`, `metric_problem`, `LOWER_IS_BETTER`). No Django.
 """
 
@@ -26,16 +28,18 @@ __all__ = [
     "SCORED_TASKS",
     "TEXT_FEATURE",
     "data_input_name",
+    "dataset_problem",
+    "decoded_outputs",
     "latency_only_problem",
     "loadgen_problem",
-    "trace_level_problem",
     "metric_names",
     "metric_problem",
     "metric_text",
     "metrics_text",
-    "decoded_outputs",
+    "named_outputs",
     "scored_output",
     "scored_output_name",
+    "trace_level_problem",
     "unsupported",
 ]
 
@@ -258,11 +262,10 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
         problem = _image_task_problem(str(name), task, "masks", data, inputs)
         return problem or _unsupported_segmenter(str(name), data, decoded or outputs)
     # Custom postprocess code takes every output that is not a state by name where there are
-    # several (`predictors.processing.custom_code.named_outputs`): its scores are read as the
-    # first one's type.
+    # several (`named_outputs`): its scores are read as the first one's type.
     read = [o for o in outputs if o.get("type") != "state"]
     code = data.get("postprocess")
-    by_name = len(read) > 1 and isinstance(code, str) and bool(code.strip())
+    by_name = bool(named_outputs(data))
     scored = (
         read[:1] if by_name else [o for o in outputs if o.get("type") not in ("state", "tensor")]
     )
@@ -352,6 +355,21 @@ def _features_preprocessed(name: str, features: list[str]) -> str:
     )
 
 
+def named_outputs(data: Mapping[str, Any]) -> list[str]:
+    """The outputs custom `postprocess` code receives by name, in the manifest's order: every
+    output that is not a state output, where the manifest has postprocess code and declares
+    more than one; none otherwise (postprocess receives the scored output's batch array)."""
+    code = data.get("postprocess")
+    if not (isinstance(code, str) and code.strip()):
+        return []
+    names = [
+        str(entry.get("name"))
+        for entry in data.get("outputs") or []
+        if isinstance(entry, Mapping) and entry.get("type") != "state"
+    ]
+    return names if len(names) > 1 else []
+
+
 def trace_level_problem(
     data: Mapping[str, Any], level: str, latency_only: bool = False
 ) -> str | None:
@@ -360,7 +378,6 @@ def trace_level_problem(
     fed several inputs from each text (`text_feature` inputs), or whose custom postprocess
     takes several outputs by name (when it is scored), are traced by ONNX Runtime alone. The
     hub asks this at launch, and the loop again."""
-    from predictors.processing.custom_code import named_outputs
     from predictors.protocol.vocabulary import TRACE_LEVELS, at_least
 
     framework = (data.get("framework") or {}).get("name")

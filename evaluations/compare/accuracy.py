@@ -122,8 +122,14 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     # Scores that are no distribution over the classes: a multi-label classifier's (each class
     # its own probability) and a regression's values (the agreement of a "best" value means
     # nothing there: only the values' differences are compared); a text recognizer's one
-    # confidence per line (its decoded text is not stored: only the confidences are compared).
+    # confidence per line (its lines are compared by their decoded texts, where every
+    # evaluation's predictions file holds them).
     task = base.dataset.task if base.dataset is not None else ""
+    texts_compared = task == "text_recognition" and all(
+        predicted is not None and predicted[3] is not None
+        for predicted in loaded
+        if predicted is not None
+    )
     # An embedding's prediction is its nearest other input's identity, scored by their
     # similarity: no distribution either; the agreement compares those identities.
     independent = task in (
@@ -172,10 +178,12 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                 base_top1 = base_predicted[1][:n, 0]
                 differ = np.nonzero(top1 != base_top1)[0]
                 texts, base_texts = predicted[3], base_predicted[3]
-                if task == "text_recognition" and texts is not None and base_texts is not None:
-                    # A text recognizer's prediction is its line's decoded text.
+                if texts_compared and texts is not None and base_texts is not None:
+                    # A text recognizer's prediction is its line's decoded text, compared as
+                    # its error rates read it (outer whitespace stripped, runs of spaces one).
                     differ = np.array(
-                        [i for i in range(n) if texts[i] != base_texts[i]], dtype=np.int64
+                        [i for i in range(n) if _words(texts[i]) != _words(base_texts[i])],
+                        dtype=np.int64,
                     )
                 disagreeing.update(int(i) for i in differ[: DISAGREEMENTS_SHOWN * 4])
                 row["agreement"] = float(1.0 - len(differ) / n)
@@ -192,7 +200,7 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                     p = _stored(base_predicted[1][:n], base_predicted[2][:n], width)
                     q = _stored(predicted[1][:n], predicted[2][:n], width)
                     row["max_abs_difference"] = float(np.abs(p - q).max())
-                    if task == "regression" or (task == "text_recognition" and texts is None):
+                    if task == "regression" or (task == "text_recognition" and not texts_compared):
                         row["agreement"] = row["disagreeing_inputs"] = None
                     rows.append(row)
                     continue
@@ -210,8 +218,9 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     return {
         "rows": rows,
         # What the agreement compares, input by input.
-        "agreement": "inputs whose decoded text equals the baseline's"
-        if task == "text_recognition"
+        "agreement": "lines whose decoded text equals the baseline's (outer whitespace "
+        "stripped, runs of spaces one, as the error rates read them)"
+        if texts_compared
         else "images whose best detection's class equals the baseline's"
         if detector
         else "inputs whose top-1 class equals the baseline's",
@@ -227,6 +236,9 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         if task == "regression"
         else "none: a text recognizer's lines are compared by their decoded texts (the "
         "agreement), their confidences by their largest difference"
+        if texts_compared
+        else "none: a text recognizer's confidences (one per line) are compared by their "
+        "largest difference (its predictions files hold no decoded texts to compare)"
         if task == "text_recognition"
         else "none: each input's prediction is its most similar other input's identity; the "
         "agreement compares those identities, the similarities by their largest difference"
@@ -234,7 +246,7 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         else "exact"
         if exact
         else f"estimated from the top {min(top_ks) if top_ks else '?'} classes of each input",
-        "disagreements": _disagreements(evaluations, loaded, sorted(disagreeing)),
+        "disagreements": _disagreements(evaluations, loaded, sorted(disagreeing), texts_compared),
     }
 
 
@@ -259,9 +271,15 @@ def _paired(base: Any, other: Any, n: int) -> dict[str, Any] | None:
     return paired
 
 
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _disagreements(
-    evaluations: list[Evaluation], loaded: list[Any], indices: list[int]
+    evaluations: list[Evaluation], loaded: list[Any], indices: list[int], texts: bool
 ) -> list[dict[str, Any]]:
+    """The inputs at `indices`, each with every evaluation's top three classes (`texts`: a
+    text recognizer's decoded text and its confidence)."""
     dataset = evaluations[0].dataset.content if evaluations[0].dataset else {}
     labels = dataset.get("labels") or []
     # Images are shown; other inputs (text, tensors, raw files) are linked.
@@ -274,13 +292,12 @@ def _disagreements(
                 entry["top"].append(None)
                 continue
             entry["label"] = int(predicted[0][index])
-            texts = predicted[3]
-            if texts is not None:  # a text recognizer's line: its text and its confidence
+            if texts:  # a text recognizer's line: its text and its confidence
                 entry["top"].append(
                     [
                         {
                             "class": 0,
-                            "name": texts[index],
+                            "name": predicted[3][index],
                             "probability": round(float(predicted[2][index][0]), 5),
                         }
                     ]

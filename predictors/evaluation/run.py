@@ -135,8 +135,10 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     if options.overrides:
         model = apply_overrides(model.data, list(options.overrides))
     spec = _model_spec(model, options.latency_only)
-    problem = dataset_problem(model.data, dataset.data) or loadgen_problem(
-        model.data, options.scenario, options.loadgen_mode, options.latency_only
+    problem = (
+        dataset_problem(model.data, dataset.data)
+        or loadgen_problem(model.data, options.scenario, options.loadgen_mode, options.latency_only)
+        or trace_level_problem(model.data, options.trace_level, options.latency_only)
     )
     if problem:
         raise EvaluationError(problem)
@@ -153,9 +155,6 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
     scenario = scenario_for(model.task, options.latency_only)
     scenario.check_trace_level(options.trace_level, model.task)
-    problem = trace_level_problem(model.data, options.trace_level, options.latency_only)
-    if problem:
-        raise EvaluationError(problem)
     setup = Setup(
         model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
     )

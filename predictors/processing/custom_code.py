@@ -63,6 +63,8 @@ from typing import Any
 
 import numpy as np
 
+from predictors.tasks import named_outputs
+
 FIELDS = ("preprocess", "postprocess")
 # The most source a field may hold.
 MAX_SOURCE_BYTES = 64 * 1024
@@ -105,20 +107,6 @@ def code_in(data: Mapping[str, Any]) -> list[str]:
     if isinstance(files, Mapping) and files.get("format") == "state_dict":
         found.append("module")
     return found
-
-
-def named_outputs(data: Mapping[str, Any]) -> list[str]:
-    """The outputs `postprocess` receives by name, in the manifest's order: every output that
-    is not a state output, where the manifest has postprocess code and declares more than one;
-    none otherwise (postprocess receives the scored output's batch array)."""
-    if "postprocess" not in fields_with_code(data):
-        return []
-    names = [
-        str(entry.get("name"))
-        for entry in data.get("outputs") or []
-        if isinstance(entry, Mapping) and entry.get("type") != "state"
-    ]
-    return names if len(names) > 1 else []
 
 
 def code_files_problems(sizes: Sequence[tuple[int, int]]) -> list[tuple[int, str]]:

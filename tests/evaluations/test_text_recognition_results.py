@@ -127,14 +127,15 @@ def test_text_recognizers_are_compared_by_their_decoded_texts(bob_client, agent,
         "labels": [-1, -1],
         "classes": [[0], [0]],
         "probabilities": [[0.97], [0.5]],
-        "texts": ["Beautiful is", " better then ugly."],
+        # The first line read as the baseline's but for its spaces, which the rates ignore.
+        "texts": [" Beautiful  is", " better then ugly."],
     }
     body["details"] = {"model": {"task": "text_recognition"}}
     assert post_result(agent, second, body).status_code == 201
 
     compared = bob_client.get(f"/api/v1/compare/?evaluations={first},{second}").json()
     accuracy = compared["accuracy"]
-    assert accuracy["agreement"] == "inputs whose decoded text equals the baseline's"
+    assert accuracy["agreement"].startswith("lines whose decoded text equals the baseline's")
     rows = accuracy["rows"]
     assert [row["agreement"] for row in rows] == [1.0, 0.5]
     assert [row["disagreeing_inputs"] for row in rows] == [0, 1]
@@ -148,4 +149,4 @@ def test_text_recognizers_are_compared_by_their_decoded_texts(bob_client, agent,
     page = APIClient().get(f"/compare/?evaluations={first},{second}")
     assert page.status_code == 200
     html = page.content.decode()
-    assert "better then ugly." in html and "inputs whose decoded text equals the baseline" in html
+    assert "better then ugly." in html and "lines whose decoded text equals the baseline" in html

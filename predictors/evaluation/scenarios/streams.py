@@ -60,8 +60,8 @@ from predictors.frameworks.predictor import PredictorError
 from predictors.manifests import Manifest
 from predictors.processing import ELEMENT_TYPES, postprocess, preprocessor_for
 from predictors.processing.audio import AudioPreprocessor
-from predictors.processing.custom_code import custom_outputs, named_outputs
-from predictors.tasks import DATA_INPUTS
+from predictors.processing.custom_code import custom_outputs
+from predictors.tasks import DATA_INPUTS, named_outputs
 
 
 @dataclass(frozen=True)
