@@ -6,7 +6,8 @@ model's batch holds its inputs packed side by side (N, 1 + F, L). `SeveralFeeds`
 framework's predictor: `predict` takes the batch apart into the model's inputs, each of its
 own element type (a copy of the rows, inside the timed call: microseconds next to the model's
 own work, and what a framework does anyway with an input that is not contiguous), and runs
-them by name (`Predictor.predict_feeds`); every other call goes to the framework's predictor as it is.
+them by name (`Predictor.predict_feeds`); every other call goes to the framework's predictor
+as it is.
 """
 
 from __future__ import annotations

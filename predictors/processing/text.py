@@ -25,10 +25,10 @@ text, row for row with its ids, fed to inputs of the model's own: `attention_mas
 token, 0 for padding), `type_ids` (the segment of each token, BERT's `token_type_ids`; the
 file's `pad_type_id` for padding) and `special_tokens_mask` (1 for a special token the
 post-processor added, and for padding). Parameters: `feature` (required) and `element_type`
-(default the text input's). A model with such inputs gets its
-rows packed, (N, 1 + F, max_length) int64: the ids first, then each feature in the order of
-the manifest's inputs (`TextFeeds`), taken apart into the model's inputs, each of its own
-type, by the predictor (`predictors.frameworks.feeds.SeveralFeeds`).
+(default the text input's). A model with such inputs gets its rows packed, (N, 1 + F,
+max_length) int64: the ids first, then each feature in the order of the manifest's inputs
+(`TextFeeds`), taken apart into the model's inputs, each of its own type, by the predictor
+(`predictors.frameworks.feeds.SeveralFeeds`).
 """
 
 from __future__ import annotations
