@@ -77,3 +77,55 @@ def test_the_reviews_they_disagree_on_are_linked_to_their_text(  # type: ignore[
     assert response.status == 200
     assert response.headers["content-type"] == "text/plain; charset=utf-8"
     assert response.text() == "the desk lamp is not awful"
+
+
+@pytest.fixture
+def two_readings(make_client, alice, agent, broker) -> list[str]:  # type: ignore[no-untyped-def]
+    """Alice's two finished evaluations of a text recognizer on two lines, which read the
+    second line otherwise (a long one, as a page of text gives)."""
+    from tests.evaluations.test_text_recognition_results import _upload
+
+    client = make_client(alice)
+    _upload(client)
+    hosts = register_hosts(agent)
+    long = "Beautiful is better than ugly; explicit is better than implicit, " * 3
+    ids = []
+    for second in (long, long.replace("implicit", "implied")):
+        evaluation_id = launched_id(
+            launch(client, model="reader", dataset="lines", batch_sizes=[1])
+        )
+        broker.drain("onnxruntime.cpu", "host.cpu-1", "host.cpu-2", "host.gpu-1")
+        claimed = claim(agent, evaluation_id, hosts["cpu-1"])
+        assert claimed.status_code == 200, claimed.content
+        body = result_body(claimed.json()["claim"])
+        body["accuracy"] = {"top1": 0.05, "top5": 0.25, "count": 2}
+        body["predictions"] = {
+            "top_k": 1,
+            "labels": [-1, -1],
+            "classes": [[0], [0]],
+            "probabilities": [[0.97], [0.88]],
+            "texts": ["ab", second],
+        }
+        body["details"] = {"model": {"task": "text_recognition"}}
+        assert post_result(agent, evaluation_id, body).status_code == 201
+        ids.append(evaluation_id)
+    return ids
+
+
+def test_the_lines_two_readings_disagree_on_show_each_text(  # type: ignore[no-untyped-def]
+    page, sign_in, alice, two_readings: list[str], shoot
+) -> None:
+    sign_in(page, alice)
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"/compare/?evaluations={two_readings[0]},{two_readings[1]}")
+        row = page.locator("#disagreements tbody tr")
+        expect(row).to_have_count(1)
+        expect(row.locator("td").nth(1)).to_have_text("—")  # a line has no class
+        expect(row).to_contain_text("implied")
+        expect(
+            page.get_by_text("lines whose decoded text equals the baseline's").first
+        ).to_be_visible()
+        scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert scroll_width <= width, (width, scroll_width)
+        shoot(page, f"compare-text-lines-{width}")
