@@ -55,19 +55,31 @@ def _upload(owner: APIClient) -> None:
     assert stored.status_code == 201, stored.content
 
 
+def reading(
+    claim_id: str,
+    texts: list[str],
+    confidences: list[float],
+    cer: float = 0.05,
+    wer: Any = 0.25,
+) -> dict[str, Any]:
+    """A text recognizer's result body: each line's decoded text and its confidence."""
+    body = result_body(claim_id)
+    body["accuracy"] = {"top1": cer, "top5": wer, "count": len(texts)}
+    body["predictions"] = {
+        "top_k": 1,
+        "labels": [-1] * len(texts),
+        "classes": [[0] for _ in texts],
+        "probabilities": [[confidence] for confidence in confidences],
+        "texts": texts,
+    }
+    body["details"] = {"model": {"task": "text_recognition"}}
+    return body
+
+
 def _finish(client: APIClient, agent: APIClient, host: Any, cer: float, wer: Any) -> Any:
     evaluation_id = launched_id(launch(client, model="reader", dataset="lines", batch_sizes=[1]))
     claimed = claim(agent, evaluation_id, host).json()
-    body = result_body(claimed["claim"])
-    body["accuracy"] = {"top1": cer, "top5": wer, "count": 2}
-    body["predictions"] = {
-        "top_k": 1,
-        "labels": [-1, -1],
-        "classes": [[0], [0]],
-        "probabilities": [[0.97], [0.88]],
-        "texts": ["Beautiful is", " better than ugly."],
-    }
-    body["details"] = {"model": {"task": "text_recognition"}}
+    body = reading(claimed["claim"], ["Beautiful is", " better than ugly."], [0.97, 0.88], cer, wer)
     return evaluation_id, post_result(agent, evaluation_id, body)
 
 
@@ -120,17 +132,9 @@ def test_text_recognizers_are_compared_by_their_decoded_texts(bob_client, agent,
     assert stored.status_code == 201, stored.content
     second = launched_id(launch(bob_client, model="reader", dataset="lines", batch_sizes=[1]))
     claimed = claim(agent, second, hosts["cpu-2"]).json()
-    body = result_body(claimed["claim"])
-    body["accuracy"] = {"top1": 0.1, "top5": 0.5, "count": 2}
-    body["predictions"] = {
-        "top_k": 1,
-        "labels": [-1, -1],
-        "classes": [[0], [0]],
-        "probabilities": [[0.97], [0.5]],
-        # The first line read as the baseline's but for its spaces, which the rates ignore.
-        "texts": [" Beautiful  is", " better then ugly."],
-    }
-    body["details"] = {"model": {"task": "text_recognition"}}
+    # The first line read as the baseline's but for its spaces, which the rates ignore.
+    texts = [" Beautiful  is", " better then ugly."]
+    body = reading(claimed["claim"], texts, [0.97, 0.5], 0.1, 0.5)
     assert post_result(agent, second, body).status_code == 201
 
     compared = bob_client.get(f"/api/v1/compare/?evaluations={first},{second}").json()

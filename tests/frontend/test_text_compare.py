@@ -83,7 +83,7 @@ def test_the_reviews_they_disagree_on_are_linked_to_their_text(  # type: ignore[
 def two_readings(make_client, alice, agent, broker) -> list[str]:  # type: ignore[no-untyped-def]
     """Alice's two finished evaluations of a text recognizer on two lines, which read the
     second line otherwise (a long one, as a page of text gives)."""
-    from tests.evaluations.test_text_recognition_results import _upload
+    from tests.evaluations.test_text_recognition_results import _upload, reading
 
     client = make_client(alice)
     _upload(client)
@@ -97,16 +97,7 @@ def two_readings(make_client, alice, agent, broker) -> list[str]:  # type: ignor
         broker.drain("onnxruntime.cpu", "host.cpu-1", "host.cpu-2", "host.gpu-1")
         claimed = claim(agent, evaluation_id, hosts["cpu-1"])
         assert claimed.status_code == 200, claimed.content
-        body = result_body(claimed.json()["claim"])
-        body["accuracy"] = {"top1": 0.05, "top5": 0.25, "count": 2}
-        body["predictions"] = {
-            "top_k": 1,
-            "labels": [-1, -1],
-            "classes": [[0], [0]],
-            "probabilities": [[0.97], [0.88]],
-            "texts": ["ab", second],
-        }
-        body["details"] = {"model": {"task": "text_recognition"}}
+        body = reading(claimed.json()["claim"], ["ab", second], [0.97, 0.88])
         assert post_result(agent, evaluation_id, body).status_code == 201
         ids.append(evaluation_id)
     return ids
@@ -129,3 +120,26 @@ def test_the_lines_two_readings_disagree_on_show_each_text(  # type: ignore[no-u
         scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
         assert scroll_width <= width, (width, scroll_width)
         shoot(page, f"compare-text-lines-{width}")
+
+
+def test_a_model_fed_its_texts_features_says_each_on_its_page(  # type: ignore[no-untyped-def]
+    page, make_client, alice, shoot
+) -> None:
+    """A BERT-style model's page, at a phone's width and a desktop's: each input and what of
+    the text it is fed, in words, within the page."""
+    from tests.hub.factories import to_yaml, upload
+    from tests.predictors.test_text_features import NAME, document, model_files
+    from tests.predictors.zoo_store import zoo_store
+
+    built = model_files(zoo_store(("review-sentiment",)))
+    files = {name: built[name] for name in ("tokenizer.json", "model.onnx")}
+    stored = upload(make_client(alice), to_yaml(document()), files, visibility="public")
+    assert stored.status_code == 201, stored.content
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"/models/{NAME}/")
+        expect(page.get_by_text("attention mask (1 for a token, 0 for padding)")).to_be_visible()
+        expect(page.get_by_text("type ids (each token's segment)")).to_be_visible()
+        scroll_width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert scroll_width <= width, (width, scroll_width)
+        shoot(page, f"model-text-features-{width}")
