@@ -123,10 +123,17 @@ PYTEST_FLAGS ?= --durations=25
 PASS_SECONDS ?= $(if $(filter true,$(CI)),2700,)
 PASS_LIMIT = $(if $(PASS_SECONDS),--session-timeout=$(PASS_SECONDS))
 
+# On its own, the SQLite pass runs every test. Before a PostgreSQL + Redis pass
+# (POSTGRES_PASS_FOLLOWS=true, as `make test` sets it where one can run) it runs the tests that
+# touch no database and those marked `both_stacks` (end to end on the embedded default, fuzzing,
+# trust, live WebSockets), and leaves the rest to that pass: each test once, on the production
+# stack, except those whose subject is the stack (tests/conftest.py).
+POSTGRES_PASS_FOLLOWS ?=
 test-sqlite: venv
 	@echo "=== test suite on SQLite (embedded default), $$(date +%T) ==="
 	env -u DATABASE_URL -u CELERY_BROKER_URL -u CHANNEL_LAYER_URL \
 	  MLMS_FUZZ_EXAMPLES=$${MLMS_FUZZ_EXAMPLES:-15} \
+	  MLMS_POSTGRES_PASS_FOLLOWS=$(POSTGRES_PASS_FOLLOWS) \
 	  $(BIN)/python -m pytest $(PYTEST_FLAGS) $(PASS_LIMIT)
 
 # The machine's Redis lets a client without a password in, on which a hub refuses to start
@@ -163,7 +170,9 @@ test-zoo: venv espeak
 test: chromium espeak
 	@echo "=== make test, $$(date +%T): linters, images and the test zoo, side by side ==="
 	$(MAKE) -j3 --output-sync=target lint test-images test-zoo
-	$(MAKE) test-sqlite
+	@if [ "$$CI" = "true" ] || $(BIN)/python -m tests.services postgres redis; then \
+	  $(MAKE) test-sqlite POSTGRES_PASS_FOLLOWS=true; \
+	else $(MAKE) test-sqlite; fi
 	$(MAKE) test-postgres
 
 clean:

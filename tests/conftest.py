@@ -15,6 +15,8 @@ import pytest
 from tests.services import reachable
 
 IN_CI = os.environ.get("CI") == "true"
+# `make test` runs a PostgreSQL + Redis pass after this one (see pytest_runtest_setup).
+POSTGRES_PASS_FOLLOWS = os.environ.get("MLMS_POSTGRES_PASS_FOLLOWS") == "true"
 
 
 def _require(condition: bool, why: str) -> None:
@@ -31,6 +33,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     The SQLite pass skips them; the PostgreSQL + Redis pass runs them, and in CI a configured
     service that does not answer fails them. Tests marked `database_free` (the evaluation loop,
     processing, manifests, the zoo: nothing the services change) run in the SQLite pass only.
+
+    Every other test uses the pass's database (and, in a live hub, its broker and channel
+    layer). Where a PostgreSQL + Redis pass follows (`make test` says so:
+    MLMS_POSTGRES_PASS_FOLLOWS=true), the SQLite pass leaves them to it, except those marked
+    `both_stacks`: the end-to-end runs, fuzzing, trust and live WebSockets, which check the
+    embedded default as `make run` serves it, SQLite and its filesystem broker, as well as the
+    production stack. Without a PostgreSQL pass (no server reachable), the SQLite pass runs
+    them all.
     """
     if item.get_closest_marker("postgres"):
         if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
@@ -42,10 +52,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _require(reachable("redis"), "Redis does not answer")
     if item.get_closest_marker("docker"):
         _require(*_docker_ready())
-    if item.get_closest_marker("database_free") and os.environ.get("DATABASE_URL", "").startswith(
-        ("postgres", "pgsql")
-    ):
+    on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql"))
+    if item.get_closest_marker("database_free") and on_postgres:
         pytest.skip("touches no database, broker or hub: it runs once, in the SQLite pass")
+    if (
+        POSTGRES_PASS_FOLLOWS
+        and not on_postgres
+        and not item.get_closest_marker("database_free")
+        and not item.get_closest_marker("both_stacks")
+    ):
+        pytest.skip("runs in the PostgreSQL + Redis pass that follows (the production stack)")
 
 
 _DOCKER: tuple[bool, str] | None = None

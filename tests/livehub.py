@@ -26,6 +26,7 @@ database is created by `migrate()` and dropped by `close()`.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
@@ -37,6 +38,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -114,6 +116,11 @@ def postgres(statement: str) -> None:
 
     with psycopg.connect(f"{postgres_server()}/postgres", autocommit=True) as connection:
         connection.execute(statement)  # type: ignore[arg-type]
+
+
+# The migrated databases that hubs' databases are copies of, made once per process: "postgres"
+# (a database's name) and "sqlite" (a file's path); see LiveHub.migrate.
+_TEMPLATES: dict[str, str] = {}
 
 
 class LiveHub:
@@ -194,11 +201,43 @@ class LiveHub:
         return self.manage("shell", "-c", code, env=env)
 
     def migrate(self) -> None:
-        """Create the hub's PostgreSQL database (when it has one) and migrate it."""
-        if self.database and not self._created:
-            postgres(f"CREATE DATABASE {self.database}")
-            self._created = True
+        """Create the hub's database, migrated: a copy of this process's migrated template
+        (`_template`), made by `manage.py migrate` once per process and kind of database:
+        CREATE DATABASE … TEMPLATE on PostgreSQL, a copy of the file on SQLite. A database that
+        is there already is migrated in place."""
+        if self.database:
+            if not self._created:
+                postgres(f"CREATE DATABASE {self.database} TEMPLATE {self._template()}")
+                self._created = True
+                return
+        else:
+            database = self.folder / "var" / "db.sqlite3"
+            if not database.exists():
+                database.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self._template(), database)
+                return
         self.manage("migrate", "--noinput")
+
+    def _template(self) -> str:
+        """This process's migrated database of the hub's kind (made on first use, dropped at
+        exit): a PostgreSQL database's name, or an SQLite file's path."""
+        kind = "postgres" if self.database else "sqlite"
+        if kind not in _TEMPLATES:
+            env = dict(self.env)
+            if kind == "postgres":
+                name = f"mlms_template_{secrets.token_hex(4)}"
+                postgres(f"CREATE DATABASE {name}")
+                atexit.register(postgres, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                env["DATABASE_URL"] = f"{postgres_server()}/{name}"
+                template = name
+            else:
+                folder = Path(tempfile.mkdtemp(prefix="mlms-template-"))
+                atexit.register(shutil.rmtree, folder, True)
+                env["MLMS_VAR_DIR"] = str(folder)
+                template = str(folder / "db.sqlite3")
+            self.manage("migrate", "--noinput", env=env)
+            _TEMPLATES[kind] = template
+        return _TEMPLATES[kind]
 
     def load_manifests(self) -> None:
         """The built-in manifests of manifests/, as `make run` loads them."""

@@ -143,10 +143,13 @@ def test_an_evaluation_submitted_with_curl_succeeds_in_a_container(stack: Stack)
     )
     token = made.stdout.strip().splitlines()[-1]
     # The agents start once the hub has written their token, and Docker restarts them with a
-    # growing delay until it is there: wait for a live host, as a user would.
+    # growing delay until it is there: wait for the host that runs ONNX Runtime to be live, as
+    # a user would (the other agent may register first).
     deadline = time.monotonic() + 180
     while not any(
-        host.get("live") for host in stack.curl("GET", "/api/v1/hosts/", token).get("results", [])
+        host.get("live")
+        and any(framework["name"] == "onnxruntime" for framework in host.get("frameworks", []))
+        for host in stack.curl("GET", "/api/v1/hosts/", token).get("results", [])
     ):
         assert time.monotonic() < deadline, f"no agent registered:\n{stack.logs()}"
         time.sleep(2)

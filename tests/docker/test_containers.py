@@ -551,7 +551,11 @@ def test_a_text_model_reads_its_tokenizer_file_in_the_container(hub: LiveHub) ->
     run = _succeeded(
         hub,
         hub.launch(
-            model="review-sentiment", framework="pytorch", dataset="short-reviews", batch_sizes=[32]
+            model="review-sentiment",
+            framework="pytorch",
+            dataset="short-reviews",
+            batch_sizes=[32],
+            host="docker-a",
         ),
     )
     assert run["result"]["stack"]["container"]["image"] == PYTORCH

@@ -15,7 +15,7 @@ import pytest
 
 from tests.livehub import LiveHub
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.both_stacks]
 
 # The bound: the job is running again within this many seconds of the agent's start.
 WITHIN = 10.0

@@ -27,7 +27,7 @@ import requests
 from predictors.agent.hub_client import HubError, evaluate_remote
 from tests.livehub import ROOT, LiveHub
 
-pytestmark = pytest.mark.frameworks
+pytestmark = [pytest.mark.frameworks, pytest.mark.both_stacks]
 
 
 @pytest.fixture(scope="module")

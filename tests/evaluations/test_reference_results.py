@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both_stacks]
 
 
 def test_the_zoo_is_evaluated_and_published_once(tmp_path: Path, agents_hub: Any) -> None:

@@ -28,7 +28,7 @@ from tests.evaluations.factories import (
 from tests.hub.factories import model_yaml, onnx_graph, register_host, upload
 from tests.traces.factories import PROTOBUF, export
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_stacks]
 
 ONNX = [("onnxruntime", "1.17.0", ["cpu"])]
 PRIVATE_FILE = "/api/v1/artifacts/models/alice-net/1.0.0/net.onnx"

@@ -23,6 +23,8 @@ import pytest
 from benchmarks import _hub
 from tests.livehub import Closed, LiveHub
 
+pytestmark = pytest.mark.both_stacks  # the in-process channel layer, then Redis
+
 # What every case needs, made in the hub with its own ORM (`manage.py shell`): alice, whose
 # evaluations the cases follow; bob, their reader, with a token for his socket and another to
 # act with; per case, a group of alice's that bob joined by accepting her invitation and an

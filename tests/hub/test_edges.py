@@ -34,7 +34,7 @@ from tests.hub.factories import HOSTS_URL, TOKENS_URL
 from tests.traces.factories import BASE, json_export, new_id, post
 from traces.models import Trace
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both_stacks]
 
 JSON = "application/json"
 
