@@ -11,6 +11,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from evaluations.compare.differences import label
 from evaluations.models import Evaluation
 from predictors import statistics
+from predictors.analysis import hygiene
 
 
 def _samples(row: Any) -> list[float] | None:
@@ -18,6 +19,27 @@ def _samples(row: Any) -> list[float] | None:
         return list(row.samples.samples_ms)
     except ObjectDoesNotExist:
         return None
+
+
+def _questioned_by(sides: tuple[Evaluation, ...], size: int) -> list[dict[str, Any]]:
+    """Each side (the baseline, then the other) whose hygiene warnings question its latencies
+    at batch size `size` (`hygiene.latency_questions`): its evaluation, label, the codes and
+    their messages."""
+    questioned = []
+    for evaluation in sides:
+        details = getattr(getattr(evaluation, "result", None), "details", None)
+        warnings = details.get("hygiene", []) if isinstance(details, dict) else []
+        found = hygiene.latency_questions(warnings if isinstance(warnings, list) else [], size)
+        if found:
+            questioned.append(
+                {
+                    "evaluation": str(evaluation.pk),
+                    "label": label(evaluation),
+                    "codes": sorted({warning["code"] for warning in found}),
+                    "messages": [str(warning.get("message", "")) for warning in found],
+                }
+            )
+    return questioned
 
 
 def compare(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> dict[str, Any]:
@@ -48,6 +70,7 @@ def compare(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> d
                 "throughput_ratio": None,
                 "difference": None,
                 "verdict": None,
+                "questioned_by": [],
             }
             if position and base is not None and base.p50_ms > 0 and row.p50_ms > 0:
                 cell["ratio"] = row.p50_ms / base.p50_ms
@@ -59,6 +82,14 @@ def compare(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> d
                     difference = statistics.difference(base_samples, samples, noise=noise)
                     cell["difference"] = difference.to_dict()
                     cell["verdict"] = difference.words
+                    cell["questioned_by"] = _questioned_by(
+                        (evaluations[0], evaluations[position]), size
+                    )
+                    if cell["questioned_by"] and difference.verdict != statistics.NO_DIFFERENCE:
+                        cell["verdict"] += "; in question: " + "; ".join(
+                            f"{entry['label']} warns {', '.join(entry['codes'])}"
+                            for entry in cell["questioned_by"]
+                        )
                 else:
                     cell["verdict"] = (
                         f"×{statistics.ratio(cell['ratio'])} of the medians; no verdict: "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,13 @@ from predictors import statistics
 if TYPE_CHECKING:
     from predictors.evaluation.base import Scenario
     from predictors.frameworks.predictor import Predictor
+
+# The warnings that question a run's latencies themselves: other processes competing for the
+# CPU while it ran or loaded, batch latencies spread wide, a warm-up not over. A difference
+# called between two runs is in question where either has one (`latency_questions`); the others
+# (threads over cores, the CPU's governor and boost, tracing overhead, too few samples for a
+# p99) describe a run's conditions, which a comparison shows beside its figures.
+QUESTION_LATENCY = ("others_busy", "loaded_at_start", "spread", "warmup_not_converged")
 
 START_WINDOW = 0.1
 OTHERS_SHARE = 0.25
@@ -58,6 +65,18 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def latency_questions(warnings: Iterable[Any], batch_size: int) -> list[dict[str, Any]]:
+    """Of a run's hygiene warnings, those that question its latencies at `batch_size`
+    (`QUESTION_LATENCY`: the run-wide ones, and that batch size's own), as they were stored."""
+    found = []
+    for warning in warnings:
+        if not isinstance(warning, dict) or warning.get("code") not in QUESTION_LATENCY:
+            continue
+        if warning.get("batch_size", batch_size) == batch_size:
+            found.append(warning)
+    return found
 
 
 def _warning(code: str, message: str, **values: Any) -> dict[str, Any]:

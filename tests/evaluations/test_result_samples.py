@@ -30,10 +30,19 @@ def _with_samples(body: dict[str, Any], samples: list[float]) -> dict[str, Any]:
     return body
 
 
-def _finished(alice_evaluator_client: Any, agent: Any, hosts: Any, samples: list[float]) -> str:
+def _finished(
+    alice_evaluator_client: Any,
+    agent: Any,
+    hosts: Any,
+    samples: list[float],
+    hygiene: list[dict[str, Any]] | None = None,
+) -> str:
     evaluation_id = launched_id(launch(alice_evaluator_client))
     job = claim(agent, evaluation_id, hosts["cpu-1"]).json()
-    response = post_result(agent, evaluation_id, _with_samples(result_body(job["claim"]), samples))
+    body = _with_samples(result_body(job["claim"]), samples)
+    if hygiene is not None:
+        body["details"]["hygiene"] = hygiene
+    response = post_result(agent, evaluation_id, body)
     assert response.status_code == 201, response.content
     return evaluation_id
 
@@ -80,6 +89,43 @@ def test_compare_tests_the_difference_on_the_samples(alice_evaluator_client, age
             f"/api/v1/compare/?evaluations={base},{slower}&noise={bad}"
         )
         assert refused.status_code == 400 and error_paths(refused) == ["noise"]
+
+
+def test_a_difference_whose_run_its_hygiene_questions_says_so(
+    alice_evaluator_client, agent, hosts, client, alice
+) -> None:
+    """The same samples, twice slower: the test calls it slower either way, but where the
+    slower run's hygiene says other processes were busy during it, the verdict says it is in
+    question, naming the run and the warning; warnings of another batch size, or that do not
+    question the latencies, do not."""
+    rng = np.random.default_rng(7)
+    fast = rng.lognormal(0, 0.1, 200).tolist()
+    slow = (np.asarray(fast) * 2).tolist()
+    busy = {"code": "others_busy", "message": "other processes used 61% of the CPU", "share": 0.61}
+    elsewhere = {"code": "spread", "message": "batch size 8: wide", "batch_size": 8}
+    threads = {"code": "threads_over_cores", "message": "8 threads on 2 cores", "threads": 8}
+    base = _finished(alice_evaluator_client, agent, hosts, fast, [threads, elsewhere])
+    plain = _finished(alice_evaluator_client, agent, hosts, slow, [threads])
+    questioned = _finished(alice_evaluator_client, agent, hosts, slow, [busy, elsewhere])
+
+    report = alice_evaluator_client.get(
+        f"/api/v1/compare/?evaluations={base},{plain},{questioned}"
+    ).json()
+    cells = report["latency"]["batch_sizes"][0]["cells"]
+    assert [cell["questioned_by"] for cell in cells[:2]] == [[], []]
+    assert cells[1]["verdict"].startswith("slower (×") and "in question" not in cells[1]["verdict"]
+    (entry,) = cells[2]["questioned_by"]
+    assert entry["evaluation"] == questioned and entry["codes"] == ["others_busy"]
+    assert entry["messages"] == [busy["message"]]
+    assert cells[2]["difference"]["verdict"] == "slower"
+    assert cells[2]["verdict"] == (
+        f"{cells[2]['verdict'].split(';')[0]}; in question: {entry['label']} warns others_busy"
+    )
+    # The page says it beside the verdict, the warning's message on hover.
+    client.force_login(alice)
+    page = client.get(f"/compare/?evaluations={base},{plain},{questioned}").content.decode()
+    assert page.count('class="questioned small"') == 1
+    assert f'title="{busy["message"]}"' in page and "others_busy</div>" in page
 
 
 def test_a_result_without_samples_gets_no_verdict(alice_evaluator_client, agent, hosts) -> None:

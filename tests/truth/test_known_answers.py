@@ -39,11 +39,12 @@ import yaml
 from playwright.sync_api import expect
 
 from predictors import statistics
+from predictors.analysis import hygiene
 from tests.frontend.conftest import SCREENSHOTS, browser, sign_in_to_hub  # noqa: F401 (a fixture)
 from tests.livehub import LiveHub, running_hub
 from tests.predictors.zoo_store import zoo_store
 
-pytestmark = [pytest.mark.browser, pytest.mark.frameworks]
+pytestmark = [pytest.mark.browser, pytest.mark.frameworks, pytest.mark.both_stacks]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = 10
@@ -76,9 +77,6 @@ SAME_MODEL_COMPARISONS = 20
 # test).
 MAX_SAME_MODEL_ALARMS = 3
 SAME_MODEL_TIMED = 240
-# The hygiene warnings that question a run's latencies (`predictors.analysis.hygiene`): other
-# processes busy, batch latencies spread, a warm-up not over.
-QUESTIONED = ("others_busy", "loaded_at_start", "spread", "warmup_not_converged")
 
 
 @pytest.fixture(scope="module")
@@ -390,7 +388,8 @@ def test_two_evaluations_of_one_model_show_no_detectable_difference(
 ) -> None:
     """Twenty pairs of evaluations of one model, each pair compared: a comparison that finds a
     difference has a run whose result says why its latencies are in question (a hygiene
-    warning: other processes busy, batch latencies spread, a warm-up not over). On this
+    warning: other processes busy, batch latencies spread, a warm-up not over), and the
+    comparison names that run beside its verdict (`questioned_by`). On this
     project's shared 2-core VMs one run of a pair has been seen taking half as long again as the
     other with nothing else running, its latencies spread as they never are on a quiet machine:
     the product reports the difference it measured, and flags the run. Among the comparisons of
@@ -407,17 +406,19 @@ def test_two_evaluations_of_one_model_show_no_detectable_difference(
         "repeat": PASSES,
         "trace_level": "none",
     }
-    differences, questioned = [], []
+    cells = []
     for _ in range(SAME_MODEL_COMPARISONS):
         runs = [_run(hub, "products-same", **options) for _ in range(2)]
         cell = _compare(hub, *(run["id"] for run in runs))["latency"]["batch_sizes"][0]["cells"][1]
-        differences.append(cell["difference"])
         codes = {w["code"] for run in runs for w in run["result"]["details"].get("hygiene", [])}
-        questioned.append(sorted(codes & set(QUESTIONED)))
+        # The comparison names the runs whose hygiene questions their latencies, and only them.
+        named = {code for entry in cell["questioned_by"] for code in entry["codes"]}
+        assert named == codes & set(hygiene.QUESTION_LATENCY), (cell, codes)
+        cells.append(cell)
     unexplained = [
-        (difference, codes)
-        for difference, codes in zip(differences, questioned, strict=True)
-        if difference["verdict"] != "no detectable difference" and not codes
+        cell["difference"]
+        for cell in cells
+        if cell["difference"]["verdict"] != "no detectable difference" and not cell["questioned_by"]
     ]
     assert len(unexplained) <= MAX_SAME_MODEL_ALARMS, unexplained
 
