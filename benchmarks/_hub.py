@@ -3,7 +3,8 @@ exports shaped like the ones the agents send.
 
 A benchmark's hub (`tests.livehub`, the suite's live hub) lives in a fresh
 temporary folder (`MLMS_VAR_DIR`: its SQLite database and artifact store, the embedded default
-of `make run`, without the sweep), is migrated with `manage.py migrate`, and is served by daphne
+of `make run`, without the sweep), is migrated (a copy of a database `manage.py migrate` made
+once per process: `LiveHub.migrate`), and is served by daphne
 on a free port in a process of its own. The benchmark's own process points Django at the same
 folder (`use_hub_django`), so that it can seed users, tokens and evaluations with the ORM and
 call the hub's ingest path in-process, as the baselines do.

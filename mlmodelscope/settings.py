@@ -38,10 +38,19 @@ def _secret_key() -> str:
             raise ImproperlyConfigured("SECRET_KEY must be at least 32 characters long")
         return configured
     # Embedded default: a random key kept beside the database, so sessions survive restarts.
+    # Written whole under another name and linked into place, which fails where another
+    # process got there first: two processes starting at once read one key.
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
+        draft = VAR_DIR / f".secret_key.{os.getpid()}"
+        draft.write_text(secrets.token_urlsafe(48))
+        draft.chmod(0o600)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
     return path.read_text().strip()
 
 

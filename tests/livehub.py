@@ -214,7 +214,13 @@ class LiveHub:
             database = self.folder / "var" / "db.sqlite3"
             if not database.exists():
                 database.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(self._template(), database)
+                # SQLite's own copy: whole, whatever its journal still holds.
+                source, target = sqlite3.connect(self._template()), sqlite3.connect(database)
+                try:
+                    source.backup(target)
+                finally:
+                    source.close()
+                    target.close()
                 return
         self.manage("migrate", "--noinput")
 

@@ -21,18 +21,24 @@ def _samples(row: Any) -> list[float] | None:
         return None
 
 
-def _questioned_by(sides: tuple[Evaluation, ...], size: int) -> list[dict[str, Any]]:
+# A side of a comparison in a verdict's words.
+_SIDES = {"baseline": "the baseline", "this": "this run"}
+
+
+def _questioned_by(sides: tuple[Evaluation, Evaluation], size: int) -> list[dict[str, Any]]:
     """Each side (the baseline, then the other) whose hygiene warnings question its latencies
-    at batch size `size` (`hygiene.latency_questions`): its evaluation, label, the codes and
+    at batch size `size` (`hygiene.latency_questions`): which side it is (`baseline`, `this`:
+    two runs of one model on one host have one label), its evaluation, label, the codes and
     their messages."""
     questioned = []
-    for evaluation in sides:
+    for side, evaluation in zip(("baseline", "this"), sides, strict=True):
         details = getattr(getattr(evaluation, "result", None), "details", None)
         warnings = details.get("hygiene", []) if isinstance(details, dict) else []
         found = hygiene.latency_questions(warnings if isinstance(warnings, list) else [], size)
         if found:
             questioned.append(
                 {
+                    "side": side,
                     "evaluation": str(evaluation.pk),
                     "label": label(evaluation),
                     "codes": sorted({warning["code"] for warning in found}),
@@ -87,7 +93,7 @@ def compare(evaluations: list[Evaluation], noise: float = statistics.NOISE) -> d
                     )
                     if cell["questioned_by"] and difference.verdict != statistics.NO_DIFFERENCE:
                         cell["verdict"] += "; in question: " + "; ".join(
-                            f"{entry['label']} warns {', '.join(entry['codes'])}"
+                            f"{_SIDES[entry['side']]} warns {', '.join(entry['codes'])}"
                             for entry in cell["questioned_by"]
                         )
                 else:

@@ -36,6 +36,7 @@ def test_an_agent_fetches_a_private_models_file_only_while_its_host_runs_the_job
     assert agent.get(FILE_URL).status_code == 404  # finished
 
 
+@pytest.mark.both_stacks  # the filesystem broker's configuration, then Redis's
 def test_the_agent_config_names_the_broker_and_queues_of_its_host(
     agent, alice_evaluator_client, hosts, settings
 ) -> None:  # type: ignore[no-untyped-def]

@@ -115,17 +115,21 @@ def test_a_difference_whose_run_its_hygiene_questions_says_so(
     assert [cell["questioned_by"] for cell in cells[:2]] == [[], []]
     assert cells[1]["verdict"].startswith("slower (×") and "in question" not in cells[1]["verdict"]
     (entry,) = cells[2]["questioned_by"]
-    assert entry["evaluation"] == questioned and entry["codes"] == ["others_busy"]
-    assert entry["messages"] == [busy["message"]]
+    assert (entry["side"], entry["evaluation"]) == ("this", questioned)
+    assert entry["codes"] == ["others_busy"] and entry["messages"] == [busy["message"]]
     assert cells[2]["difference"]["verdict"] == "slower"
     assert cells[2]["verdict"] == (
-        f"{cells[2]['verdict'].split(';')[0]}; in question: {entry['label']} warns others_busy"
+        f"{cells[2]['verdict'].split(';')[0]}; in question: this run warns others_busy"
     )
+    # Against a questioned baseline, the baseline is the one named.
+    swapped = alice_evaluator_client.get(f"/api/v1/compare/?evaluations={questioned},{base}")
+    (entry,) = swapped.json()["latency"]["batch_sizes"][0]["cells"][1]["questioned_by"]
+    assert (entry["side"], entry["evaluation"]) == ("baseline", questioned)
     # The page says it beside the verdict, the warning's message on hover.
     client.force_login(alice)
     page = client.get(f"/compare/?evaluations={base},{plain},{questioned}").content.decode()
     assert page.count('class="questioned small"') == 1
-    assert f'title="{busy["message"]}"' in page and "others_busy</div>" in page
+    assert f'title="{busy["message"]}"' in page and "this run: others_busy</div>" in page
 
 
 def test_a_result_without_samples_gets_no_verdict(alice_evaluator_client, agent, hosts) -> None:
