@@ -85,9 +85,10 @@ def test_a_json_body_over_the_memory_limit_is_413_in_the_api_format(bob_client, 
 def _close_code(path: str) -> Any:
     async def run() -> Any:
         communicator = WebsocketCommunicator(application, path)
-        connected, _ = await communicator.connect()
+        # Generous waits: a loaded 2-core VM has taken over the default second to connect.
+        connected, _ = await communicator.connect(timeout=10)
         assert connected
-        message = await communicator.receive_output(timeout=5)
+        message = await communicator.receive_output(timeout=10)
         await communicator.disconnect()
         return message
 
