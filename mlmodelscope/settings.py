@@ -49,8 +49,10 @@ def _secret_key() -> str:
             os.link(draft, path)
         except FileExistsError:
             pass
+        except OSError:  # a filesystem without hard links: renamed into place instead
+            os.replace(draft, path)
         finally:
-            draft.unlink()
+            draft.unlink(missing_ok=True)
     return path.read_text().strip()
 
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 # CPU while it ran or loaded, batch latencies spread wide, a warm-up not over. A difference
 # called between two runs is in question where either has one (`latency_questions`); the others
 # (threads over cores, the CPU's governor and boost, tracing overhead, too few samples for a
-# p99) describe a run's conditions, which a comparison shows beside its figures.
+# p99) describe a run's conditions, which its evaluation page lists.
 QUESTION_LATENCY = ("others_busy", "loaded_at_start", "spread", "warmup_not_converged")
 
 START_WINDOW = 0.1
