@@ -6,7 +6,8 @@ time.
 `index` (int64), `label` (the dataset's class, int64; -1 for a detector's image), `classes` (the
 top-k classes, list<int64>) and `probabilities` (their probabilities, list<float32>), and for a
 detector `boxes` (each class's [x, y, w, h], list<list<float32>>), for a text recognizer `text`
-(the decoded line, string), zstd-compressed.
+(the decoded line, string; its `probabilities` empty where the model emitted token ids, which
+carry no confidence), zstd-compressed.
 """
 
 from __future__ import annotations

@@ -248,24 +248,26 @@ def _check_code_files(doc: spec.Manifest) -> None:
 
 
 def _check_tokenizers(doc: spec.Manifest) -> None:
-    """A text input's tokenizer file must be one `tokenizers` reads, within its size limit, that
-    makes the input's rows (`predictors.processing.text`), read in a process of its own with
-    limits (`predictors.frameworks.probe.check_tokenizer_files`): Invalid naming the parameter
-    at fault. Files the hub does not hold (https://) are checked by the job that reads
-    them."""
+    """A tokenizer file must be one `tokenizers` reads, within its size limit, that does what
+    its entry says: a text input's makes the input's rows (`predictors.processing.text`), a
+    token_ids output's decodes ids (`predictors.processing.token_ids`); read in a process of
+    its own with limits (`predictors.frameworks.probe.check_tokenizer_files`): Invalid naming
+    the parameter at fault. Files the hub does not hold (https://) are checked by the job that
+    reads them."""
     if doc.kind != "model":
         return
     files = {}
-    for index, entry in enumerate(doc.data.get("inputs") or []):
-        parameters = entry.get("parameters") if isinstance(entry, dict) else None
-        if entry.get("type") != "text" or not isinstance(parameters, dict):
-            continue
-        path = str(parameters.get("tokenizer_path") or "")
-        if not path.startswith("repo://"):
-            continue
-        file = storage.resolve(path.removeprefix("repo://"))
-        if file.is_file():
-            files[index] = file
+    for kind, type_ in (("inputs", "text"), ("outputs", "token_ids")):
+        for index, entry in enumerate(doc.data.get(kind) or []):
+            parameters = entry.get("parameters") if isinstance(entry, dict) else None
+            if entry.get("type") != type_ or not isinstance(parameters, dict):
+                continue
+            path = str(parameters.get("tokenizer_path") or "")
+            if not path.startswith("repo://"):
+                continue
+            file = storage.resolve(path.removeprefix("repo://"))
+            if file.is_file():
+                files[f"{kind}.{index}"] = file
     try:
         found = probe.check_tokenizer_files(doc.data, files, seconds=settings.MODEL_CHECK_SECONDS)
     except probe.ProbeUnavailable:

@@ -130,8 +130,10 @@ _SCORED_OUTPUTS = {
     # Each class through its own sigmoid (logits), or its own probability.
     "multi_label_classification": ("logits", "probabilities"),
     "regression": ("values",),
-    # Per-timestep class scores decoded by CTC into a text (`predictors.processing.ctc`).
-    "text_recognition": ("ctc",),
+    # Per-timestep class scores decoded by CTC into a text (`predictors.processing.ctc`), or
+    # the token ids a sequence-to-sequence model emits, decoded by a tokenizer file
+    # (`predictors.processing.token_ids`).
+    "text_recognition": ("ctc", "token_ids"),
     # One vector per input, compared by cosine similarity (retrieval and verification).
     "feature_extraction": ("embedding",),
 }
@@ -330,8 +332,8 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
     if task == "text_recognition" and isinstance(code, str) and code.strip():
         return (
             f"{name} is a text_recognition model with custom postprocess code, which returns "
-            "(N, classes) scores; its ctc output is decoded as the model gives it: leave the "
-            "code out"
+            "(N, classes) scores; its ctc or token_ids output is decoded as the model gives it: "
+            "leave the code out"
         )
     output_type = str(scored[0].get("type"))
     readable = _SCORED_OUTPUTS.get(str(task), _SCORED_OUTPUTS["image_classification"])

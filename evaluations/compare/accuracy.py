@@ -59,7 +59,9 @@ def _predictions(evaluation: Evaluation) -> Predicted | None:
     return (
         labels,
         matrix("classes", np.int64, -1),
-        matrix("probabilities", np.float64, 0.0),
+        # NaN where a row holds fewer probabilities than classes: a text decoded from emitted
+        # token ids has none (and where a row holds fewer classes, which are -1, not read).
+        matrix("probabilities", np.float64, np.nan),
         texts,
     )
 
@@ -199,7 +201,9 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
                     # Each value as stored: no distribution to fill in or normalise.
                     p = _stored(base_predicted[1][:n], base_predicted[2][:n], width)
                     q = _stored(predicted[1][:n], predicted[2][:n], width)
-                    row["max_abs_difference"] = float(np.abs(p - q).max())
+                    largest = float(np.abs(p - q).max())
+                    # None where either side has no confidences (emitted token ids).
+                    row["max_abs_difference"] = None if np.isnan(largest) else largest
                     if task == "regression" or (task == "text_recognition" and not texts_compared):
                         row["agreement"] = row["disagreeing_inputs"] = None
                     rows.append(row)
@@ -235,7 +239,8 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
         else "none: a regression's values are compared by their largest difference"
         if task == "regression"
         else "none: a text recognizer's lines are compared by their decoded texts (the "
-        "agreement), their confidences by their largest difference"
+        "agreement), their confidences by their largest difference (none where a model "
+        "emits token ids, which carry no confidence)"
         if texts_compared
         else "none: a text recognizer's confidences (one per line) are compared by their "
         "largest difference (its predictions files hold no decoded texts to compare)"
@@ -271,6 +276,12 @@ def _paired(base: Any, other: Any, n: int) -> dict[str, Any] | None:
     return paired
 
 
+def _probability(value: Any) -> float | None:
+    """A stored probability to 5 decimals; None where none is stored (NaN)."""
+    number = float(value)
+    return None if np.isnan(number) else round(number, 5)
+
+
 def _words(text: str) -> str:
     return " ".join(text.split())
 
@@ -298,7 +309,7 @@ def _disagreements(
                         {
                             "class": 0,
                             "name": predicted[3][index],
-                            "probability": round(float(predicted[2][index][0]), 5),
+                            "probability": _probability(predicted[2][index][0]),
                         }
                     ]
                 )

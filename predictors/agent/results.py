@@ -207,7 +207,10 @@ def result_upload(job: Job, evaluation: Evaluation) -> ResultUpload:
             top_k=top_k,
             labels=[int(label) for label in evaluation.labels],
             classes=[[c for c, _, _ in row] for row in evaluation.predictions],
-            probabilities=[[round(p, 5) for _, _, p in row] for row in evaluation.predictions],
+            # (A text decoded from emitted token ids has no probability: its row holds none.)
+            probabilities=[
+                [round(p, 5) for _, _, p in row if p is not None] for row in evaluation.predictions
+            ],
             # A detector's boxes, one per class above ([x, y, w, h] in the image's pixels).
             boxes=(
                 [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,6 +63,11 @@ class ModelSpec:
     weights_sha256: str | None
 
 
+# An input's prediction: a class, its name (a text recognizer's: its text) and its probability,
+# None where the output gives none (a text decoded from the token ids a model emitted).
+Prediction = tuple[int, str, float | None]
+
+
 @dataclass
 class FirstPass:
     """What the first batch size kept of its first pass (`Evaluation`'s outputs, labels and
@@ -70,11 +75,11 @@ class FirstPass:
 
     outputs: np.ndarray
     labels: np.ndarray
-    predictions: list[list[tuple[int, str, float]]]
+    predictions: Sequence[Sequence[Prediction]]
 
     @classmethod
     def unlabelled(
-        cls, outputs: np.ndarray, predictions: list[list[tuple[int, str, float]]]
+        cls, outputs: np.ndarray, predictions: Sequence[Sequence[Prediction]]
     ) -> FirstPass:
         """The first pass of a task whose inputs have no one class each (a set of classes,
         values, boxes, nothing scored): every input's label is -1."""
@@ -119,6 +124,8 @@ class Setup:
     preprocessor: Any
     split_file: Path
     custom: CustomCode | None = None
+    # Brings a file the manifest names (`fetch(url, sha256)`: an output's tokenizer file).
+    fetch: Callable[[str, str | None], Path] | None = None
 
 
 class Scenario:

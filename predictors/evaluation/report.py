@@ -5,6 +5,7 @@ of two evaluations of the same inputs."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from predictors.evaluation import state as model_state
-from predictors.evaluation.base import CLOCK_CUDA, CLOCK_HOST, Scenario, Setup
+from predictors.evaluation.base import CLOCK_CUDA, CLOCK_HOST, Prediction, Scenario, Setup
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.options import EvaluationOptions
 from predictors.evaluation.summaries import trace_notes
@@ -50,14 +51,15 @@ class Evaluation:
     `capture` the layer outputs the job's `capture_inputs` asked for. `outputs` holds the model's raw outputs for every input (dataset order, float32, one row per
     input) at the first batch size, first pass; `labels` the dataset labels; `predictions` the
     top-k (class, label, probability) of every input at the first batch size (a detector's: its
-    detections' classes and scores, best first, and `detections` their boxes); `spans` the
+    detections' classes and scores, best first, and `detections` their boxes; a text
+    recognizer's: (0, text, confidence), the confidence None for emitted token ids); `spans` the
     recorded spans (none at trace level `none`).
     """
 
     result: dict[str, Any]
     outputs: np.ndarray
     labels: np.ndarray
-    predictions: list[list[tuple[int, str, float]]]
+    predictions: Sequence[Sequence[Prediction]]
     spans: list[Span]
     # An object detector's detections per image, (m, 6): x, y, w, h (COCO's, in the image's
     # pixels), score, class, best first; None for other tasks.
@@ -186,20 +188,25 @@ def compare(a: Evaluation, b: Evaluation) -> dict[str, Any]:
     """How far two evaluations of the same inputs agree: the share of inputs with the same
     top-1 class (a text recognizer's: the same decoded text; None for a regression's values
     and a latency-only run's outputs, which have no best class), and the largest absolute
-    difference between their raw outputs (None where a latency-only run kept no output)."""
+    difference between their raw outputs (None where a latency-only run kept no output, and for
+    emitted token ids, which are no scores: two runs may emit sequences of other lengths)."""
     names = [e.result["framework"]["name"] for e in (a, b)]
-    if a.outputs.shape != b.outputs.shape or not np.array_equal(a.labels, b.labels):
+    output_type = a.result.get("output_type")
+    ids = output_type == "token_ids"
+    shapes = (len(a.outputs), len(b.outputs)) if ids else (a.outputs.shape, b.outputs.shape)
+    if shapes[0] != shapes[1] or not np.array_equal(a.labels, b.labels):
         raise EvaluationError(
             f"{names[0]} and {names[1]} did not evaluate the same inputs "
             f"(outputs {a.outputs.shape} and {b.outputs.shape}); they cannot be compared"
         )
-    difference = np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
-    output_type = a.result.get("output_type")
+    difference = (
+        np.empty(0) if ids else np.abs(a.outputs.astype(np.float64) - b.outputs.astype(np.float64))
+    )
     same: np.ndarray | None = None
     if output_type == "detections":
         # Each image's best detection (x, y, w, h, score, class): the same class.
         same = a.outputs[:, 5] == b.outputs[:, 5]
-    elif output_type == "frame_confidences":
+    elif output_type in ("frame_confidences", "token_ids"):
         # A text recognizer's: each input's decoded text, (0, text, confidence).
         same = np.array(
             [x[0][1] == y[0][1] for x, y in zip(a.predictions, b.predictions, strict=True)], bool

@@ -156,7 +156,16 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     scenario = scenario_for(model.task, options.latency_only)
     scenario.check_trace_level(options.trace_level, model.task)
     setup = Setup(
-        model, dataset, options, spec, labels, dataset_labels, preprocessor, split_file, custom
+        model,
+        dataset,
+        options,
+        spec,
+        labels,
+        dataset_labels,
+        preprocessor,
+        split_file,
+        custom,
+        fetch,
     )
     if options.capture_inputs:
         problem = capture_problem(model.data, preprocessor)
@@ -199,6 +208,9 @@ def _labels(
                 "identity, which a feature_extraction dataset's labels name"
             )
         return dataset_labels, dataset_labels
+    if spec.output_type == "token_ids":
+        # Emitted ids have no classes: the tokenizer file names them (and decodes them).
+        return [], dataset_labels
     # A ctc output's labels are its charset's symbols (`predictors.processing.ctc`).
     labels = (
         load_charset(spec.output_parameters, fetch)

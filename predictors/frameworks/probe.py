@@ -2,7 +2,7 @@
 
 The hub stores an uploaded model's files, then asks this module whether they load as the
 manifest's `model.format` says (`check_model_files`), and whether a text input's tokenizer file
-tokenises (`check_tokenizer_files`): a child process (`python -m
+tokenises and a token_ids output's decodes (`check_tokenizer_files`): a child process (`python -m
 predictors.frameworks.probe`) loads them in the framework, on the CPU with one thread, and
 reports the problems as (field path, message) pairs, or none. What the file declares of its
 inputs and outputs (`Predictor.signature`) is checked against the manifest's on the way, so a
@@ -71,16 +71,17 @@ def check_model_files(
 
 
 def check_tokenizer_files(
-    data: Mapping[str, Any], files: Mapping[int, Path], *, seconds: float = DEFAULT_SECONDS
+    data: Mapping[str, Any], files: Mapping[str, Path], *, seconds: float = DEFAULT_SECONDS
 ) -> Problems:
-    """(field path, message) for every text input (by its index in `inputs`, `files`) whose
-    tokenizer file `tokenizers` cannot read, or that cannot make the input's rows
-    (`predictors.processing.text`), found in a child process as `check_model_files` does; []
-    when each one tokenises a text as its input says."""
+    """(field path, message) for every tokenizer file `tokenizers` cannot read, or that cannot
+    do what its entry says (`files`, by the entry's path: `inputs.<i>`, a text input whose rows
+    it makes, `predictors.processing.text`; `outputs.<i>`, a token_ids output whose ids it
+    decodes, `predictors.processing.token_ids`), found in a child process as
+    `check_model_files` does; [] when each one does its work."""
     if not files:
         return []
-    request = {"manifest": dict(data), "tokenizers": {str(i): str(p) for i, p in files.items()}}
-    field = f"inputs.{min(files)}.parameters.tokenizer_path"
+    request = {"manifest": dict(data), "tokenizers": {k: str(p) for k, p in files.items()}}
+    field = f"{min(files)}.parameters.tokenizer_path"
     return _in_child(request, seconds, field, "reading the tokenizer file")
 
 
@@ -257,30 +258,37 @@ def _field_named(message: str) -> str:
     return "model.weights_path"
 
 
-def tokenizer_problems(data: Mapping[str, Any], files: Mapping[int, Path]) -> Problems:
+def tokenizer_problems(data: Mapping[str, Any], files: Mapping[str, Path]) -> Problems:
     """What `check_tokenizer_files` reports, computed in this process (the child's work): each
-    text input built on its file, and a text of unknown words, digits and marks tokenised."""
+    text input built on its file, and a text of unknown words, digits and marks tokenised; each
+    token_ids output's decoder built on its file, and ids across its vocabulary decoded."""
     try:
         import tokenizers  # noqa: F401 - read by TextPreprocessor; a hub without it skips
 
         from predictors.processing.text import TextPreprocessor
+        from predictors.processing.token_ids import TokenIdsDecoder
     except ImportError as exc:
         raise ProbeUnavailable(f"tokenizers is not installed here ({exc})") from None
     from predictors.processing.parameters import ProcessingError
 
     found: Problems = []
-    inputs = list(data.get("inputs") or [])
-    for index, file in sorted(files.items()):
-        parameters = inputs[index].get("parameters") or {}
+    for where, file in sorted(files.items()):
+        kind, _, index = where.partition(".")
+        entries = list(data.get(kind) or [])
+        parameters = entries[int(index)].get("parameters") or {}
 
         def held(_url: str, _sha256: str | None, file: Path = file) -> Path:
             return file
 
         try:
-            TextPreprocessor(parameters, held).batch(["Zyxw 0123, qvpk! ünïcødé 文字"])
+            if kind == "outputs":
+                decoder = TokenIdsDecoder.of(parameters, held)
+                step = max(decoder.largest // 64, 1)
+                decoder.texts([list(range(0, decoder.largest + 1, step))])
+            else:
+                TextPreprocessor(parameters, held).batch(["Zyxw 0123, qvpk! ünïcødé 文字"])
         except ProcessingError as error:
-            field = f"inputs.{index}.parameters.{error.parameter or 'tokenizer_path'}"
-            found.append((field, str(error)))
+            found.append((f"{where}.parameters.{error.parameter or 'tokenizer_path'}", str(error)))
     return found
 
 
@@ -288,7 +296,7 @@ def main() -> None:
     request = json.loads(sys.stdin.read())
     _limit(float(request.get("seconds") or DEFAULT_SECONDS))
     if "tokenizers" in request:
-        files = {int(index): Path(path) for index, path in request["tokenizers"].items()}
+        files = {str(where): Path(path) for where, path in request["tokenizers"].items()}
         print(json.dumps({"problems": tokenizer_problems(request["manifest"], files)}))
         return
     weights = request.get("weights_file")

@@ -226,6 +226,16 @@ def problems(data: Mapping[str, Any], signature: Signature) -> Iterator[tuple[st
                 f"the graph's output '{output.name}' has rank {output.rank}, but a ctc output "
                 "is (N, T, C) or (T, N, C): rank 3",
             )
+        elif entry.get("type") == "token_ids" and (
+            (output.rank is not None and output.rank != 2)
+            or (output.element_type is not None and "int" not in output.element_type)
+        ):
+            yield (
+                f"outputs.{index}",
+                f"the graph's output '{output.name}' is {output.element_type or '?'} of rank "
+                f"{output.rank if output.rank is not None else '?'}, but a token_ids output is "
+                "(N, L) integer ids: rank 2, an integer type",
+            )
         else:
             yield from _axis_problems(data, signature, index, entry, output)
 
@@ -278,7 +288,7 @@ def _axis_problems(
     """What the graph fixes of a declared output's axes that the task cannot read: a first
     axis of a fixed size where the batch varies (it is not the batch: every output is read
     batch first), and a number of classes other than the labels'."""
-    if port.dims is None or entry.get("type") in ("state", "ctc"):
+    if port.dims is None or entry.get("type") in ("state", "ctc", "token_ids"):
         return
     fed = next(
         (

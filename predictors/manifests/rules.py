@@ -160,6 +160,9 @@ def _semantic_problems(data: dict[str, Any], kind: str) -> Iterator[tuple[FieldP
             if entry.get("type") == "ctc":  # a charset, not labels
                 yield from _ctc_problems(data, parameters, (field, index))
                 continue
+            if entry.get("type") == "token_ids":  # a tokenizer file, not labels
+                yield from _token_ids_problems(data, parameters, (field, index))
+                continue
             if entry.get("type") == "yolo" and data.get("task") != "object_detection":
                 yield (
                     (field, index, "type"),
@@ -464,6 +467,25 @@ def _ctc_problems(
         yield (*where, "beam_width"), "is read with decoding beam only"
 
 
+def _token_ids_problems(
+    data: dict[str, Any], parameters: Any, path: FieldPath
+) -> Iterator[tuple[FieldPath, str]]:
+    """The rules of a token_ids output beyond the schema: a text_recognition model's, its
+    tokenizer file's checksum given with the file."""
+    if data.get("task") != "text_recognition":
+        yield (
+            (*path, "type"),
+            "is read by text_recognition models only (emitted token ids decoded into text by "
+            f"a tokenizer file); this is a {data.get('task')} model",
+        )
+    if isinstance(parameters, dict) and "tokenizer_sha256" in parameters:
+        if "tokenizer_path" not in parameters:
+            yield (
+                (*path, "parameters", "tokenizer_sha256"),
+                "is the checksum of tokenizer_path, which this output does not give",
+            )
+
+
 def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -672,6 +694,18 @@ def file_refs(
                     parameters["charset_path"],
                     (*where, "charset_sha256"),
                     parameters.get("charset_sha256"),
+                )
+            if (
+                entry.get("type") == "token_ids"
+                and isinstance(parameters, dict)
+                and "tokenizer_path" in parameters
+            ):
+                where = (field, index, "parameters")
+                yield (
+                    (*where, "tokenizer_path"),
+                    parameters["tokenizer_path"],
+                    (*where, "tokenizer_sha256"),
+                    parameters.get("tokenizer_sha256"),
                 )
         for index, entry in _entries(data.get("code_files")):
             if "path" in entry:

@@ -151,7 +151,7 @@ class TextFeeds:
         }
 
 
-def _library(call: Callable[[], Any], what: str) -> Any:
+def tokenizer_call(call: Callable[[], Any], what: str) -> Any:
     """`call()`, a call into `tokenizers`; what it raises is a ProcessingError naming
     `tokenizer_path`: its own errors, and the panics of its Rust core (pyo3's PanicException, a
     BaseException), which a crafted file can cause and which would otherwise end the process."""
@@ -175,7 +175,7 @@ def load_tokenizer(path: Path) -> Any:
             f"the tokenizer file is {size} bytes, more than {MAX_TOKENIZER_BYTES}",
             parameter="tokenizer_path",
         )
-    return _library(
+    return tokenizer_call(
         lambda: Tokenizer.from_file(str(path)), "the tokenizer file is not a tokenizers JSON file"
     )
 
@@ -198,7 +198,7 @@ class TextPreprocessor:
         tokenizer = load_tokenizer(Path(path))
         # The largest id (added tokens may take ids past the vocabulary's size).
         largest = max(
-            _library(
+            tokenizer_call(
                 lambda: tokenizer.get_vocab(with_added_tokens=True), "the tokenizer failed"
             ).values(),
             default=-1,
@@ -226,7 +226,9 @@ class TextPreprocessor:
             )
         self.pad_id: int = pad
         special = (
-            _library(lambda: tokenizer.num_special_tokens_to_add(False), "the tokenizer failed")
+            tokenizer_call(
+                lambda: tokenizer.num_special_tokens_to_add(False), "the tokenizer failed"
+            )
             if self.add_special_tokens
             else 0
         )
@@ -240,14 +242,14 @@ class TextPreprocessor:
         # The file's own directions (left padding, left truncation) are kept; the length is
         # max_length.
         padding, truncation = tokenizer.padding or {}, tokenizer.truncation or {}
-        _library(
+        tokenizer_call(
             lambda: tokenizer.enable_truncation(
                 max_length=self.max_length,
                 direction=str(truncation.get("direction") or "right").lower(),
             ),
             "the tokenizer cannot truncate",
         )
-        _library(
+        tokenizer_call(
             lambda: tokenizer.enable_padding(
                 length=self.max_length,
                 pad_id=pad,
@@ -286,7 +288,7 @@ class TextPreprocessor:
         if not values:
             raise ProcessingError("a batch needs at least one text")
         texts = [self.text(value) for value in values]
-        encodings = _library(
+        encodings = tokenizer_call(
             lambda: self.tokenizer.encode_batch(texts, add_special_tokens=self.add_special_tokens),
             "the tokenizer cannot tokenise the text",
         )

@@ -133,7 +133,7 @@ class Predictions(Record):
     """Every input's predictions, one row per input: its label, its `top_k` classes and their
     probabilities, a detector's boxes (`[x, y, w, h]` in the image's pixels, one per class),
     and a text recognizer's decoded text (its `classes` are [0], its probability the text's
-    confidence)."""
+    confidence; no probability, [], where the text was decoded from emitted token ids)."""
 
     top_k: int
     labels: list[int]

@@ -154,3 +154,80 @@ def test_text_recognizers_are_compared_by_their_decoded_texts(bob_client, agent,
     assert page.status_code == 200
     html = page.content.decode()
     assert "better then ugly." in html and "lines whose decoded text equals the baseline" in html
+
+
+def _tokenizer_file() -> bytes:
+    """A word-level tokenizers file: [PAD] 0, [UNK] 1, <s> 2, </s> 3, then five words."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = ["Beautiful", "is", "better", "than", "ugly."]
+    vocabulary = {"[PAD]": 0, "[UNK]": 1, "<s>": 2, "</s>": 3} | {
+        word: index + 4 for index, word in enumerate(words)
+    }
+    tokenizer = Tokenizer(WordLevel(vocabulary, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    tokenizer.add_special_tokens(["[PAD]", "[UNK]", "<s>", "</s>"])
+    return tokenizer.to_str().encode("utf-8")
+
+
+@pytest.mark.frameworks
+def test_a_reader_that_emits_token_ids_is_checked_at_upload_and_has_no_confidences(
+    bob_client, agent, hosts
+) -> None:
+    """A model whose output is the token ids it emits: its tokenizer file is read at upload
+    (a broken one, or an end id beyond it, refused naming the parameter); its lines carry no
+    confidence, and a comparison with a ctc reader compares their texts and says so."""
+    _upload(bob_client)
+    model = model_manifest("ids-reader", visibility="public")
+    model["task"] = "text_recognition"
+    tokenizer = "repo://models/ids-reader/1.0.0/tokenizer.json"
+    model["outputs"] = [
+        {"name": "ids", "type": "token_ids", "parameters": {"tokenizer_path": tokenizer}}
+    ]
+    refused = upload(bob_client, to_yaml(model), {"tokenizer.json": b'{"model": {}}'})
+    assert refused.status_code == 400, refused.content
+    error = error_of(refused)
+    assert error["path"] == "outputs.0.parameters.tokenizer_path"
+    assert "not a tokenizers JSON file" in error["message"]
+    model["outputs"][0]["parameters"]["end_id"] = 9
+    refused = upload(bob_client, to_yaml(model), {"tokenizer.json": _tokenizer_file()})
+    assert refused.status_code == 400, refused.content
+    error = error_of(refused)
+    assert error["path"] == "outputs.0.parameters.end_id"
+    assert "end_id is 9, beyond the tokenizer's ids (0 to 8)" in error["message"]
+    model["outputs"][0]["parameters"]["end_id"] = 3
+    stored = upload(bob_client, to_yaml(model), {"tokenizer.json": _tokenizer_file()})
+    assert stored.status_code == 201, stored.content
+
+    first, posted = _finish(bob_client, agent, hosts["cpu-1"], 0.05, 0.25)
+    assert posted.status_code == 201, posted.content
+    second = launched_id(launch(bob_client, model="ids-reader", dataset="lines", batch_sizes=[1]))
+    claimed = claim(agent, second, hosts["cpu-2"]).json()
+    body = reading(claimed["claim"], ["Beautiful is", "better than"], [], 0.3, 0.5)
+    body["predictions"]["probabilities"] = [[], []]
+    assert post_result(agent, second, body).status_code == 201
+
+    rows = bob_client.get(url(second, "predictions")).json()["results"]
+    assert [(row["text"], row["probabilities"]) for row in rows] == [
+        ("Beautiful is", []),
+        ("better than", []),
+    ]
+    compared = bob_client.get(f"/api/v1/compare/?evaluations={first},{second}").json()
+    accuracy = compared["accuracy"]
+    assert [row["agreement"] for row in accuracy["rows"]] == [1.0, 0.5]
+    # No confidence to compare: none, not 0.88 apart.
+    assert accuracy["rows"][1]["max_abs_difference"] is None
+    assert "none where a model emits token ids" in accuracy["distributions"]
+    [line] = accuracy["disagreements"]
+    assert [(top[0]["name"], top[0]["probability"]) for top in line["top"]] == [
+        (" better than ugly.", 0.88),
+        ("better than", None),
+    ]
+    for published in (first, second):
+        assert bob_client.post(url(published, "publish")).status_code == 200
+    page = APIClient().get(f"/compare/?evaluations={first},{second}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "better than</div>" in html and "None" not in html

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from predictors import statistics
 from predictors.analysis.hygiene import batch_size_warnings
 from predictors.data import DatasetReader, target_of
-from predictors.evaluation.base import FirstPass, Scenario, Setup, Staged, Windowed
+from predictors.evaluation.base import FirstPass, Prediction, Scenario, Setup, Staged, Windowed
 from predictors.evaluation.errors import EvaluationCancelled, EvaluationError
 from predictors.evaluation.scenario import DEFAULT, register
 from predictors.evaluation.summaries import sequence_metrics, shown, top_accuracy
@@ -213,7 +213,7 @@ class FixedBatches(Scenario):
     def start_collecting(self) -> None:
         self.collected_outputs: list[np.ndarray] = []
         self.collected_labels: list[np.ndarray] = []
-        self.collected_predictions: list[list[tuple[int, str, float]]] = []
+        self.collected_predictions: list[Sequence[Prediction]] = []
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
         """Postprocess a stage's outputs of the first pass, and keep them with their labels."""

@@ -1,11 +1,14 @@
-"""Text recognition: the scenario of `text_recognition` models, which read an image of a text
-line and give per-timestep class scores, decoded by CTC into the line's text.
+"""Text recognition: the scenario of `text_recognition` models, which read an input (an image
+of a text line, a text, a clip) and give its text, by one of two outputs:
+
+- `ctc`: per-timestep class scores, (N, T, C) (or (T, N, C), `time_axis: 0`), decoded by CTC
+  greedily or by a prefix beam search (`predictors.processing.ctc`); its charset names the
+  classes besides the blank (the run's labels);
+- `token_ids`: the (N, L) token ids a sequence-to-sequence model emitted, decoded by the
+  tokenizer file the output names (`predictors.processing.token_ids`); no labels.
 
 The loop is `FixedBatches`' (staged batches timed back to back, warm-up, repetitions, spans).
-The model's one scored output, of type `ctc`, is (N, T, C) (or (T, N, C), `time_axis: 0`);
-its charset names the classes besides the blank (the run's labels). Each input's text is
-decoded greedily or by a prefix beam search (`predictors.processing.ctc`); the dataset's
-`text` column holds each line's true text (`DatasetReader`, target `text`).
+The dataset's `text` column holds each input's true text (`DatasetReader`, target `text`).
 
 Metrics by jiwer (`text_metrics`), over the whole split at once (corpus level: the edits of
 every line summed, divided by the characters or words of every true text, as jiwer computes
@@ -19,29 +22,33 @@ WER (the result's two accuracy columns, labelled by task where they are shown): 
 better.
 
 Each input's prediction is `(0, text, confidence)` (`CtcDecoder.decode`); what the result keeps
-of the outputs is each input's confidence at every timestep (the probability of its most
-probable class there), not every class's score.
+of a ctc output is each input's confidence at every timestep (the probability of its most
+probable class there), not every class's score. Emitted token ids carry no probability: their
+prediction is `(0, text, None)`, and the result keeps the ids (float32, each input's row padded
+with -1 to the longest), output type `token_ids`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 
-from predictors.evaluation.base import FirstPass, Staged
+from predictors.evaluation.base import FirstPass, Prediction, Staged
 from predictors.evaluation.errors import EvaluationError
 from predictors.evaluation.scenario import register
 from predictors.evaluation.scenarios.fixed_batches import FixedBatches
 from predictors.processing.ctc import CtcDecoder
 from predictors.processing.parameters import ProcessingError
+from predictors.processing.token_ids import TokenIdsDecoder
 
 __all__ = ["TextRecognition", "text_metrics"]
 
 
 def text_metrics(
-    references: list[str], hypotheses: list[str], decoder: CtcDecoder
+    references: list[str], hypotheses: list[str], decoder: CtcDecoder | TokenIdsDecoder
 ) -> dict[str, Any]:
     """The metrics of the module docstring, of each line's true text and its decoded text."""
     import jiwer
@@ -67,7 +74,11 @@ def text_metrics(
         "wer": wer,
         "exact_match": float(exact),
         "decoding": decoder.decoding,
-        **({"beam_width": decoder.beam_width} if decoder.decoding == "beam" else {}),
+        **(
+            {"beam_width": decoder.beam_width}
+            if isinstance(decoder, CtcDecoder) and decoder.decoding == "beam"
+            else {}
+        ),
         "library": f"jiwer {metadata.version('jiwer')}",
     }
 
@@ -78,37 +89,66 @@ class TextRecognition(FixedBatches):
 
     def configure(self) -> None:
         output = self.spec.output_parameters
+        self.ids = self.spec.output_type == "token_ids"
+        self.decoder: CtcDecoder | TokenIdsDecoder
         try:
-            self.decoder = CtcDecoder.of(output, self.labels)
+            if self.ids:
+                fetch = self.setup.fetch
+                if fetch is None:
+                    raise ProcessingError("no way to fetch the tokenizer file was given")
+                self.decoder = TokenIdsDecoder.of(output, fetch)
+            else:
+                self.decoder = CtcDecoder.of(output, self.labels)
         except ProcessingError as error:
-            raise EvaluationError(f"{self.what}'s ctc output: {error}") from error
+            raise EvaluationError(
+                f"{self.what}'s {self.spec.output_type} output: {error}"
+            ) from error
 
     def output_type(self) -> str:
-        return "frame_confidences"
+        return "token_ids" if self.ids else "frame_confidences"
 
     def classes(self) -> int:
-        # The output's classes were checked against the charset on every batch.
+        # The output's classes were checked against the charset on every batch (emitted ids
+        # have none).
         return len(self.labels)
 
     def collect(self, stage: Staged, stage_outputs: list[Any]) -> None:
         """Decode a stage's outputs of the first pass, and keep each input's text, its
-        per-timestep confidences and its true text."""
+        per-timestep confidences (or its ids) and its true text."""
         for outputs, texts in zip(stage_outputs, stage.labels, strict=True):
             try:
-                log_probs = self.decoder.log_probabilities(outputs)
+                if isinstance(self.decoder, TokenIdsDecoder):
+                    rows = self.decoder.ids(outputs, len(self.collected_predictions))
+                    decoded = self.decoder.texts(rows)
+                    kept = _padded([np.asarray(row, np.float32) for row in rows])
+                    predictions: Sequence[Sequence[Prediction]] = [
+                        [(0, text, None)] for text in decoded
+                    ]
+                else:
+                    log_probs = self.decoder.log_probabilities(outputs)
+                    predictions = self.postprocess_batch(log_probs)
+                    kept = np.exp(log_probs.max(axis=2)).astype(np.float32)
             except ProcessingError as error:
-                raise EvaluationError(f"{self.what}'s ctc output: {error}") from error
-            if len(log_probs) != len(texts):
                 raise EvaluationError(
-                    f"{self.what} gives {len(log_probs)} outputs for a batch of {len(texts)} "
-                    "inputs: check the ctc output's time_axis"
+                    f"{self.what}'s {self.spec.output_type} output: {error}"
+                ) from error
+            if len(predictions) != len(texts):
+                raise EvaluationError(
+                    f"{self.what} gives {len(predictions)} outputs for a batch of {len(texts)} "
+                    "inputs: "
+                    + (
+                        "a token_ids output is (N, L), batch first"
+                        if self.ids
+                        else "check the ctc output's time_axis"
+                    )
                 )
-            self.collected_predictions.extend(self.postprocess_batch(log_probs))
-            self.collected_outputs.append(np.exp(log_probs.max(axis=2)).astype(np.float32))
+            self.collected_predictions.extend(predictions)
+            self.collected_outputs.append(kept)
             self.collected_labels.append(texts)
 
     def postprocess_batch(self, outputs: np.ndarray) -> list[list[tuple[int, str, float]]]:
         """Each input's decoded text and its confidence, of (N, T, C) log-probabilities."""
+        assert isinstance(self.decoder, CtcDecoder)
         return [[(0, text, confidence)] for text, confidence in self.decoder.decode_log(outputs)]
 
     def score(self) -> tuple[dict[str, Any], int]:
@@ -116,13 +156,25 @@ class TextRecognition(FixedBatches):
         hypotheses = [row[0][1] for row in self.collected_predictions]
         if self.first is None:
             # No class per input: the per-input label is -1; the texts are the predictions.
-            # Outputs of fewer timesteps than the longest are padded with confidence 0.
-            steps = max(frames.shape[1] for frames in self.collected_outputs)
-            frames = np.concatenate(
-                [
-                    np.pad(f, ((0, 0), (0, steps - f.shape[1])), constant_values=0.0)
-                    for f in self.collected_outputs
-                ]
+            # Outputs of fewer timesteps (or ids) than the longest are padded: confidences
+            # with 0, ids with -1 (no id).
+            self.first = FirstPass.unlabelled(
+                _padded(self.collected_outputs, -1.0 if self.ids else 0.0),
+                self.collected_predictions,
             )
-            self.first = FirstPass.unlabelled(frames, self.collected_predictions)
         return text_metrics(references, hypotheses, self.decoder), len(references)
+
+
+def _padded(rows: list[np.ndarray], fill: float = -1.0) -> np.ndarray:
+    """Arrays of one row each (1-d) or of several (2-d), stacked into one 2-d array, each row
+    padded with `fill` to the longest."""
+    blocks = [row[None, :] if row.ndim == 1 else row for row in rows]
+    steps = max((block.shape[1] for block in blocks), default=0)
+    if not blocks:
+        return np.zeros((0, 0), np.float32)
+    return np.concatenate(
+        [
+            np.pad(b, ((0, 0), (0, steps - b.shape[1])), constant_values=fill).astype(np.float32)
+            for b in blocks
+        ]
+    )
