@@ -8,11 +8,18 @@ top-k classes, list<int64>) and `probabilities` (their probabilities, list<float
 detector `boxes` (each class's [x, y, w, h], list<list<float32>>), for a text recognizer `text`
 (the decoded line, string; its `probabilities` empty where the model emitted token ids, which
 carry no confidence), zstd-compressed.
+
+Predictions too large for one result body come first in pages (`write_page`, staged under
+`results/<evaluation id>/pages/<claim>/`), which the result's arrival assembles into that file
+one page at a time (`assemble`); staged pages are removed once the evaluation finishes,
+whichever way (`remove_pages`).
 """
 
 from __future__ import annotations
 
 import io
+import os
+import shutil
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,7 +31,21 @@ from hub import storage
 if TYPE_CHECKING:
     from predictors.analysis.divergence import Capture
 
-__all__ = ["SCHEMA", "count", "page", "path_of", "read_all", "remove", "write"]
+__all__ = [
+    "MAX_PAGES",
+    "SCHEMA",
+    "PagesError",
+    "assemble",
+    "count",
+    "page",
+    "page_path_of",
+    "path_of",
+    "read_all",
+    "remove",
+    "remove_pages",
+    "write",
+    "write_page",
+]
 
 SCHEMA = pa.schema(
     [
@@ -43,12 +64,13 @@ def path_of(evaluation_id: Any) -> str:
     return f"results/{evaluation_id}/predictions.parquet"
 
 
-def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
-    """Store a result's predictions (`{"labels", "classes", "probabilities"}`, one row per
-    input); the store path."""
+def _table(predictions: dict[str, Any], first: int = 0) -> pa.Table:
+    """Predictions (`{"labels", "classes", "probabilities"}`, one row per input, with a
+    detector's `boxes`, a text recognizer's `texts`) as the file's table, its rows the inputs
+    from `first` on."""
     labels = predictions["labels"]
     columns = {
-        "index": pa.array(range(len(labels)), pa.int64()),
+        "index": pa.array(range(first, first + len(labels)), pa.int64()),
         "label": pa.array(labels, pa.int64()),
         "classes": pa.array(predictions["classes"], pa.list_(pa.int64())),
         "probabilities": pa.array(predictions["probabilities"], pa.list_(pa.float32())),
@@ -60,17 +82,102 @@ def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
     if predictions.get("texts") is not None:
         columns["text"] = pa.array(predictions["texts"], TEXTS.type)
         schema = schema.append(TEXTS)
-    table = pa.table(columns, schema=schema)
+    return pa.table(columns, schema=schema)
+
+
+def write(evaluation_id: Any, predictions: dict[str, Any]) -> str:
+    """Store a result's predictions (`{"labels", "classes", "probabilities"}`, one row per
+    input); the store path."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", row_group_size=ROW_GROUP)
+    pq.write_table(_table(predictions), buffer, compression="zstd", row_group_size=ROW_GROUP)
     path = path_of(evaluation_id)
     storage.write(path, [buffer.getvalue()])
     return path
 
 
 def remove(evaluation_id: Any) -> None:
+    """A result's files (not its staged pages, which stay until the evaluation finishes)."""
     storage.remove(path_of(evaluation_id))
     storage.remove(layers_path_of(evaluation_id))
+
+
+# -- predictions posted in pages before their result -------------------------------------------
+
+# The most pages a result's predictions may come in.
+MAX_PAGES = 10_000
+
+
+def _pages_folder(evaluation_id: Any) -> str:
+    return f"results/{evaluation_id}/pages"
+
+
+def page_path_of(evaluation_id: Any, claim: str, page: int) -> str:
+    """A staged page's store path: a claim's own pages, apart from another claim's."""
+    return f"{_pages_folder(evaluation_id)}/{claim}/{page:05d}.parquet"
+
+
+def write_page(
+    evaluation_id: Any, claim: str, page: int, first: int, predictions: dict[str, Any]
+) -> str:
+    """Stage page `page` of a result's predictions (its rows the inputs from `first` on), as
+    `assemble` reads it; posting it again replaces it. The store path."""
+    buffer = io.BytesIO()
+    pq.write_table(_table(predictions, first), buffer, compression="zstd")
+    path = page_path_of(evaluation_id, claim, page)
+    storage.write(path, [buffer.getvalue()])
+    return path
+
+
+class PagesError(ValueError):
+    """The staged pages do not make the result's predictions (a page missing, out of order,
+    of another shape)."""
+
+
+def assemble(evaluation_id: Any, claim: str, pages: int) -> tuple[str, int]:
+    """The predictions file made of the claim's `pages` staged pages, in order, one page in
+    memory at a time; the store path and the rows it holds. PagesError naming the page at
+    fault (nothing is written then)."""
+    path = path_of(evaluation_id)
+    target = storage.resolve(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{claim}.part")
+    rows = 0
+    writer: pq.ParquetWriter | None = None
+    try:
+        for page in range(pages):
+            file = storage.resolve(page_path_of(evaluation_id, claim, page))
+            if not file.is_file():
+                raise PagesError(f"page {page} of {pages} was not posted")
+            table = pq.read_table(file)
+            first = table.column("index")[0].as_py() if table.num_rows else rows
+            if first != rows:
+                raise PagesError(
+                    f"page {page} starts at input {first}; the pages before it end at input {rows}"
+                )
+            if writer is None:
+                writer = pq.ParquetWriter(temporary, table.schema, compression="zstd")
+            elif not table.schema.equals(writer.schema):
+                raise PagesError(
+                    f"page {page} has the columns {table.schema.names}; page 0 has "
+                    f"{writer.schema.names}"
+                )
+            writer.write_table(table, row_group_size=ROW_GROUP)
+            rows += table.num_rows
+        if writer is None:
+            raise PagesError("no page: a result in pages has at least one")
+        writer.close()
+        writer = None
+        os.replace(temporary, target)
+    finally:
+        if writer is not None:
+            writer.close()
+        temporary.unlink(missing_ok=True)
+    return path, rows
+
+
+def remove_pages(evaluation_id: Any) -> None:
+    """Every staged page of the evaluation, of any claim."""
+    shutil.rmtree(storage.resolve(_pages_folder(evaluation_id)), ignore_errors=True)
 
 
 # -- the layer outputs of a job's `capture_inputs` --------------------------------------------

@@ -106,6 +106,11 @@ urlpatterns = [
         result.EvaluationResult.as_view(),
         name="api-evaluation-result",
     ),
+    path(
+        "evaluations/<uuid:pk>/result/predictions/",
+        result.EvaluationPredictionsPage.as_view(),
+        name="api-evaluation-result-predictions",
+    ),
     path("agent/config/", agent_config.AgentConfig.as_view(), name="api-agent-config"),
     path("watches/", watches.WatchList.as_view(), name="api-watch-list"),
     path("watches/<uuid:pk>/", watches.WatchDetail.as_view(), name="api-watch-detail"),

@@ -24,7 +24,7 @@ from evaluations.actions.claims import (
     report_status,
 )
 from evaluations.actions.launch import cancel_evaluation, launch_evaluation
-from evaluations.actions.results import record_result
+from evaluations.actions.results import record_predictions_page, record_result
 from evaluations.actions.sweep import requeue_lost
 from evaluations.actions.transitions import record_status
 
@@ -34,6 +34,7 @@ __all__ = [
     "launch_evaluation",
     "on_agent_restarted",
     "record_progress",
+    "record_predictions_page",
     "record_result",
     "record_status",
     "report_status",

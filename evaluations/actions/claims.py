@@ -107,6 +107,16 @@ def _framework_version(host: Host, framework: str) -> str:
 def check_claim(evaluation: Evaluation, token: ApiToken, claim: str) -> None:
     """403 unless a host of `token` holds the evaluation, or held an attempt of it (a token
     that never did learns nothing of it, not even its status); 409 unless `claim` is current."""
+    check_claim_holder(evaluation, token)
+    if evaluation.status != RUNNING or evaluation.claim != claim:
+        state = evaluation.status
+        if state == RUNNING:
+            state = f"running on {evaluation.host.name if evaluation.host else 'another host'}"
+        raise _superseded(evaluation, state)
+
+
+def check_claim_holder(evaluation: Evaluation, token: ApiToken) -> None:
+    """403 unless a host of `token` holds the evaluation, or held an attempt of it."""
     holder = evaluation.host
     if holder is None or holder.token_id != token.pk:
         held = StatusChange.objects.filter(
@@ -117,11 +127,6 @@ def check_claim(evaluation: Evaluation, token: ApiToken, claim: str) -> None:
                 "No host of this agent token holds a claim on this evaluation.",
                 code=EvaluationErrorCode.HOST_NOT_YOURS,
             )
-    if evaluation.status != RUNNING or evaluation.claim != claim:
-        state = evaluation.status
-        if state == RUNNING:
-            state = f"running on {evaluation.host.name if evaluation.host else 'another host'}"
-        raise _superseded(evaluation, state)
 
 
 def record_progress(

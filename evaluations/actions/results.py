@@ -12,14 +12,14 @@ import numpy as np
 from django.db import transaction
 
 from evaluations import leaderboards, outputs
-from evaluations.actions.claims import check_claim, check_still_allowed
+from evaluations.actions.claims import check_claim, check_claim_holder, check_still_allowed
 from evaluations.actions.transitions import get_locked, record_status
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, LatencySamples, Result
 from hub.errors import Invalid
 from hub.models import ApiToken
 from predictors import statistics
-from predictors.protocol import ABSENT, SUCCEEDED, Headline, ResultUpload
+from predictors.protocol import ABSENT, SUCCEEDED, Headline, PredictionsPage, ResultUpload
 from predictors.tasks import BOTH_METRICS, metric_names, metric_problem
 
 
@@ -44,7 +44,7 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
         # The per-input outputs go to the artifact store, and are removed again if the result
         # is not stored after all.
         layers = _layer_outputs(evaluation, upload)
-        predictions_path = outputs.write(evaluation.pk, upload.predictions.to_dict())
+        predictions_path = _predictions(evaluation, claim, upload)
         try:
             if layers is not None:
                 outputs.write_layers(evaluation.pk, layers)
@@ -59,6 +59,48 @@ def record_result(evaluation_id: Any, token: ApiToken, claim: str, upload: Resul
             outputs.remove(evaluation.pk)
             raise
     return result
+
+
+def record_predictions_page(
+    evaluation_id: Any, token: ApiToken, claim: str, page: PredictionsPage
+) -> dict[str, int]:
+    """Stage a page of the claimant's predictions, before its result (`outputs.write_page`);
+    posting it again replaces it, and once the result is stored a page posted again (a retry)
+    changes nothing. What was staged: {"page", "first", "rows"}."""
+    check_still_allowed(evaluation_id, token, claim)
+    staged = {"page": page.page, "first": page.first, "rows": page.predictions.count}
+    with transaction.atomic():
+        evaluation = get_locked(evaluation_id)
+        if evaluation.status == SUCCEEDED and evaluation.claim == claim:
+            check_claim_holder(evaluation, token)
+            return staged
+        check_claim(evaluation, token, claim)
+        outputs.write_page(evaluation.pk, claim, page.page, page.first, page.predictions.to_dict())
+    return staged
+
+
+def _predictions(evaluation: Evaluation, claim: str, upload: ResultUpload) -> str:
+    """The result's predictions written to the store: from the upload's rows, or assembled
+    from the pages the claimant posted before it (Invalid naming `predictions.pages` where
+    they do not make the accuracy's count of rows, in order)."""
+    predictions = upload.predictions
+    if predictions.pages is ABSENT:
+        return outputs.write(evaluation.pk, predictions.to_dict())
+    try:
+        path, rows = outputs.assemble(evaluation.pk, claim, predictions.pages)
+    except outputs.PagesError as error:
+        raise Invalid(
+            str(error), path="predictions.pages", code=EvaluationErrorCode.RESULT_MISMATCH
+        ) from None
+    if rows != upload.accuracy.count:
+        outputs.remove(evaluation.pk)
+        raise Invalid(
+            f"the {predictions.pages} pages hold {rows} rows; accuracy counts "
+            f"{upload.accuracy.count} inputs",
+            path="predictions.pages",
+            code=EvaluationErrorCode.RESULT_MISMATCH,
+        )
+    return path
 
 
 def _layer_outputs(evaluation: Evaluation, upload: ResultUpload) -> bytes | None:

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from evaluations import events, placement, tasks
+from evaluations import events, outputs, placement, tasks
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation, StatusChange
 from hub import solver
@@ -52,6 +52,10 @@ def record_status(
         host=host,
     )
     events.status_changed(evaluation, change)
+    if status in FINISHED:
+        # The pages of predictions staged before a result: assembled, or no longer wanted.
+        evaluation_id = evaluation.pk
+        transaction.on_commit(lambda: outputs.remove_pages(evaluation_id), robust=True)
     if status in FINISHED and evaluation.trace_id:
         # Its trace compacted and aggregated now, not on the first visit.
         trace_id = evaluation.trace_id

@@ -9,6 +9,15 @@ host's hardware and software) and `details` (the evaluation loop's `Report`); JS
 `ResultUpload.from_dict`: an unknown key at any level, or a value of another type, is 400 naming
 its path; then `ResultUploadSerializer` checks the values (ranges, counts, rows). Posting it again
 with the same claim answers the stored result (an agent's retry).
+
+`POST /api/v1/evaluations/<id>/result/predictions/` (agent): a page of the result's
+predictions, posted before the result where they are too many for one body: `claim`, `page`
+(from 0), `first` (the index of its first input) and `predictions` (its rows, as a result's).
+The result then names the number of pages (`predictions.pages`, its rows left empty), and the
+hub assembles them in order into the result's predictions file, one page in memory at a time:
+a page missing, out of order or of other columns, or pages that do not hold the accuracy's
+count of rows, is 400 naming `predictions.pages`. Posting a page again replaces it; pages
+staged for an evaluation are removed once it finishes, whichever way.
 """
 
 from __future__ import annotations
@@ -23,11 +32,15 @@ from rest_framework.response import Response
 
 from evaluations import actions
 from evaluations.api.agents import CLAIM_SUPERSEDED, AgentEndpoint
-from evaluations.api.serializers import ResultSerializer, ResultUploadSerializer
+from evaluations.api.serializers import (
+    PredictionsPageSerializer,
+    ResultSerializer,
+    ResultUploadSerializer,
+)
 from evaluations.permissions import agent_token
 from hub.api.parsers import LargeJSONParser
 from hub.errors import Invalid
-from predictors.protocol import ProtocolError, ResultUpload
+from predictors.protocol import PredictionsPage, ProtocolError, ResultUpload
 
 
 def read_upload(data: Any) -> ResultUpload:
@@ -55,3 +68,24 @@ class EvaluationResult(AgentEndpoint):
         body.is_valid(raise_exception=True)
         result = actions.record_result(pk, token, body.validated_data["claim"], upload)
         return Response(ResultSerializer(result).data, status=status.HTTP_201_CREATED)
+
+
+class EvaluationPredictionsPage(AgentEndpoint):
+    # A page is sized by the agent to pass well under the limit of a result's body.
+    parser_classes = [LargeJSONParser]
+
+    @extend_schema(
+        summary="Post a page of an evaluation's predictions before its result (agents)",
+        request=PredictionsPageSerializer,
+        responses={201: dict[str, int], 409: CLAIM_SUPERSEDED},
+    )
+    def post(self, request: Request, pk: UUID) -> Response:
+        token = agent_token(request)
+        try:
+            page = PredictionsPage.from_dict(request.data)
+        except ProtocolError as error:
+            raise Invalid(error.message, path=error.path) from error
+        body = PredictionsPageSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        staged = actions.record_predictions_page(pk, token, body.validated_data["claim"], page)
+        return Response(staged, status=status.HTTP_201_CREATED)

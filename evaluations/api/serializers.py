@@ -439,9 +439,26 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
         required=False,
         help_text="a text recognizer's: per input, the text it decoded",
     )
+    pages = serializers.IntegerField(
+        min_value=1,
+        max_value=outputs.MAX_PAGES,
+        required=False,
+        help_text="in a result: the number of pages its rows were posted in beforehand "
+        "(`POST …/result/predictions/`); the lists above are then empty",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = len(attrs["labels"])
+        if "pages" in attrs:
+            held = [
+                name
+                for name in ("labels", "classes", "probabilities", "boxes", "texts")
+                if attrs.get(name)
+            ]
+            if held:
+                raise serializers.ValidationError(
+                    {held[0]: ["must be empty where pages is given (the rows come in pages)"]}
+                )
         # The stored columns' ranges (`evaluations.outputs`): int64 classes (a form's values are
         # text, which no parser bounds) and float32 probabilities (a larger double would be
         # stored as infinity, which no answer can carry).
@@ -461,6 +478,19 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
                 raise serializers.ValidationError(
                     {name: [f"has {len(attrs[name])} rows for {count} labels"]}
                 )
+        texts = "texts" in attrs
+        for row, (classes, probabilities) in enumerate(
+            zip(attrs["classes"], attrs["probabilities"], strict=False)
+        ):
+            # One probability per class; none only for a text decoded from emitted token ids.
+            if len(probabilities) != len(classes) and not (texts and not probabilities):
+                raise serializers.ValidationError(
+                    {
+                        f"probabilities.{row}": [
+                            f"has {len(probabilities)} values for {len(classes)} classes"
+                        ]
+                    }
+                )
         for row, (classes, boxes) in enumerate(
             zip(attrs["classes"], attrs.get("boxes") or [], strict=False)
         ):
@@ -468,6 +498,29 @@ class PredictionsSerializer(serializers.Serializer[dict[str, Any]]):
                 raise serializers.ValidationError(
                     {"boxes": [f"row {row} has {len(boxes)} boxes for {len(classes)} classes"]}
                 )
+        return attrs
+
+
+class PredictionsPageSerializer(serializers.Serializer[dict[str, Any]]):
+    """The values of a page of a result's predictions (its shape is the protocol's
+    `PredictionsPage`)."""
+
+    claim = serializers.RegexField(r"^[0-9a-f]{32}$")
+    page = serializers.IntegerField(
+        min_value=0, max_value=outputs.MAX_PAGES - 1, help_text="the page's number, from 0"
+    )
+    first = serializers.IntegerField(
+        min_value=0, max_value=INTEGER_MAX, help_text="the index of the page's first input"
+    )
+    predictions = PredictionsSerializer(help_text="the page's rows (no `pages`)")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "pages" in attrs["predictions"]:
+            raise serializers.ValidationError(
+                {"predictions": ["pages is for the result, not for one of its pages"]}
+            )
+        if not attrs["predictions"]["labels"]:
+            raise serializers.ValidationError({"predictions": ["a page holds at least one row"]})
         return attrs
 
 
@@ -501,7 +554,8 @@ class ResultUploadSerializer(serializers.Serializer[dict[str, Any]]):
             raise serializers.ValidationError(
                 {"throughput": ["must name the same batch sizes as latency"]}
             )
-        if len(attrs["predictions"]["labels"]) != attrs["accuracy"]["count"]:
+        paged = "pages" in attrs["predictions"]  # counted when the pages are assembled
+        if not paged and len(attrs["predictions"]["labels"]) != attrs["accuracy"]["count"]:
             raise serializers.ValidationError(
                 {"predictions": ["must hold one row per input that accuracy counts"]}
             )

@@ -23,7 +23,7 @@ DIVERGENCE_INPUTS = 200_000
 Predicted = tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]
 
 
-def _predictions(evaluation: Evaluation) -> Predicted | None:
+def _predictions(evaluation: Evaluation, task: str) -> Predicted | None:
     """(labels, classes [n, k], probabilities [n, k], a text recognizer's decoded texts or
     None) of the first DIVERGENCE_INPUTS inputs."""
     result = getattr(evaluation, "result", None)
@@ -59,9 +59,10 @@ def _predictions(evaluation: Evaluation) -> Predicted | None:
     return (
         labels,
         matrix("classes", np.int64, -1),
-        # NaN where a row holds fewer probabilities than classes: a text decoded from emitted
-        # token ids has none (and where a row holds fewer classes, which are -1, not read).
-        matrix("probabilities", np.float64, np.nan),
+        # A text recognizer's: NaN where a line has no confidence (a text decoded from
+        # emitted token ids); any other's, 0 where a row holds fewer than k (its classes there
+        # are -1, not read).
+        matrix("probabilities", np.float64, np.nan if task == "text_recognition" else 0.0),
         texts,
     )
 
@@ -117,7 +118,8 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     """Each evaluation's accuracy against the baseline's (the first)."""
     base = evaluations[0]
     base_result = getattr(base, "result", None)
-    loaded = [_predictions(evaluation) for evaluation in evaluations]
+    task = base.dataset.task if base.dataset is not None else ""
+    loaded = [_predictions(evaluation, task) for evaluation in evaluations]
     count = _class_count(base) or 0
     # A detector's rows are its detections (best first): the agreement is of the best ones.
     detector = base.dataset is not None and base.dataset.task == "object_detection"
@@ -126,7 +128,6 @@ def compare(evaluations: list[Evaluation]) -> dict[str, Any]:
     # nothing there: only the values' differences are compared); a text recognizer's one
     # confidence per line (its lines are compared by their decoded texts, where every
     # evaluation's predictions file holds them).
-    task = base.dataset.task if base.dataset is not None else ""
     texts_compared = task == "text_recognition" and all(
         predicted is not None and predicted[3] is not None
         for predicted in loaded

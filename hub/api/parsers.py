@@ -191,8 +191,9 @@ def read_body(stream: Any, limit: int, refusal: DomainError) -> bytes:
 
 class LargeJSONParser(parsers.BaseParser):
     """application/json bodies larger than Django's in-memory limit (`DATA_UPLOAD_MAX_MEMORY_SIZE`,
-    sized for manifests), up to `RESULT_MAX_BYTES`, for the one endpoint whose bodies carry a
-    run's measurements (an agent's result: every input's predictions, every timed batch). Read
+    sized for manifests), up to `RESULT_MAX_BYTES`, for the endpoints whose bodies carry a run's
+    measurements (an agent's result: every input's predictions, every timed batch; a page of
+    its predictions). Read
     from the stream (DRF reads a `JSONParser`'s body through that limit), then checked as
     `JSONParser` checks any body; a larger body is a 413 naming the limit."""
 

@@ -68,10 +68,12 @@ from predictors.agent.hub_client import HubClient, HubError, HubUnreachable, ret
 from predictors.agent.process import ProcessRunner, fresh_process_reason
 from predictors.agent.registration import AgentError, host_registration
 from predictors.agent.results import (
+    PAGE_BYTES,
     SPAN_RETRY_SECONDS,
     Reporter,
     close_trace,
     open_trace,
+    paged,
     result_upload,
     with_spans,
 )
@@ -133,8 +135,11 @@ class Agent:
         pool: bool = False,
         group: str | None = None,
         runner: Runner | None = None,
+        page_bytes: int = PAGE_BYTES,
     ) -> None:
         self.client = client
+        # A result's predictions larger than this go in pages before it (`paged`).
+        self.page_bytes = page_bytes
         # Evaluations in containers (`--docker`), or in this process (None).
         self.runner = runner
         self.name = name
@@ -357,7 +362,14 @@ class Agent:
             assert upload is not None
             if spans is not None:
                 upload = with_spans(upload, spans)
+            upload, pages = paged(upload, self.page_bytes)
             try:
+                for page in pages:
+                    self.client.post_predictions_page(
+                        evaluation_id, claim, page.to_dict(), retries=retries
+                    )
+                if pages:
+                    logger.info("evaluation %s: predictions posted in %d pages", job.id, len(pages))
                 self.client.post_result(evaluation_id, claim, upload.to_dict(), retries=retries)
             except HubError as exc:
                 if exc.code in NOT_OURS or exc.status in (408, 429) or not 400 <= exc.status < 500:

@@ -2,7 +2,7 @@
 agree on are in `predictors.protocol`). Plain `requests`; no Django.
 
 The agent's side: `agent_config`, `register_host`, `heartbeat`, `claim`, `report_progress`,
-`report_status`, `post_result`. A user's side: `launch`, `evaluation`, `cancel`, and
+`report_status`, `post_predictions_page`, `post_result`. A user's side: `launch`, `evaluation`, `cancel`, and
 `evaluate_remote`, which launches an evaluation on the hub and waits for its results.
 
 Every error the hub answers is `{"detail", "errors": [{"path", "line", "message"}]}`; it is
@@ -160,6 +160,19 @@ class HubClient:
         """Store the result (posting the same claim's result again is harmless)."""
         body = {"claim": claim, **result}
         self.request("POST", f"evaluations/{evaluation}/result/", body, retries=retries)
+
+    def post_predictions_page(
+        self,
+        evaluation: str,
+        claim: str,
+        page: Mapping[str, Any],
+        *,
+        retries: int | None = None,
+    ) -> None:
+        """Stage a page of the result's predictions (posting the same page again is
+        harmless)."""
+        body = {"claim": claim, **page}
+        self.request("POST", f"evaluations/{evaluation}/result/predictions/", body, retries=retries)
 
     # -- a user's calls ------------------------------------------------------------------------
 

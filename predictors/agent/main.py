@@ -27,6 +27,7 @@ from predictors.agent.daemon import Agent
 from predictors.agent.hub_client import HubClient, HubError, HubUnreachable
 from predictors.agent.images import DockerUnavailable, docker_client
 from predictors.agent.registration import AgentError
+from predictors.agent.results import PAGE_BYTES
 from predictors.data import default_cache_dir
 from predictors.frameworks.predictor import FRAMEWORKS
 from predictors.host import introspection
@@ -130,6 +131,14 @@ def _parser() -> argparse.ArgumentParser:
         f"(default: {DEFAULT_CALL_SECONDS:g})",
     )
     parser.add_argument(
+        "--predictions-page-kib",
+        type=int,
+        default=PAGE_BYTES // 1024,
+        metavar="K",
+        help="a result's per-input predictions larger than this (KiB of JSON) are posted in "
+        f"pages of about this size before it (default: {PAGE_BYTES // 1024})",
+    )
+    parser.add_argument(
         "--wait", type=float, default=60, metavar="S", help="seconds to wait for the hub (60)"
     )
     return parser
@@ -181,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.concurrency < 1:
         print("mlms agent: error: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.predictions_page_kib <= 1024 * 1024:
+        print(
+            "mlms agent: error: --predictions-page-kib must be from 1 to 1048576 (1 GiB); got "
+            f"{args.predictions_page_kib}",
+            file=sys.stderr,
+        )
         return 2
     if not args.docker and (args.cpus is not None or args.memory is not None):
         flag = "--cpus" if args.cpus is not None else "--memory"
@@ -264,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pool=args.pool,
             group=args.group,
             runner=runner,
+            page_bytes=args.predictions_page_kib * 1024,
         )
         agent.register(wait_seconds=args.wait)
         assert agent.host_id is not None

@@ -1,11 +1,14 @@
 """What the agent sends the hub of one job: its progress (`Reporter`), its spans (`open_trace`,
-`close_trace`) and its result (`result_upload`, the upload for a finished evaluation, and
-`with_spans`, what became of its spans added to it)."""
+`close_trace`) and its result (`result_upload`, the upload for a finished evaluation,
+`with_spans`, what became of its spans added to it, and `paged`, its predictions cut into
+pages posted before it where they would make one body too large)."""
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import math
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +25,7 @@ from predictors.protocol import (
     Headline,
     Job,
     Predictions,
+    PredictionsPage,
     Report,
     ResultUpload,
 )
@@ -30,13 +34,20 @@ from predictors.protocol.report import SpanCounts
 from predictors.tracing import Tracer
 
 __all__ = [
+    "PAGE_BYTES",
     "SPAN_RETRY_SECONDS",
     "Reporter",
     "close_trace",
     "open_trace",
+    "paged",
     "result_upload",
     "with_spans",
 ]
+
+# A result's predictions larger than this (as JSON) are posted in pages of about this size
+# before it (`paged`): a detector asked for every candidate of thousands of images, a text
+# model's long lines. Well under the hub's limit on one body (RESULT_MAX_BYTES, at least 1 MiB).
+PAGE_BYTES = 16 * 1024 * 1024
 
 logger = logging.getLogger("mlmodelscope.agent")
 
@@ -268,3 +279,38 @@ def with_spans(upload: ResultUpload, spans: dict[str, Any]) -> ResultUpload:
     counts = SpanCounts.from_dict(spans, "details.spans")
     note = counts.note or ABSENT
     return replace(upload, details=replace(upload.details, spans=counts, trace_export=note))
+
+
+def paged(
+    upload: ResultUpload, page_bytes: int = PAGE_BYTES
+) -> tuple[ResultUpload, list[PredictionsPage]]:
+    """`upload` as it is and no page, where its predictions fit in `page_bytes` of JSON; else
+    its predictions cut into pages of about `page_bytes` each (whole rows, in order, at least
+    one row a page), and the upload that names their number in their stead."""
+    predictions = upload.predictions
+    size = len(json.dumps(predictions.to_dict(), separators=(",", ":")))
+    rows = predictions.count
+    if size <= page_bytes or rows <= 1:
+        return upload, []
+    per_page = max(1, math.floor(rows * page_bytes / size))
+    pages = []
+    for number, first in enumerate(range(0, rows, per_page)):
+        cut = slice(first, first + per_page)
+        pages.append(
+            PredictionsPage(
+                page=number,
+                first=first,
+                predictions=replace(
+                    predictions,
+                    labels=predictions.labels[cut],
+                    classes=predictions.classes[cut],
+                    probabilities=predictions.probabilities[cut],
+                    boxes=(predictions.boxes[cut] if predictions.boxes is not ABSENT else ABSENT),
+                    texts=(predictions.texts[cut] if predictions.texts is not ABSENT else ABSENT),
+                ),
+            )
+        )
+    named = Predictions(
+        top_k=predictions.top_k, labels=[], classes=[], probabilities=[], pages=len(pages)
+    )
+    return replace(upload, predictions=named), pages

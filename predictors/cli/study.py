@@ -217,7 +217,12 @@ def format_study(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"{b} against {a} (threads {threads}, seed {entry['seed']}, first runs, input by "
-            f"input): {agreement}max |difference| {entry['max_abs_diff']:.3g}"
+            f"input): {agreement}"
+            + (
+                f"max |difference| {entry['max_abs_diff']:.3g}"
+                if entry["max_abs_diff"] is not None
+                else "emitted token ids, compared by their texts"
+            )
             + (", bitwise identical" if entry["bitwise_identical"] else ""),
         ]
     return "\n".join(lines)

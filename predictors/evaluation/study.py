@@ -32,6 +32,8 @@ from predictors.evaluation.options import EvaluationOptions
 from predictors.manifests import Manifest
 
 # The most inputs a report names whose top-1 class flips between runs.
+# The output types whose predictions are texts (a text recognizer's), compared as texts.
+TEXT_OUTPUTS = ("frame_confidences", "token_ids")
 FLIPS_SHOWN = 20
 
 
@@ -50,11 +52,18 @@ def _one_run(
     evaluation = evaluate(model, dataset, options, DataManager(store_dir=Path(store)).fetch)
     result = evaluation.result
     outputs = np.ascontiguousarray(evaluation.outputs, dtype=np.float32)
+    top1: np.ndarray | None = None
+    if result.get("output_type") in TEXT_OUTPUTS:
+        # A text recognizer's prediction is its decoded text, not a class.
+        top1 = np.array([row[0][1] for row in evaluation.predictions], dtype=object)
+    elif outputs.ndim == 2 and outputs.shape[1]:
+        top1 = outputs.argmax(axis=1)
     return {
         "pid": os.getpid(),
         "metrics": metrics_of(result),
         "outputs_sha256": hashlib.sha256(outputs.tobytes()).hexdigest(),
-        "top1_classes": outputs.argmax(axis=1) if outputs.ndim == 2 and outputs.shape[1] else None,
+        "top1_classes": top1,
+        "output_type": result.get("output_type"),
         # The outputs themselves only where a device comparison reads them (a group's first).
         "outputs": outputs if keep_outputs else None,
         "hygiene": [warning["code"] for warning in result.get("hygiene") or []],
@@ -121,6 +130,8 @@ def run_study(
     outputs against the first's, input by input (`across_devices`)."""
     groups = []
     first_outputs: dict[tuple[str, int | None, int], np.ndarray] = {}
+    first_top1: dict[tuple[str, int | None, int], np.ndarray | None] = {}
+    ids = False
     context = get_context("spawn")
     for device in devices or [options.device]:
         for thread_count in threads:
@@ -137,6 +148,8 @@ def run_study(
                     if progress is not None:
                         progress(device, thread_count, seed, index + 1, runs)
                 first_outputs[(device, thread_count, seed)] = results[0]["outputs"]
+                first_top1[(device, thread_count, seed)] = results[0]["top1_classes"]
+                ids = results[0]["output_type"] == "token_ids"
                 groups.append(
                     {"device": device, "threads": thread_count, "seed": seed, **summarize(results)}
                 )
@@ -148,12 +161,15 @@ def run_study(
         "limit": options.limit,
         "devices": devices or [options.device],
         "groups": groups,
-        "across_devices": across_devices(first_outputs),
+        "across_devices": across_devices(first_outputs, first_top1, ids=ids),
     }
 
 
 def across_devices(
     outputs: dict[tuple[str, int | None, int], np.ndarray],
+    top1: dict[tuple[str, int | None, int], np.ndarray | None] | None = None,
+    *,
+    ids: bool = False,
 ) -> list[dict[str, Any]]:
     """Each device's first run against the first device's at the same thread count and seed,
     input by input: the share of inputs whose top-1 class agrees, the inputs that flip, and
@@ -166,19 +182,31 @@ def across_devices(
             if device != devices[0]:
                 continue
             theirs = outputs.get((other, thread_count, seed))
-            if theirs is None or theirs.shape != reference.shape:
+            # Emitted token ids are no scores: two devices may emit sequences of other
+            # lengths, compared by their texts alone.
+            if theirs is None or (theirs.shape != reference.shape and not ids):
                 continue
+            same_shape = theirs.shape == reference.shape
             entry: dict[str, Any] = {
                 "devices": [devices[0], other],
                 "threads": thread_count,
                 "seed": seed,
                 "inputs": int(reference.shape[0]) if reference.ndim else 0,
-                "max_abs_diff": float(np.max(np.abs(reference - theirs)))
+                "max_abs_diff": None
+                if ids
+                else float(np.max(np.abs(reference - theirs)))
                 if reference.size
                 else 0.0,
-                "bitwise_identical": bool(np.array_equal(reference, theirs)),
+                "bitwise_identical": same_shape and bool(np.array_equal(reference, theirs)),
             }
-            if reference.ndim == 2 and reference.shape[1]:
+            given = (top1 or {}).get((device, thread_count, seed))
+            taken = (top1 or {}).get((other, thread_count, seed))
+            if given is not None and taken is not None and len(given) == len(taken):
+                flips = np.flatnonzero(given != taken)
+                entry["top1_agreement"] = 1.0 - flips.size / len(given)
+                entry["flipped_inputs"] = int(flips.size)
+                entry["flipped_first"] = [int(i) for i in flips[:FLIPS_SHOWN]]
+            elif reference.ndim == 2 and reference.shape[1]:
                 flips = np.flatnonzero(reference.argmax(axis=1) != theirs.argmax(axis=1))
                 entry["top1_agreement"] = 1.0 - flips.size / reference.shape[0]
                 entry["flipped_inputs"] = int(flips.size)

@@ -81,8 +81,11 @@ def check_tokenizer_files(
     if not files:
         return []
     request = {"manifest": dict(data), "tokenizers": {k: str(p) for k, p in files.items()}}
-    field = f"{min(files)}.parameters.tokenizer_path"
-    return _in_child(request, seconds, field, "reading the tokenizer file")
+    # A child that ends without an answer is named by the first of the files it was reading.
+    order = sorted(files, key=lambda where: (where.partition(".")[0], int(where.split(".")[1])))
+    field = f"{order[0]}.parameters.tokenizer_path"
+    what = "reading the tokenizer file" + (f"s of {', '.join(order)}" if len(order) > 1 else "")
+    return _in_child(request, seconds, field, what)
 
 
 def _in_child(request: dict[str, Any], seconds: float, field: str, what: str) -> Problems:

@@ -1,5 +1,5 @@
 """Reading an output of type `token_ids`: a sequence-to-sequence model's emitted token ids (a
-translator's, a captioner's, an image-to-text or speech-to-text model's greedy or beam output),
+translator's, a captioner's, an image-to-text model's greedy or beam output),
 decoded into text by the tokenizer file the manifest names (a Hugging Face `tokenizers` JSON
 file, read and applied by that library: its decoder joins word pieces, bytes and spaces as the
 model's own tokenizer does).

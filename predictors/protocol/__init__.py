@@ -102,6 +102,7 @@ from predictors.protocol.wire import (
     Job,
     ManifestRef,
     Predictions,
+    PredictionsPage,
     ResultUpload,
 )
 
@@ -141,6 +142,7 @@ __all__ = [
     "OPTION_GROUPS",
     "POOL_SCOPE",
     "Predictions",
+    "PredictionsPage",
     "ProtocolError",
     "QUEUED",
     "RUNNING",

@@ -141,6 +141,32 @@ class Predictions(Record):
     probabilities: list[list[float]]
     boxes: Maybe[list[list[list[float]]]] = ABSENT
     texts: Maybe[list[str]] = ABSENT
+    # In a result: the number of pages the rows were posted in beforehand
+    # (`PredictionsPage`), the lists above then empty; absent where the rows are here.
+    pages: Maybe[int] = ABSENT
+
+    @property
+    def count(self) -> int:
+        """The rows held here."""
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class PredictionsPage(Record):
+    """A page of a result's predictions, posted before the result when they are too many for
+    one body (`POST /api/v1/evaluations/<id>/result/predictions/`): page `page` (from 0) holds
+    the rows from input `first` on, in order; the result then names the number of pages."""
+
+    page: int
+    first: int
+    predictions: Predictions
+
+    @classmethod
+    def from_dict(cls, data: Any, path: str = "") -> PredictionsPage:
+        data = mapping(data, path)
+        return super().from_dict(
+            {key: value for key, value in data.items() if key != "claim"}, path
+        )
 
 
 @dataclass(frozen=True)

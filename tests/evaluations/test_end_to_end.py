@@ -171,6 +171,35 @@ def test_a_detectors_map_on_the_hub_is_pycocotools_on_the_predictions_it_stored(
     assert abs(float(coco.stats[0]) - reported) < 2e-3, (coco.stats[0], reported)
 
 
+def test_predictions_posted_in_pages_are_the_same_as_in_one_body(hub: LiveHub) -> None:
+    """An agent whose pages are 8 KiB posts the digits' predictions (360 inputs, top 5) in
+    pages before its result; the hub assembles them into what a result of one body holds."""
+    hub.start_agent("e2e-paged", options=["--predictions-page-kib", "8"])
+    hub.wait(lambda: "e2e-paged" in hub.live_hosts(), "agent e2e-paged to register", 60)
+    ids = [hub.launch(batch_sizes=[32], host=host) for host in ("e2e-paged", hub.pool_agents[0])]
+    bodies = [hub.finished(evaluation_id) for evaluation_id in ids]
+    for body in bodies:
+        assert body["status"] == "succeeded", f"{body['history']}\n{hub.logs()}"
+    hub.stop("e2e-paged")
+    log = (hub.folder / "e2e-paged.log").read_text(errors="replace")
+    assert f"evaluation {ids[0]}: predictions posted in" in log, log[-2000:]
+    stored = []
+    for evaluation_id in ids:
+        status, body = hub.get(f"evaluations/{evaluation_id}/?predictions=1")
+        assert status == 200, body
+        stored.append(body["result"]["predictions"])
+    paged, whole = stored
+    assert len(paged["labels"]) == len(whole["labels"]) == 360
+    assert paged["labels"] == whole["labels"] and paged["classes"] == whole["classes"]
+    assert all(
+        row == pytest.approx(other, abs=1e-4)
+        for row, other in zip(paged["probabilities"], whole["probabilities"], strict=True)
+    )
+    # Assembled, the staged pages are gone.
+    pages = Path(hub.env["ARTIFACT_ROOT"]) / f"results/{ids[0]}/pages"
+    assert not pages.exists() or not any(pages.rglob("*.parquet"))
+
+
 def test_a_regression_and_a_latency_only_run_go_through_the_hub(hub: LiveHub) -> None:
     """The zoo's diabetes-mlp through the hub and an agent: its error, in the target's units,
     is the mean absolute difference of the values the hub stored and the dataset's targets. And

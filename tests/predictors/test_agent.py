@@ -197,6 +197,12 @@ def test_the_command_line_refuses_a_bad_name_and_a_missing_token(
     assert "--name" in capsys.readouterr().err
     assert main(["--hub", "http://127.0.0.1:9", "--name", "ok"]) == 1
     assert "no token" in capsys.readouterr().err
+    for kib in ("0", "1048577"):
+        command = ["--hub", "http://127.0.0.1:9", "--name", "ok", "--predictions-page-kib", kib]
+        assert main(command) == 2
+        assert f"--predictions-page-kib must be from 1 to 1048576 (1 GiB); got {kib}" in (
+            capsys.readouterr().err
+        )
 
 
 def test_an_agent_in_a_predictor_image_registers_the_image_its_digest_names(

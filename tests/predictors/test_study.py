@@ -96,6 +96,35 @@ def test_each_device_is_compared_with_the_first_input_by_input() -> None:
     assert across_devices({("cpu", None, 0): cpu}) == []
 
 
+def test_text_recognizers_are_compared_by_their_texts_across_runs_and_devices() -> None:
+    """A text recognizer's prediction is its decoded text: runs flip where their texts differ,
+    and emitted token ids (of other lengths on two devices) are compared by their texts, with
+    no difference of ids reported."""
+    from predictors.evaluation.study import across_devices
+
+    def run(sha: str, texts: list[str]) -> dict:
+        return {
+            "pid": 1,
+            "metrics": {"top1": 0.1},
+            "outputs_sha256": sha,
+            "top1_classes": np.array(texts, dtype=object),
+            "hygiene": [],
+        }
+
+    group = summarize([run("a", ["hello", "world"]), run("b", ["hello", "word"])])
+    assert group["flipped_inputs"] == 1 and group["flipped_first"] == [1]
+    cpu = np.array([[2, 4, 3, -1], [2, 5, 3, -1]], np.float32)
+    gpu = np.array([[2, 4, 3], [2, 6, 3]], np.float32)
+    texts = {
+        ("cpu", 1, 0): np.array(["hello", "world"], dtype=object),
+        ("cuda", 1, 0): np.array(["hello", "the"], dtype=object),
+    }
+    (entry,) = across_devices({("cpu", 1, 0): cpu, ("cuda", 1, 0): gpu}, texts, ids=True)
+    assert entry["max_abs_diff"] is None and entry["bitwise_identical"] is False
+    assert entry["flipped_inputs"] == 1 and entry["top1_agreement"] == 0.5
+    assert entry["flipped_first"] == [1]
+
+
 def test_a_device_this_host_lacks_is_refused_naming_it(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,5 +1,5 @@
 """Text recognition: the scenario of `text_recognition` models, which read an input (an image
-of a text line, a text, a clip) and give its text, by one of two outputs:
+of a text line, a text) and give its text, by one of two outputs:
 
 - `ctc`: per-timestep class scores, (N, T, C) (or (T, N, C), `time_axis: 0`), decoded by CTC
   greedily or by a prefix beam search (`predictors.processing.ctc`); its charset names the
