@@ -18,6 +18,8 @@ from typing import Any
 __all__ = [
     "BOTH_METRICS",
     "CLIP_TASKS",
+    "COLUMN_INPUTS",
+    "COLUMN_TASKS",
     "DATA_INPUTS",
     "DECODED_TASKS",
     "DETECTION_OUTPUTS",
@@ -27,9 +29,12 @@ __all__ = [
     "PERCENT_ERRORS",
     "SCORED_TASKS",
     "TEXT_FEATURE",
+    "columns_problem",
     "data_input_name",
+    "data_inputs",
     "dataset_problem",
     "decoded_outputs",
+    "input_columns",
     "latency_only_problem",
     "loadgen_problem",
     "metric_names",
@@ -167,6 +172,11 @@ def loadgen_problem(
             f"{name} has state or constant inputs: LoadGen scenarios drive models of one "
             "batched input (scenario fixed runs streams)"
         )
+    if len(data_inputs(data)) > 1:
+        return (
+            f"{name} takes several inputs from the dataset, each from its own column: LoadGen "
+            "scenarios drive samples of one input (scenario fixed feeds several)"
+        )
     if any(i.get("type") == "audio" for i in inputs):
         return (
             f"{name} reads audio clips (a stream's chunks, or whole clips of any length and "
@@ -197,7 +207,9 @@ def dataset_problem(model: Mapping[str, Any], dataset: Mapping[str, Any]) -> str
     dataset of encoding text, and only a text input does (its rows are strings). The hub asks
     this at launch, and the loop again before it runs."""
     inputs = [i for i in model.get("inputs") or [] if isinstance(i, Mapping)]
-    fed = next((i for i in inputs if i.get("type") in DATA_INPUTS), None)
+    # An input that reads a column of its own takes what the column holds (checked as it is
+    # read); the dataset's encoding is its input column's.
+    fed = next((i for i in inputs if i.get("type") in DATA_INPUTS and "column" not in i), None)
     if fed is None:
         return None
     text_input, text_rows = fed.get("type") == "text", dataset.get("encoding") == "text"
@@ -239,13 +251,14 @@ def unsupported(data: Mapping[str, Any], *, latency_only: bool = False) -> str |
         )
     inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
     fed = [str(i.get("name")) for i in inputs if i.get("type") in DATA_INPUTS]
-    if len(fed) != 1:
+    if not fed:
         return (
-            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor, "
-            f"audio, bytes or text: "
-            f"{', '.join(fed) or 'none'}); the evaluation loop feeds exactly one, besides "
-            "constant and state inputs"
+            f"{name} declares no input fed from the dataset (type image, tensor, audio, bytes "
+            "or text); the evaluation loop feeds one, or several from columns of their own"
         )
+    problem = columns_problem(data)
+    if problem:
+        return problem
     decoded = decoded_outputs(data)
     if data.get("postprocess_outputs") is not None and not decoded:
         return (
@@ -357,6 +370,105 @@ def _features_preprocessed(name: str, features: list[str]) -> str:
     )
 
 
+# The tasks whose models may take several inputs from the dataset, each from a column of its
+# own (`data_inputs`, `predictors.processing.columns`): scored a batch at a time, one output.
+COLUMN_TASKS = (
+    "image_classification",
+    "multi_label_classification",
+    "regression",
+    "text_recognition",
+    "feature_extraction",
+)
+# The input types that may read a column of their own (a row's bytes or string, whole).
+COLUMN_INPUTS = ("image", "tensor", "bytes", "text")
+# The columns that hold what a row is scored against, never an input.
+TARGET_COLUMNS = ("label", "target", "boxes", "classes", "segments", "segment_classes")
+
+
+def data_inputs(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The inputs fed from the dataset (image, tensor, audio, bytes or text), in the
+    manifest's order."""
+    return [
+        i
+        for i in data.get("inputs") or []
+        if isinstance(i, Mapping) and i.get("type") in DATA_INPUTS
+    ]
+
+
+def input_columns(data: Mapping[str, Any]) -> list[str] | None:
+    """The dataset columns a model's data inputs read, in their order, where they name
+    theirs; None where they do not (the one input reads the dataset's input column)."""
+    fed = data_inputs(data)
+    if not any("column" in entry for entry in fed):
+        return None
+    return [str(entry.get("column")) for entry in fed]
+
+
+def columns_problem(data: Mapping[str, Any]) -> str | None:
+    """Why a model's data inputs cannot be fed as they say, or None: one input (reading its
+    column, or the dataset's input column), or several, each naming a column of its own, of
+    a task scored a batch at a time, without audio, text features or custom preprocessing."""
+    name, task = data.get("name"), data.get("task")
+    fed = data_inputs(data)
+    for entry in fed:
+        column = entry.get("column")
+        if column is None:
+            continue
+        if entry.get("type") not in COLUMN_INPUTS:
+            return (
+                f"{name}'s input {entry.get('name')} is {entry.get('type')}, which reads the "
+                "dataset's audio column: a column of its own is for image, tensor, bytes and "
+                "text inputs"
+            )
+        targets = (*TARGET_COLUMNS, "text") if task == "text_recognition" else TARGET_COLUMNS
+        if column in targets:
+            return (
+                f"{name}'s input {entry.get('name')} reads the column {column!r}, which holds "
+                "what each row is scored against, not an input"
+            )
+    names = ", ".join(str(entry.get("name")) for entry in fed)
+    article = "an" if str(task)[:1] in "aeiou" else "a"
+    if task not in COLUMN_TASKS and len(fed) > 1:
+        return (
+            f"{name} declares {len(fed)} inputs fed from the dataset (type image, tensor, "
+            f"audio, bytes or text: {names}); the evaluation loop feeds one to {article} {task} model "
+            f"(several, each from a column of its own, to {', '.join(COLUMN_TASKS)} models)"
+        )
+    if task not in COLUMN_TASKS and any("column" in entry for entry in fed):
+        return (
+            f"{name}'s input {names} reads the column {fed[0].get('column')!r}: inputs read "
+            f"columns of their own in {', '.join(COLUMN_TASKS)} models; {article} {task} model's "
+            "reads the dataset's input column (leave column out)"
+        )
+    if len(fed) == 1:
+        return None
+    unnamed = [str(entry.get("name")) for entry in fed if "column" not in entry]
+    if unnamed:
+        return (
+            f"{name} declares {len(fed)} inputs fed from the dataset ({names}): each names the "
+            f"dataset column it reads (column), and {', '.join(unnamed)} names none"
+        )
+    columns = [str(entry["column"]) for entry in fed]
+    twice = sorted({column for column in columns if columns.count(column) > 1})
+    if twice:
+        return (
+            f"{name}'s inputs {names} read the column {twice[0]!r} more than once: each input "
+            "reads a column of its own"
+        )
+    inputs = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
+    if any(i.get("type") == TEXT_FEATURE for i in inputs):
+        return (
+            f"{name} takes features of a text (text_feature) and several columns: the loop "
+            "feeds one or the other"
+        )
+    if data.get("preprocess"):
+        return (
+            f"{name}'s inputs {names} are preprocessed each by its own parameters: custom "
+            "preprocess code does not run on a model fed several columns"
+        )
+    return None
+
+
 def named_outputs(data: Mapping[str, Any]) -> list[str]:
     """The outputs custom `postprocess` code receives by name, in the manifest's order: every
     output that is not a state output, where the manifest has postprocess code and declares
@@ -394,6 +506,12 @@ def trace_level_problem(
             f"{what} takes several inputs from each text ({', '.join(fed)}), and the "
             f"{framework} predictor traces the layers of one-input calls only; {advice}"
         )
+    columns = [str(i.get("name")) for i in data_inputs(data)]
+    if len(columns) > 1:
+        return (
+            f"{what} takes several inputs from the dataset's columns ({', '.join(columns)}), "
+            f"and the {framework} predictor traces the layers of one-input calls only; {advice}"
+        )
     named = [] if latency_only else named_outputs(data)
     if named:
         return (
@@ -414,6 +532,17 @@ def latency_only_problem(data: Mapping[str, Any]) -> str | None:
     if features and data.get("preprocess"):
         return _features_preprocessed(str(name), features)
     inputs = [i for i in declared if i.get("type") != TEXT_FEATURE]
+    if len(data_inputs(data)) > 1 and all(i.get("type") in COLUMN_INPUTS for i in inputs):
+        # Several columns, batched together: timed as they are scored.
+        problem = columns_problem({**data, "task": "image_classification"})
+        if problem:
+            return problem
+        if data.get("postprocess"):
+            return (
+                f"{name}'s custom postprocess code reads the outputs for scoring, which a "
+                "latency-only evaluation does not do: leave it out to time the model"
+            )
+        return None
     clips = (
         len(inputs) == 1
         and inputs[0].get("type") == "audio"

@@ -180,12 +180,12 @@ def input_column(names: Iterable[str]) -> str:
     return "image"
 
 
-def rows_at(path: Path, indices: Sequence[int]) -> list[bytes]:
-    """The input column's values (`image`, else `input`) of the rows at `indices` (0-based,
-    in that order) of a Parquet split, read a batch at a time; IndexError naming the first
-    index beyond the split."""
+def rows_at(path: Path, indices: Sequence[int], column: str | None = None) -> list[bytes]:
+    """The input column's values (`column`, else `image`, else `input`) of the rows at
+    `indices` (0-based, in that order) of a Parquet split, read a batch at a time; IndexError
+    naming the first index beyond the split."""
     schema, rows = open_split(Path(path))
-    column = input_column(schema.names)
+    column = column or input_column(schema.names)
     beyond = [index for index in indices if not 0 <= index < rows]
     if beyond:
         raise IndexError(f"input {beyond[0]} is beyond the split's {rows} rows (0 to {rows - 1})")
@@ -219,6 +219,7 @@ class DatasetReader:
         limit: int | None = None,
         target: str = "class",
         classes: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> None:
         check_batch_size(batch_size)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -236,28 +237,35 @@ class DatasetReader:
         self.classes = classes
         schema, self.rows = open_split(self.path)
         names = set(schema.names)
-        self.column = input_column(names)
+        # The inputs' columns: those the model's inputs name, else the split's input column.
+        self.named = list(columns) if columns else []
+        self.columns = self.named or [input_column(names)]
+        self.column = self.columns[0]
         # The labels' column: `label` (classes), `target` (values), `text`, none.
         self.label_column = _LABEL_COLUMNS.get(target, "label")
-        needed = [self.column] + ([self.label_column] if self.label_column else [])
+        needed = self.columns + ([self.label_column] if self.label_column else [])
         if not all(name in names for name in needed):
             raise DatasetError(
                 f"{self.path} needs the columns "
                 + " and ".join(
-                    "'image' (or 'audio', or 'input')" if name == self.column else repr(name)
+                    "'image' (or 'audio', or 'input')"
+                    if name == self.column and not self.named
+                    else repr(name)
                     for name in needed
                 )
                 + f"; it has {sorted(names)}"
             )
-        image_type = schema.field(self.column).type
-        # A text input's column may hold strings (`encoding: text`), yielded as their UTF-8
-        # bytes, as every input is (a preprocessor of another type refuses them as its own).
-        text = self.column == "input" and is_string(image_type)
-        if not is_binary(image_type) and not text:
-            raise DatasetError(
-                f"{self.path}: column '{self.column}' is {image_type}, not binary"
-                + (" (or, for a text input, string)" if self.column == "input" else "")
-            )
+        for column in self.columns:
+            kind = schema.field(column).type
+            # A text input's column may hold strings (`encoding: text`, or a column of its
+            # own), yielded as their UTF-8 bytes, as every input is (a preprocessor of another
+            # type refuses them as its own).
+            text = (column == "input" or bool(self.named)) and is_string(kind)
+            if not is_binary(kind) and not text:
+                raise DatasetError(
+                    f"{self.path}: column '{column}' is {kind}, not binary"
+                    + (" (or, for a text input, string)" if column == "input" or self.named else "")
+                )
         if self.label_column is not None:
             problem = label_type_problem(target, schema.field(self.label_column).type)
             if problem:
@@ -276,21 +284,31 @@ class DatasetReader:
         remaining = self.count
         if remaining == 0:
             return
-        images: list[bytes] = []
+        images: list[Any] = []
         labels = self._labels(None, 0)
         row = 0
-        columns = [self.column] + ([self.label_column] if self.label_column else [])
+        inputs = len(self.columns)
+        columns = self.columns + ([self.label_column] if self.label_column else [])
         with pq.ParquetFile(self.path) as parquet:
             for record_batch in parquet.iter_batches(batch_size=self.batch_size, columns=columns):
                 record_batch = record_batch.slice(0, remaining)
                 remaining -= record_batch.num_rows
-                image_column = record_batch.column(0)
-                if is_string(image_column.type):
-                    image_column = image_column.cast(pa.large_binary())
-                label_column = record_batch.column(1) if self.label_column else None
-                if image_column.null_count or label_column is not None and label_column.null_count:
+                values = []
+                for index in range(inputs):
+                    column = record_batch.column(index)
+                    if is_string(column.type):
+                        column = column.cast(pa.large_binary())
+                    if column.null_count:
+                        raise DatasetError(
+                            f"{self.path} has rows without an input in column "
+                            f"'{self.columns[index]}'"
+                        )
+                    values.append(column.to_pylist())
+                label_column = record_batch.column(inputs) if self.label_column else None
+                if label_column is not None and label_column.null_count:
                     raise DatasetError(f"{self.path} has rows without an image or a label")
-                images.extend(image_column.to_pylist())
+                # Several columns: each row's values together, in the inputs' order.
+                images.extend(values[0] if inputs == 1 else zip(*values, strict=True))
                 labels = np.concatenate(
                     [labels, self._labels(label_column, record_batch.num_rows, row)]
                 )

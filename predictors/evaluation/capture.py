@@ -20,6 +20,7 @@ from predictors.evaluation.base import Setup
 from predictors.evaluation.errors import EvaluationError
 from predictors.frameworks.layer_outputs import MAX_CAPTURE_BYTES
 from predictors.frameworks.predictor import Predictor, PredictorError
+from predictors.tasks import input_columns
 
 if TYPE_CHECKING:
     from predictors.analysis.divergence import Capture
@@ -48,7 +49,8 @@ def capture_layers(setup: Setup, predictor: Predictor) -> Capture | None:
     from predictors.analysis.divergence import Capture
 
     try:
-        values = rows_at(setup.split_file, indices)
+        named = input_columns(setup.model.data)
+        values = rows_at(setup.split_file, indices, named[0] if named else None)
     except IndexError as error:
         raise EvaluationError(f"capture_inputs: {error}") from None
     batch = np.ascontiguousarray(setup.preprocessor.batch(values))

@@ -37,6 +37,7 @@ from predictors.frameworks.predictor import (
 from predictors.manifests import Manifest, apply_overrides, versioning
 from predictors.manifests.formats import model_format
 from predictors.processing import load_labels, preprocessor_for
+from predictors.processing.columns import ColumnsPreprocessor, columns_preprocessor
 from predictors.processing.ctc import load_charset
 from predictors.processing.custom_code import (
     MAX_CODE_FILES,
@@ -54,6 +55,7 @@ from predictors.processing.text import TextFeeds
 from predictors.protocol import at_least
 from predictors.tasks import (
     data_input_name,
+    data_inputs,
     dataset_problem,
     loadgen_problem,
     scored_output,
@@ -149,7 +151,10 @@ def _prepare(model: Manifest, dataset: Manifest, options: EvaluationOptions, fet
     _check_version(model, software["version"])
     predictor_type.check_device(options.device)
     custom = _custom_code(model, options, fetch)
-    preprocessor: Any = preprocessor_for(spec.input, fetch, TextFeeds.of(model.data["inputs"]))
+    # Several inputs from the dataset's columns: each preprocessed by its own, packed.
+    preprocessor: Any = columns_preprocessor(
+        data_inputs(model.data), lambda entry: preprocessor_for(entry, fetch)
+    ) or preprocessor_for(spec.input, fetch, TextFeeds.of(model.data["inputs"]))
     if custom is not None and "preprocess" in custom.functions:
         preprocessor = CustomPreprocessor(preprocessor, custom)
     labels, dataset_labels = _labels(model, dataset, spec, options, fetch)
@@ -235,9 +240,13 @@ def _load(job: _Job, fetch: Fetch) -> _Loaded:
 
 
 def _predictor(job: _Job) -> Predictor:
-    """A predictor of the job's framework; of a model fed several inputs from each text, the
-    one that takes each packed batch apart into them (`SeveralFeeds`)."""
+    """A predictor of the job's framework; of a model fed several inputs from each text, or
+    from several columns, the one that takes each packed batch apart into them
+    (`SeveralFeeds`)."""
     predictor = job.predictor_type()
+    preprocessor = job.setup.preprocessor
+    if isinstance(preprocessor, ColumnsPreprocessor):
+        return SeveralFeeds(predictor, preprocessor)
     feeds = TextFeeds.of(job.setup.model.data["inputs"])
     return predictor if feeds is None else SeveralFeeds(predictor, feeds)
 

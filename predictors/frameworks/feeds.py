@@ -1,8 +1,10 @@
 """A model fed several inputs from one batch: the predictor of a model whose text input feeds
-features of the text besides its ids (`predictors.processing.text.TextFeeds`).
+features of the text besides its ids (`predictors.processing.text.TextFeeds`), or that reads
+several of the dataset's columns (`predictors.processing.columns.ColumnsPreprocessor`).
 
 The loop drives every model through `predict(batch)`, one array batch axis first; such a
-model's batch holds its inputs packed side by side (N, 1 + F, L). `SeveralFeeds` wraps the
+model's batch holds its inputs packed side by side ((N, 1 + F, L) for a text's, (N, B) bytes
+for columns'). `SeveralFeeds` wraps the
 framework's predictor: `predict` takes the batch apart into the model's inputs, each of its
 own element type (a copy of the rows, inside the timed call: microseconds next to the model's
 own work, and what a framework does anyway with an input that is not contiguous), and runs
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,15 +29,26 @@ from predictors.frameworks.predictor import (
 )
 from predictors.manifests import Manifest
 from predictors.manifests.graph_check import Signature
-from predictors.processing.text import TextFeeds
 from predictors.tasks import scored_output_name
 from predictors.tracing import Layer
+
+
+class Packed(Protocol):
+    """What packs a model's inputs into one batch: their names (the first, the name the loop
+    feeds the packed batch by), whether a batch is packed, and how to take it apart."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def is_packed(self, batch: Any) -> bool: ...
+
+    def unpack(self, batch: np.ndarray) -> dict[str, np.ndarray]: ...
 
 
 class SeveralFeeds(Predictor):
     """`inner`, fed `feeds` from each packed batch (see the module docstring)."""
 
-    def __init__(self, inner: Predictor, feeds: TextFeeds) -> None:
+    def __init__(self, inner: Predictor, feeds: Packed) -> None:
         self.inner, self.feeds = inner, feeds
         self._output = ""
 
@@ -56,9 +69,10 @@ class SeveralFeeds(Predictor):
 
     def run(self, feeds: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """`feeds` by name, the packed batch under the text input's name taken apart."""
-        packed = feeds.get(self.feeds.ids)
-        if packed is not None and packed.ndim == 3:
-            feeds = {name: value for name, value in feeds.items() if name != self.feeds.ids}
+        first = self.feeds.names[0]
+        packed = feeds.get(first)
+        if packed is not None and self.feeds.is_packed(packed):
+            feeds = {name: value for name, value in feeds.items() if name != first}
             feeds.update(self.feeds.unpack(packed))
         return self.inner.run(feeds, names)
 
@@ -67,7 +81,7 @@ class SeveralFeeds(Predictor):
     ) -> list[LayerOutput]:
         raise PredictorError(
             f"layer outputs are captured for models of one input; this one takes "
-            f"{', '.join(self.feeds.names)} from each text"
+            f"{', '.join(self.feeds.names)} from each row"
         )
 
     def expected_input(self) -> tuple[tuple[int | None, ...], str] | None:

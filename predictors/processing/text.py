@@ -137,6 +137,10 @@ class TextFeeds:
     def names(self) -> list[str]:
         return [self.ids, *(name for name, _, _ in self.features)]
 
+    def is_packed(self, batch: Any) -> bool:
+        """Whether `batch` is a packed batch (rather than the ids alone)."""
+        return isinstance(batch, np.ndarray) and batch.ndim == 3
+
     def unpack(self, batch: np.ndarray) -> dict[str, np.ndarray]:
         """A packed batch (N, 1 + F, L) as the model's inputs, each (N, L) of its own type."""
         if batch.ndim != 3 or batch.shape[1] != len(self.names):

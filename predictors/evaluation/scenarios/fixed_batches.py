@@ -28,6 +28,7 @@ from predictors.frameworks.predictor import PredictorError
 from predictors.processing import ImagePreprocessor, ProcessingError, postprocess
 from predictors.processing.custom_code import custom_outputs
 from predictors.processing.frames import pool_frames
+from predictors.tasks import input_columns
 
 _REPORT_NS = 50_000_000  # progress reports and cancellation checks: at most every 50 ms
 # While a batch size runs, its batch spans go to the sink at least this often (at a report,
@@ -75,6 +76,7 @@ class FixedBatches(Scenario):
             limit=setup.options.limit,
             target=target,
             classes=len(setup.labels) if target != "class" else None,
+            columns=input_columns(setup.model.data),
         )
 
     @classmethod
