@@ -69,7 +69,7 @@ def _top1(evaluation: Evaluation) -> list[int] | None:
     result = getattr(evaluation, "result", None)
     if result is None or not result.predictions_path:
         return None
-    classes = outputs.read_all(result.predictions_path).get("classes") or []
+    classes = outputs.classes(result.predictions_path, outputs.INLINE_ROWS)
     return [row[0] if row else -1 for row in classes]
 
 

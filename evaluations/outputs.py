@@ -20,13 +20,16 @@ from __future__ import annotations
 import io
 import os
 import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from django.conf import settings
 
 from hub import storage
+from predictors import protocol
 
 if TYPE_CHECKING:
     from predictors.analysis.divergence import Capture
@@ -36,7 +39,9 @@ __all__ = [
     "SCHEMA",
     "PagesError",
     "assemble",
+    "classes",
     "count",
+    "head",
     "page",
     "page_path_of",
     "path_of",
@@ -104,7 +109,7 @@ def remove(evaluation_id: Any) -> None:
 # -- predictions posted in pages before their result -------------------------------------------
 
 # The most pages a result's predictions may come in.
-MAX_PAGES = 10_000
+MAX_PAGES = protocol.MAX_PAGES
 
 
 def _pages_folder(evaluation_id: Any) -> str:
@@ -124,6 +129,24 @@ def write_page(
     buffer = io.BytesIO()
     pq.write_table(_table(predictions, first), buffer, compression="zstd")
     path = page_path_of(evaluation_id, claim, page)
+    folder = storage.resolve(path).parent
+    # Only the current claim posts pages: those of a claim before it will never be read.
+    pages = storage.resolve(_pages_folder(evaluation_id))
+    if pages.is_dir():
+        for other in pages.iterdir():
+            if other.name != claim:
+                shutil.rmtree(other, ignore_errors=True)
+    staged = (
+        sum(f.stat().st_size for f in folder.glob("*.parquet") if f.name != Path(path).name)
+        if folder.is_dir()
+        else 0
+    )
+    limit = settings.RESULT_PAGES_MAX_BYTES
+    if staged + buffer.tell() > limit:
+        raise PagesError(
+            f"the pages staged for this result would take {staged + buffer.tell()} bytes, more "
+            f"than RESULT_PAGES_MAX_BYTES ({limit})"
+        )
     storage.write(path, [buffer.getvalue()])
     return path
 
@@ -133,10 +156,11 @@ class PagesError(ValueError):
     of another shape)."""
 
 
-def assemble(evaluation_id: Any, claim: str, pages: int) -> tuple[str, int]:
+def assemble(evaluation_id: Any, claim: str, pages: int, top_k: int) -> tuple[str, int]:
     """The predictions file made of the claim's `pages` staged pages, in order, one page in
     memory at a time; the store path and the rows it holds. PagesError naming the page at
-    fault (nothing is written then)."""
+    fault: missing, unreadable, out of order, of other columns, or with more than `top_k`
+    classes in a row (nothing is written then)."""
     path = path_of(evaluation_id)
     target = storage.resolve(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +172,16 @@ def assemble(evaluation_id: Any, claim: str, pages: int) -> tuple[str, int]:
             file = storage.resolve(page_path_of(evaluation_id, claim, page))
             if not file.is_file():
                 raise PagesError(f"page {page} of {pages} was not posted")
-            table = pq.read_table(file)
-            first = table.column("index")[0].as_py() if table.num_rows else rows
+            try:
+                table = pq.read_table(file)
+                first = table.column("index")[0].as_py() if table.num_rows else rows
+                widest = pc.max(pc.list_value_length(table.column("classes"))).as_py() or 0
+            except (OSError, KeyError, pa.ArrowException):
+                raise PagesError(f"page {page} cannot be read: post it again") from None
+            if widest > top_k:
+                raise PagesError(
+                    f"page {page} has a row of {widest} classes; the result's top_k is {top_k}"
+                )
             if first != rows:
                 raise PagesError(
                     f"page {page} starts at input {first}; the pages before it end at input {rows}"
@@ -219,6 +251,11 @@ def layers(evaluation_id: Any) -> Capture | None:
     return Capture.from_bytes(file.read_bytes(), max_bytes=settings.LAYER_OUTPUTS_MAX_BYTES)
 
 
+# The most rows a result's predictions may hold to be read whole into one answer (`read_all`,
+# `?predictions=1`); larger ones are read a page at a time (`page`).
+INLINE_ROWS = 1_000_000
+
+
 def count(path: str) -> int:
     """How many inputs the file holds (read from its footer)."""
     with pq.ParquetFile(storage.resolve(path)) as parquet:
@@ -238,6 +275,33 @@ def page(path: str, offset: int, limit: int) -> list[dict[str, Any]]:
                 rows.extend(table.slice(first, offset + limit - start - first).to_pylist())
             start += size
     return [_rounded(row) for row in rows[:limit]]
+
+
+def classes(path: str, limit: int) -> list[list[int]]:
+    """The first `limit` rows' classes alone, read a row group at a time."""
+    found: list[list[int]] = []
+    with pq.ParquetFile(storage.resolve(path)) as parquet:
+        for batch in parquet.iter_batches(columns=["classes"]):
+            found.extend(batch.column(0).to_pylist()[: limit - len(found)])
+            if len(found) >= limit:
+                break
+    return found
+
+
+def head(path: str, columns: list[str], limit: int) -> pa.Table:
+    """The first `limit` rows of `columns`, read a row group at a time."""
+    with pq.ParquetFile(storage.resolve(path)) as parquet:
+        names = [name for name in columns if name in parquet.schema_arrow.names]
+        batches, taken = [], 0
+        for batch in parquet.iter_batches(columns=names):
+            batches.append(batch.slice(0, limit - taken))
+            taken += min(batch.num_rows, limit - taken)
+            if taken >= limit:
+                break
+        schema = parquet.schema_arrow
+    if not batches:
+        return pa.table({name: pa.array([], schema.field(name).type) for name in names})
+    return pa.Table.from_batches(batches)
 
 
 def read_all(path: str) -> dict[str, Any]:

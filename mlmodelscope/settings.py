@@ -247,6 +247,9 @@ MANIFEST_MAX_BYTES = envint("MANIFEST_MAX_BYTES", 256 * 1024, minimum=1024)
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 2 * 1024**3, minimum=1024)
 # The largest result an agent may post (JSON: every input's predictions, every timed batch).
 RESULT_MAX_BYTES = envint("RESULT_MAX_BYTES", 256 * 1024**2, minimum=1024 * 1024)
+# The most bytes of predictions pages staged for one result before it arrives (the pages an
+# agent posts when a result's predictions would make its body too large).
+RESULT_PAGES_MAX_BYTES = envint("RESULT_PAGES_MAX_BYTES", 8 * 1024**3, minimum=1024 * 1024)
 # The layer outputs a result may keep (`capture_inputs`), uncompressed: the agent's bound on
 # the layers (128 MiB, `predictors.frameworks.layer_outputs.MAX_CAPTURE_BYTES`) and the input.
 LAYER_OUTPUTS_MAX_BYTES = envint("LAYER_OUTPUTS_MAX_BYTES", 192 * 1024**2, minimum=1024 * 1024)

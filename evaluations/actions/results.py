@@ -16,7 +16,7 @@ from evaluations.actions.claims import check_claim, check_claim_holder, check_st
 from evaluations.actions.transitions import get_locked, record_status
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import BatchResult, Evaluation, LatencySamples, Result
-from hub.errors import Invalid
+from hub.errors import Invalid, TooLarge
 from hub.models import ApiToken
 from predictors import statistics
 from predictors.protocol import ABSENT, SUCCEEDED, Headline, PredictionsPage, ResultUpload
@@ -75,7 +75,12 @@ def record_predictions_page(
             check_claim_holder(evaluation, token)
             return staged
         check_claim(evaluation, token, claim)
-        outputs.write_page(evaluation.pk, claim, page.page, page.first, page.predictions.to_dict())
+        try:
+            outputs.write_page(
+                evaluation.pk, claim, page.page, page.first, page.predictions.to_dict()
+            )
+        except outputs.PagesError as error:
+            raise TooLarge(str(error)) from None
     return staged
 
 
@@ -87,7 +92,7 @@ def _predictions(evaluation: Evaluation, claim: str, upload: ResultUpload) -> st
     if predictions.pages is ABSENT:
         return outputs.write(evaluation.pk, predictions.to_dict())
     try:
-        path, rows = outputs.assemble(evaluation.pk, claim, predictions.pages)
+        path, rows = outputs.assemble(evaluation.pk, claim, predictions.pages, predictions.top_k)
     except outputs.PagesError as error:
         raise Invalid(
             str(error), path="predictions.pages", code=EvaluationErrorCode.RESULT_MISMATCH

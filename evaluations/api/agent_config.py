@@ -76,5 +76,7 @@ class AgentConfig(APIView):
                 # Several beats and reports fit in the time the hub waits before it gives up.
                 "heartbeat_seconds": max(1.0, live / 5),
                 "report_seconds": max(0.5, min(2.0, live / 10)),
+                # The largest body the hub takes (a result, a page of its predictions).
+                "result_max_bytes": settings.RESULT_MAX_BYTES,
             }
         )

@@ -21,13 +21,14 @@ from rest_framework import generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from evaluations import actions, history
+from evaluations import actions, history, outputs
 from evaluations.api.serializers import EvaluationDetailSerializer, EvaluationRequestSerializer
 from evaluations.listing import EvaluationSerializer
 from evaluations.models import Evaluation
 from hub.api.errors import ApiError
 from hub.api.openapi import error_response
 from hub.api.query import flag, flag_parameter
+from hub.errors import Invalid
 from traces.traceparent import TraceParentError, parse_traceparent
 
 READ_SCOPES = ("read", "evaluate")
@@ -153,7 +154,19 @@ class EvaluationDetail(generics.RetrieveAPIView[Evaluation]):
         return super().get(request, *args, **kwargs)
 
     def get_object(self) -> Evaluation:
-        return get_object_or_404(visible_evaluations(self.request), pk=self.kwargs["pk"])
+        evaluation = get_object_or_404(visible_evaluations(self.request), pk=self.kwargs["pk"])
+        result = getattr(evaluation, "result", None)
+        if flag(self.request, "predictions") and result is not None and result.predictions_path:
+            # Every row in one answer is for results of a size one answer can carry.
+            rows = outputs.count(result.predictions_path)
+            if rows > outputs.INLINE_ROWS:
+                raise Invalid(
+                    f"the result holds {rows} inputs' predictions, more than one answer carries "
+                    f"({outputs.INLINE_ROWS}): read them a page at a time from "
+                    f"/api/v1/evaluations/{evaluation.pk}/predictions/",
+                    path="predictions",
+                )
+        return evaluation
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()

@@ -7,11 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 from django.urls import reverse
 
+from evaluations import outputs
 from evaluations.models import Evaluation
-from hub import storage
 from predictors import statistics
 
 # The inputs listed as disagreements, at most.
@@ -31,14 +30,14 @@ def _predictions(evaluation: Evaluation, task: str) -> Predicted | None:
     if result is None or not result.predictions_path or result.top1 is None:
         return None
     try:
-        with pq.ParquetFile(storage.resolve(result.predictions_path)) as parquet:
-            names = ["label", "classes", "probabilities"]
-            if "text" in parquet.schema_arrow.names:
-                names.append("text")
-            table = parquet.read(columns=names)
+        # The first inputs alone, read a row group at a time (never the whole file).
+        table = outputs.head(
+            result.predictions_path,
+            ["label", "classes", "probabilities", "text"],
+            DIVERGENCE_INPUTS,
+        )
     except (OSError, ValueError):
         return None
-    table = table.slice(0, DIVERGENCE_INPUTS)
     labels = table.column("label").to_numpy()
     k = max(int(result.top_k), 1)
 

@@ -222,6 +222,10 @@ class Agent:
             heartbeat_seconds=float(config.get("heartbeat_seconds", 10)),
             report_seconds=float(config.get("report_seconds", 2)),
         )
+        # Pages well under the hub's limit on one body, whatever the agent was told.
+        limit = config.get("result_max_bytes")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            self.page_bytes = min(self.page_bytes, max(limit // 2, 1024))
 
     def heartbeat_forever(self) -> None:
         while not self.stopping.wait(self.timings.heartbeat_seconds):

@@ -19,6 +19,7 @@ from predictors.evaluation import Evaluation
 from predictors.host import introspection
 from predictors.protocol import (
     ABSENT,
+    MAX_PAGES,
     NOT_OURS,
     Attr,
     BatchLatency,
@@ -44,9 +45,10 @@ __all__ = [
     "with_spans",
 ]
 
-# A result's predictions larger than this (as JSON) are posted in pages of about this size
-# before it (`paged`): a detector asked for every candidate of thousands of images, a text
-# model's long lines. Well under the hub's limit on one body (RESULT_MAX_BYTES, at least 1 MiB).
+# A result's predictions larger than this (as JSON) are posted in pages of at most about this
+# size before it (`paged`): a detector asked for every candidate of thousands of images, a text
+# model's long lines. The agent keeps pages under half the hub's limit on one body
+# (`RESULT_MAX_BYTES`, at least 1 MiB, which the hub's agent config names) whatever it is told.
 PAGE_BYTES = 16 * 1024 * 1024
 
 logger = logging.getLogger("mlmodelscope.agent")
@@ -285,17 +287,32 @@ def paged(
     upload: ResultUpload, page_bytes: int = PAGE_BYTES
 ) -> tuple[ResultUpload, list[PredictionsPage]]:
     """`upload` as it is and no page, where its predictions fit in `page_bytes` of JSON; else
-    its predictions cut into pages of about `page_bytes` each (whole rows, in order, at least
-    one row a page), and the upload that names their number in their stead."""
+    its predictions cut into pages of at most about `page_bytes` each (whole rows, in order,
+    cut by each row's own size; a row larger than a page is a page of its own, and pages
+    hold enough rows that there are at most MAX_PAGES), and the upload that names their
+    number in their stead."""
     predictions = upload.predictions
-    size = len(json.dumps(predictions.to_dict(), separators=(",", ":")))
     rows = predictions.count
-    if size <= page_bytes or rows <= 1:
+    columns: list[list[Any]] = [predictions.labels, predictions.classes, predictions.probabilities]
+    columns += [c for c in (predictions.boxes, predictions.texts) if c is not ABSENT]
+    sizes = [
+        len(json.dumps([column[row] for column in columns], separators=(",", ":")))
+        for row in range(rows)
+    ]
+    if sum(sizes) <= page_bytes or rows <= 1:
         return upload, []
-    per_page = max(1, math.floor(rows * page_bytes / size))
+    fewest = math.ceil(rows / MAX_PAGES)  # rows a page holds at least
+    cuts, size = [0], 0
+    for row, row_size in enumerate(sizes):
+        held = row - cuts[-1]
+        if held and size + row_size > page_bytes and held >= fewest:
+            cuts.append(row)
+            size = 0
+        size += row_size
+    cuts.append(rows)
     pages = []
-    for number, first in enumerate(range(0, rows, per_page)):
-        cut = slice(first, first + per_page)
+    for number, (first, end) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        cut = slice(first, end)
         pages.append(
             PredictionsPage(
                 page=number,

@@ -97,6 +97,7 @@ from predictors.protocol.vocabulary import (
     scope_owner,
 )
 from predictors.protocol.wire import (
+    MAX_PAGES,
     BatchLatency,
     Headline,
     Job,
@@ -141,6 +142,7 @@ __all__ = [
     "NOT_OURS",
     "OPTION_GROUPS",
     "POOL_SCOPE",
+    "MAX_PAGES",
     "Predictions",
     "PredictionsPage",
     "ProtocolError",

@@ -151,6 +151,10 @@ class Predictions(Record):
         return len(self.labels)
 
 
+# The most pages a result's predictions may come in (`PredictionsPage`).
+MAX_PAGES = 10_000
+
+
 @dataclass(frozen=True)
 class PredictionsPage(Record):
     """A page of a result's predictions, posted before the result when they are too many for

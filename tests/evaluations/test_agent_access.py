@@ -58,6 +58,7 @@ def test_the_agent_config_names_the_broker_and_queues_of_its_host(
     assert body["scope"] == "pool"
     assert body["task_name"] == "mlmodelscope.evaluate"
     assert body["heartbeat_seconds"] == 6 and body["report_seconds"] == 2
+    assert body["result_max_bytes"] == settings.RESULT_MAX_BYTES
     assert alice_evaluator_client.get(f"/api/v1/agent/config/?host={host.pk}").status_code == 403
 
 

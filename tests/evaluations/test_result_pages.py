@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from evaluations import outputs
 from evaluations.models import Evaluation, Result
 from hub import storage
 from tests.evaluations.factories import (
@@ -195,3 +196,61 @@ def test_staged_pages_go_when_the_evaluation_fails(
         )
     assert failed.status_code == 200, failed.content
     assert _staged(evaluation_id) == []
+
+
+def test_unreadable_pages_wide_rows_and_too_many_bytes_are_refused(
+    alice_evaluator_client: Any, agent: Any, hosts: Any, settings: Any
+) -> None:
+    evaluation_id, claim_id = _claimed(alice_evaluator_client, agent, hosts["cpu-1"])
+    for page, first, count in ((0, 0, 3), (1, 3, 4)):
+        staged = _post_page(agent, evaluation_id, _page(claim_id, page, first, count))
+        assert staged.status_code == 201, staged.content
+
+    def refused(body: dict[str, Any], words: str) -> None:
+        response = post_result(agent, evaluation_id, body)
+        assert response.status_code == 400, response.content
+        error = error_of(response)
+        assert error["path"] == "predictions.pages" and words in error["message"], error
+        assert not Result.objects.filter(evaluation_id=evaluation_id).exists()
+
+    # Rows of two classes, and a result that says each holds one.
+    narrow = _paged_result(claim_id, 2)
+    narrow["predictions"]["top_k"] = 1
+    refused(narrow, "page 0 has a row of 2 classes; the result's top_k is 1")
+    # A page file the store cannot read (a disk fault): named, to be posted again.
+    page = storage.resolve(f"results/{evaluation_id}/pages/{claim_id}/00001.parquet")
+    page.write_bytes(b"PAR1 not parquet")
+    refused(_paged_result(claim_id, 2), "page 1 cannot be read: post it again")
+    # Past the bytes a result's pages may take: 413, naming the setting; nothing written.
+    first = storage.resolve(f"results/{evaluation_id}/pages/{claim_id}/00000.parquet")
+    limit = first.stat().st_size + 100
+    settings.RESULT_PAGES_MAX_BYTES = limit
+    response = _post_page(agent, evaluation_id, _page(claim_id, 1, 3, 4))
+    assert response.status_code == 413, response.content
+    assert f"more than RESULT_PAGES_MAX_BYTES ({limit})" in error_of(response)["message"]
+    assert page.read_bytes() == b"PAR1 not parquet"
+    settings.RESULT_PAGES_MAX_BYTES = 8 * 1024**3
+    assert _post_page(agent, evaluation_id, _page(claim_id, 1, 3, 4)).status_code == 201
+    stored = post_result(agent, evaluation_id, _paged_result(claim_id, 2))
+    assert stored.status_code == 201, stored.content
+
+
+def test_predictions_too_many_for_one_answer_are_read_a_page_at_a_time(
+    alice_evaluator_client: Any, agent: Any, hosts: Any, monkeypatch: Any
+) -> None:
+    evaluation_id, claim_id = _claimed(alice_evaluator_client, agent, hosts["cpu-1"])
+    body = result_body(claim_id, count=ROWS)
+    body["predictions"] = _rows(0, ROWS)
+    assert post_result(agent, evaluation_id, body).status_code == 201
+    whole = alice_evaluator_client.get(url(evaluation_id) + "?predictions=1")
+    assert whole.status_code == 200 and len(whole.json()["result"]["predictions"]["labels"]) == 7
+    monkeypatch.setattr(outputs, "INLINE_ROWS", 5)
+    refused = alice_evaluator_client.get(url(evaluation_id) + "?predictions=1")
+    assert refused.status_code == 400
+    error = error_of(refused)
+    assert (
+        error["path"] == "predictions"
+        and "holds 7 inputs' predictions, more than" in (error["message"])
+    )
+    assert f"/api/v1/evaluations/{evaluation_id}/predictions/" in error["message"]
+    assert alice_evaluator_client.get(url(evaluation_id)).status_code == 200

@@ -82,3 +82,46 @@ def test_a_row_larger_than_a_page_is_a_page_of_its_own() -> None:
     named, pages = paged(upload, 1)
     assert len(pages) == ROWS and named.predictions.pages == ROWS
     assert [page.first for page in pages] == list(range(ROWS))
+
+
+def test_pages_are_cut_by_each_rows_size_where_rows_differ() -> None:
+    """A few long lines, then many short ones: no page passes the size asked for (each row is
+    smaller than a page), where cutting by the average row would put the long ones together."""
+    texts = ["x" * 10_000] * 50 + ["y"] * 20_000
+    upload = _upload()
+    rows = len(texts)
+    predictions = Predictions(
+        top_k=1,
+        labels=[0] * rows,
+        classes=[[0]] * rows,
+        probabilities=[[]] * rows,
+        texts=texts,
+    )
+    upload = replace(upload, predictions=predictions)
+    page_bytes = 64 * 1024
+    named, pages = paged(upload, page_bytes)
+    assert named.predictions.pages == len(pages) > 1
+    assert max(_size(page.predictions.to_dict()) for page in pages) <= page_bytes * 1.01
+    assert [t for page in pages for t in page.predictions.texts] == texts
+
+
+def test_pages_hold_enough_rows_to_stay_within_the_hubs_page_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from predictors.agent import results
+
+    monkeypatch.setattr(results, "MAX_PAGES", 10)
+    named, pages = paged(_upload(), 1)
+    assert len(pages) == 10 and named.predictions.pages == 10
+    assert [page.predictions.count for page in pages] == [100] * 10
+
+
+def test_the_agent_keeps_its_pages_under_half_the_hubs_limit() -> None:
+    from predictors.agent.daemon import Agent
+    from predictors.agent.hub_client import HubClient
+
+    agent = Agent(HubClient("http://hub.invalid", "t"), "box", page_bytes=16 * 1024 * 1024)
+    agent.configure({"heartbeat_seconds": 5, "report_seconds": 1, "result_max_bytes": 2**20})
+    assert agent.page_bytes == 2**19
+    agent.configure({"result_max_bytes": 2**30})  # a larger limit leaves the pages as asked
+    assert agent.page_bytes == 2**19
