@@ -29,6 +29,7 @@ __all__ = [
     "PERCENT_ERRORS",
     "SCORED_TASKS",
     "TEXT_FEATURE",
+    "column_entries_problem",
     "columns_problem",
     "data_input_name",
     "data_inputs",
@@ -404,28 +405,46 @@ def input_columns(data: Mapping[str, Any]) -> list[str] | None:
     return [str(entry.get("column")) for entry in fed]
 
 
+def column_entries_problem(data: Mapping[str, Any]) -> str | None:
+    """Why an input's `column` cannot be read as it says, or None: only image, tensor, bytes
+    and text inputs read a column of their own (audio reads the dataset's audio column; a
+    constant, a state or a text's feature reads none), and none reads a column of what rows
+    are scored against."""
+    name, task = data.get("name"), data.get("task")
+    targets = (*TARGET_COLUMNS, "text") if task == "text_recognition" else TARGET_COLUMNS
+    for entry in data.get("inputs") or []:
+        if not isinstance(entry, Mapping) or entry.get("column") is None:
+            continue
+        kind, column = entry.get("type"), entry.get("column")
+        if kind not in COLUMN_INPUTS:
+            reads = (
+                "the dataset's audio column"
+                if kind == "audio"
+                else "no column"
+                if kind in ("constant", "state")
+                else "what its text gives"
+            )
+            return (
+                f"{name}'s input {entry.get('name')} is {kind}, which reads {reads}: a column "
+                "of its own is for image, tensor, bytes and text inputs (leave column out)"
+            )
+        if column in targets:
+            return (
+                f"{name}'s input {entry.get('name')} reads the column {column!r}, which holds "
+                "what each row is scored against, not an input"
+            )
+    return None
+
+
 def columns_problem(data: Mapping[str, Any]) -> str | None:
     """Why a model's data inputs cannot be fed as they say, or None: one input (reading its
     column, or the dataset's input column), or several, each naming a column of its own, of
     a task scored a batch at a time, without audio, text features or custom preprocessing."""
     name, task = data.get("name"), data.get("task")
     fed = data_inputs(data)
-    for entry in fed:
-        column = entry.get("column")
-        if column is None:
-            continue
-        if entry.get("type") not in COLUMN_INPUTS:
-            return (
-                f"{name}'s input {entry.get('name')} is {entry.get('type')}, which reads the "
-                "dataset's audio column: a column of its own is for image, tensor, bytes and "
-                "text inputs"
-            )
-        targets = (*TARGET_COLUMNS, "text") if task == "text_recognition" else TARGET_COLUMNS
-        if column in targets:
-            return (
-                f"{name}'s input {entry.get('name')} reads the column {column!r}, which holds "
-                "what each row is scored against, not an input"
-            )
+    problem = column_entries_problem(data)
+    if problem:
+        return problem
     names = ", ".join(str(entry.get("name")) for entry in fed)
     article = "an" if str(task)[:1] in "aeiou" else "a"
     if task not in COLUMN_TASKS and len(fed) > 1:
@@ -527,6 +546,9 @@ def latency_only_problem(data: Mapping[str, Any]) -> str | None:
     whatever its task or its outputs' types; it reads no labels and scores nothing (a text
     input's features, `text_feature` inputs, come with its batches)."""
     name = data.get("name")
+    problem = column_entries_problem(data)
+    if problem:
+        return problem
     declared = [i for i in data.get("inputs") or [] if isinstance(i, Mapping)]
     features = [str(i.get("name")) for i in declared if i.get("type") == TEXT_FEATURE]
     if features and data.get("preprocess"):

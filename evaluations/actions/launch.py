@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow.parquet as pq
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -15,7 +16,7 @@ from evaluations.actions.transitions import dispatch_evaluation, get_locked, rec
 from evaluations.error_codes import EvaluationErrorCode
 from evaluations.models import Evaluation, StatusChange
 from hub import actions as hub_actions
-from hub import solver
+from hub import solver, storage
 from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Invalid, NotFound
 from hub.models import Manifest
@@ -26,6 +27,7 @@ from predictors.processing.labels import mismatch as label_mismatch
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
 from predictors.tasks import (
     dataset_problem,
+    input_columns,
     loadgen_problem,
     scored_output,
     trace_level_problem,
@@ -66,7 +68,7 @@ def launch_evaluation(
     )
     timing = bool(request.get("latency_only"))
     _check_supported(contents, timing)
-    _check_dataset(contents, dataset)
+    _check_dataset(contents, dataset, str(request["split"]))
     _check_scenario(contents, request, timing)
     _check_trace_level(contents, request, timing)
     if not request.get("allow_label_mismatch") and not timing:
@@ -149,14 +151,42 @@ def _check_supported(contents: list[tuple[Manifest, dict[str, Any]]], latency_on
             raise Invalid(problem, path="model", code=EvaluationErrorCode.UNSUPPORTED)
 
 
-def _check_dataset(contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest) -> None:
+def _check_dataset(
+    contents: list[tuple[Manifest, dict[str, Any]]], dataset: Manifest, split: str
+) -> None:
     """A model whose input cannot read the dataset's rows (text against images, and the other
-    way round: `predictors.tasks.dataset_problem`) is refused at launch: Invalid naming
-    `dataset`."""
+    way round: `predictors.tasks.dataset_problem`), or whose inputs name columns the split the
+    hub stores lacks, is refused at launch: Invalid naming `dataset`."""
     for _manifest, content in contents:
         problem = dataset_problem(content, dataset.content or {})
         if problem:
             raise Invalid(problem, path="dataset", code=EvaluationErrorCode.UNSUPPORTED)
+        named = input_columns(content)
+        if named:
+            _check_columns(named, dataset, split)
+
+
+def _check_columns(named: list[str], dataset: Manifest, split: str) -> None:
+    """The columns a model's inputs name must be in the split (read from its stored file's
+    footer; a split the hub does not hold is checked by the agent that reads it)."""
+    entry = ((dataset.content or {}).get("splits") or {}).get(split) or {}
+    path = str(entry.get("path") or "")
+    if not path.startswith("repo://"):
+        return
+    try:
+        with pq.ParquetFile(storage.resolve(path.removeprefix("repo://"))) as parquet:
+            columns = set(parquet.schema_arrow.names)
+    except (OSError, ValueError):
+        return  # not readable here: the agent says what is wrong with it
+    missing = [column for column in named if column not in columns]
+    if missing:
+        raise Invalid(
+            f"the model's inputs read the columns {', '.join(map(repr, named))}; the {split} "
+            f"split of {dataset.name} {dataset.version} has no {', '.join(map(repr, missing))} "
+            f"(its columns: {', '.join(sorted(columns))})",
+            path="dataset",
+            code=EvaluationErrorCode.UNSUPPORTED,
+        )
 
 
 def _check_scenario(

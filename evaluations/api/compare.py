@@ -23,6 +23,7 @@ from hub import storage
 from hub.api.query import flag, flag_parameter
 from hub.errors import NotFound
 from predictors.data.readers import input_column
+from predictors.tasks import input_columns
 
 # The content type an input is served as, by its dataset's encoding (others as bytes).
 _IMAGE_TYPES = {
@@ -92,8 +93,13 @@ class EvaluationInput(generics.GenericAPIView[Any]):
                 for group in range(parquet.metadata.num_row_groups):
                     size = parquet.metadata.row_group(group).num_rows
                     if start <= index < start + size:
-                        # `image`, `audio` or `input` (.npy tensors, text), as the loop reads.
-                        column = input_column(parquet.schema_arrow.names)
+                        # `image`, `audio` or `input` (.npy tensors, text), as the loop reads;
+                        # a model whose inputs name their columns: its first input's.
+                        column = default = input_column(parquet.schema_arrow.names)
+                        model = evaluation.model
+                        named = input_columns(model.content) if model else None
+                        if named:
+                            column = named[0]
                         table = parquet.read_row_group(group, columns=[column])
                         data = table.column(column)[index - start].as_py()
                         break
@@ -102,9 +108,14 @@ class EvaluationInput(generics.GenericAPIView[Any]):
                     raise NotFound(f"the split has {start} inputs: no input {index}", path="index")
         except (OSError, ValueError, KeyError):
             raise NotFound(f"the dataset of evaluation {pk} cannot be read", path="") from None
+        # The dataset's encoding is its input column's; another column's is not known here.
         encoding = str(dataset.content.get("encoding") or "").lower()  # type: ignore[union-attr]
+        known = column == default
         response = HttpResponse(
-            data, content_type=_IMAGE_TYPES.get(encoding, "application/octet-stream")
+            data,
+            content_type=_IMAGE_TYPES.get(encoding, "application/octet-stream")
+            if known
+            else "application/octet-stream",
         )
         response["Cache-Control"] = "private, max-age=3600"
         return response

@@ -12,6 +12,7 @@ from django.urls import reverse
 from evaluations import outputs
 from evaluations.models import Evaluation
 from predictors import statistics
+from predictors.tasks import input_columns
 
 # The inputs listed as disagreements, at most.
 DISAGREEMENTS_SHOWN = 50
@@ -293,8 +294,12 @@ def _disagreements(
     text recognizer's decoded text and its confidence)."""
     dataset = evaluations[0].dataset.content if evaluations[0].dataset else {}
     labels = dataset.get("labels") or []
-    # Images are shown; other inputs (text, tensors, raw files) are linked.
-    image = str(dataset.get("encoding") or "").lower() in ("png", "jpeg", "jpg")
+    # Images are shown; other inputs (text, tensors, raw files, another column) are linked.
+    model = evaluations[0].model
+    named = input_columns(model.content) if model is not None else None
+    image = str(dataset.get("encoding") or "").lower() in ("png", "jpeg", "jpg") and (
+        not named or named[0] in ("image", "audio", "input")
+    )
     shown = []
     for index in indices[:DISAGREEMENTS_SHOWN]:
         entry: dict[str, Any] = {"index": index, "label": None, "label_name": None, "top": []}

@@ -542,6 +542,7 @@ def theoretical(
     file_format: str | None = None,
     windowed: bool = False,
     input_names: Sequence[str] = (),
+    columns: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A result's `theoretical`: the count at the shape the run fed (`sample`, its first batch;
     where `input_names` are given, the inputs packed side by side on its second axis)
@@ -552,6 +553,13 @@ def theoretical(
         return {
             "counted": False,
             "reason": "the run has no single batched input to count at (streams feed several)",
+        }
+    if columns:
+        return {
+            "counted": False,
+            "reason": f"the model takes several inputs from the dataset's columns "
+            f"({', '.join(columns)}), each of its own type: FLOPs are counted for one batched "
+            "input (or a text's ids with their features)",
         }
     if windowed:
         return {

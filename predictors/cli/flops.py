@@ -24,7 +24,7 @@ from predictors.data import DataManager
 from predictors.manifests import Manifest
 from predictors.manifests.catalog import DEFAULT_ROOT, Catalog
 from predictors.processing.text import DEFAULT_ELEMENT_TYPE, TextFeeds
-from predictors.tasks import data_input_name
+from predictors.tasks import data_input_name, data_inputs
 from predictors.zoo.build import default_store
 
 __all__ = ["add_commands", "run"]
@@ -113,6 +113,13 @@ def counts(args: argparse.Namespace) -> list[tuple[Manifest, Count]]:
     fetch = DataManager(store_dir=store).fetch
     found = []
     for model in models:
+        columns = data_inputs(model.data)
+        if len(columns) > 1:
+            raise CommandError(
+                f"{model.name} ({model.framework}) takes several inputs from the dataset's "
+                f"columns ({', '.join(str(i.get('name')) for i in columns)}); mlms flops counts "
+                "models of one input"
+            )
         graph = model.data["model"]
         graph_file = fetch(graph["graph_path"], graph.get("graph_sha256"))
         name = data_input_name(model.data)

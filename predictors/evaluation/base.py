@@ -448,10 +448,16 @@ class Scenario:
         message = lines[-1] if lines and "Traceback" in str(exc) else " ".join(lines[:3])
         if len(message) > 300:
             message = message[:297] + "..."
+        shown = f"a batch of shape {tuple(batch.shape)} {batch.dtype}"
+        layout = getattr(self.setup.preprocessor, "layout", None)
+        if layout and getattr(self.setup.preprocessor, "is_packed", lambda _: False)(batch):
+            # Several columns' inputs, packed: each as the model was fed it.
+            shown = "a batch of " + ", ".join(
+                f"{entry.name} {(len(batch), *entry.shape)} {entry.dtype}" for entry in layout
+            )
         return PredictorError(
-            f"{self.model.framework} failed to run {self.model.name} {self.model.version} on a "
-            f"batch of shape {tuple(batch.shape)} {batch.dtype}: "
-            f"{message or type(exc).__name__}"
+            f"{self.model.framework} failed to run {self.model.name} {self.model.version} on "
+            f"{shown}: {message or type(exc).__name__}"
         )
 
     @property

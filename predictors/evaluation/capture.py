@@ -31,10 +31,12 @@ __all__ = ["capture_layers", "capture_problem"]
 def capture_problem(model: dict[str, Any], preprocessor: Any) -> str | None:
     """Why the layer outputs of this model cannot be captured; None where they can (one input
     fed from the dataset, preprocessed a batch at a time)."""
-    if len(model.get("inputs") or []) != 1:
+    inputs = model.get("inputs") or []
+    if len(inputs) != 1:
+        names = ", ".join(str(entry.get("name")) for entry in inputs if isinstance(entry, dict))
         return (
             "capture_inputs: the layer outputs are captured for models with one input; "
-            f"{model.get('name')} has {len(model.get('inputs') or [])}"
+            f"{model.get('name')} has {len(inputs)} ({names})"
         )
     if hasattr(preprocessor, "stream"):
         return "capture_inputs: a model fed streams of chunks has no one input to capture"

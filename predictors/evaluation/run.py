@@ -394,6 +394,9 @@ def _report(
             file_format=model_format(model.data),
             windowed=bool(getattr(setup.preprocessor, "windowed", False)),
             input_names=feeds.names if feeds is not None else (),
+            columns=setup.preprocessor.names
+            if isinstance(setup.preprocessor, ColumnsPreprocessor)
+            else (),
         ),
         options.device,
         model.framework,

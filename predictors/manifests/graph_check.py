@@ -265,11 +265,14 @@ def _text_element_type(data: Mapping[str, Any], entry: Mapping[str, Any]) -> str
 def _length_problems(data: Mapping[str, Any], index: int, port: Port) -> Iterator[tuple[str, str]]:
     """A text input's rows (and its features') are max_length long: a graph that fixes the
     length of its rows to another is named before a run."""
-    parameters = _text_input(data).get("parameters")
+    entry = (data.get("inputs") or [])[index]
+    # A text input's rows are its own max_length (a model may take several texts, from
+    # columns of their own); a feature's, the text input's.
+    own = entry if isinstance(entry, Mapping) and entry.get("type") == "text" else None
+    parameters = (own or _text_input(data)).get("parameters")
     length = parameters.get("max_length") if isinstance(parameters, Mapping) else None
     fixed = port.dims[1] if port.dims is not None and len(port.dims) == 2 else None
     if isinstance(length, int) and isinstance(fixed, int) and fixed > 0 and fixed != length:
-        entry = (data.get("inputs") or [])[index]
         field = ".parameters.max_length" if entry.get("type") == "text" else ""
         yield (
             f"inputs.{index}{field}",

@@ -230,6 +230,11 @@ def test_each_input_reads_its_own_column_and_the_accuracy_is_known(
     agreement = compare(onnx, torch)
     assert agreement["top1_agreement"] == 1.0 and agreement["max_abs_diff"] < 1e-6
 
+    # Several inputs of their own types: FLOPs are not counted, and the result says why.
+    theoretical = onnx.result["theoretical"]
+    assert theoretical["counted"] is False
+    assert "several inputs from the dataset's columns (image, extra)" in theoretical["reason"]
+
     # Timed only: the same columns, no labels read.
     timed = run_evaluation(
         model=_model(), framework="onnxruntime", dataset=_dataset(), latency_only=True
@@ -317,7 +322,57 @@ def test_the_rules_of_inputs_from_several_columns() -> None:
     assert "custom preprocess code does not run" in str(
         unsupported({**data, "preprocess": "x = 1"})
     )
+    # A column on an input that reads none, or the audio column, is refused, timed or scored.
+    for kind, words in (
+        ("constant", "is constant, which reads no column"),
+        ("audio", "is audio, which reads the dataset's audio column"),
+    ):
+        odd = {**data, "inputs": [*data["inputs"], {"name": "c", "type": kind, "column": "c"}]}
+        assert words in str(unsupported(odd)), kind
+        assert words in str(latency_only_problem(odd)), kind
+    one = {**data, "inputs": [{**data["inputs"][0], "column": "label"}]}
+    assert "reads the column 'label', which holds what each row" in str(latency_only_problem(one))
+
     bad = inputs({"column": "../image"}, {})
     with pytest.raises(manifests.ManifestError) as raised:
         manifests.load(yaml.safe_dump(bad))
     assert [e["path"] for e in raised.value.errors] == ["inputs.0.column"]
+
+
+def test_two_texts_of_two_lengths_are_checked_each_against_its_own(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from predictors.manifests.graph_check import onnx_problems
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["question"], ["q"], keepdims=1),
+            helper.make_node("ReduceSum", ["passage"], ["p"], keepdims=1),
+            helper.make_node("Concat", ["q", "p"], ["both"], axis=1),
+            helper.make_node("Cast", ["both"], ["logits"], to=TensorProto.FLOAT),
+        ],
+        "two-texts",
+        [
+            helper.make_tensor_value_info("question", TensorProto.INT64, [None, 32]),
+            helper.make_tensor_value_info("passage", TensorProto.INT64, [None, 128]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [None, 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, tmp_path / "two-texts.onnx")
+
+    def text(name: str, length: int) -> dict[str, Any]:
+        parameters = {"tokenizer_path": "repo://t/tokenizer.json", "max_length": length}
+        return {"name": name, "type": "text", "column": name, "parameters": parameters}
+
+    data = {**_model_data(), "inputs": [text("question", 32), text("passage", 128)]}
+    assert unsupported(data) is None
+    assert onnx_problems(data, tmp_path / "two-texts.onnx") == []
+    data["inputs"][1] = text("passage", 64)
+    assert onnx_problems(data, tmp_path / "two-texts.onnx") == [
+        (
+            "inputs.1.parameters.max_length",
+            "the text input's max_length is 64, but the graph's input 'passage' takes rows of 128",
+        )
+    ]
