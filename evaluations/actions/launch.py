@@ -3,10 +3,12 @@ one."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import PIL.Image
 import pyarrow.parquet as pq
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -21,11 +23,14 @@ from hub.error_codes import HubErrorCode
 from hub.errors import Conflict, Invalid, NotFound
 from hub.models import Manifest
 from predictors import manifests as spec
+from predictors.processing.image import ImagePreprocessor
 from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
+from predictors.processing.parameters import ProcessingError
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
 from predictors.tasks import (
+    data_inputs,
     dataset_problem,
     input_columns,
     loadgen_problem,
@@ -69,6 +74,7 @@ def launch_evaluation(
     timing = bool(request.get("latency_only"))
     _check_supported(contents, timing)
     _check_dataset(contents, dataset, str(request["split"]))
+    _check_batch_sizes(contents, dataset, str(request["split"]), request)
     _check_scenario(contents, request, timing)
     _check_trace_level(contents, request, timing)
     if not request.get("allow_label_mismatch") and not timing:
@@ -164,6 +170,75 @@ def _check_dataset(
         named = input_columns(content)
         if named:
             _check_columns(named, dataset, split)
+
+
+# The images of a split read at launch to learn whether they come in one size.
+SIZE_SAMPLE = 1024
+
+
+def image_sizes(content: Mapping[str, Any], dataset: Manifest, split: str) -> list[tuple[int, int]]:
+    """The distinct sizes (height, width) the model's image input makes of the first
+    SIZE_SAMPLE images of a split the hub stores, as it will process them (padded, resized,
+    cropped), in the order met; [] where the model reads no image from the dataset's image
+    column, or the split is not stored here or not readable."""
+    fed = data_inputs(content)
+    if (
+        len(fed) != 1
+        or fed[0].get("type") != "image"
+        or fed[0].get("column") not in (None, "image")
+    ):
+        return []
+    if str((dataset.content or {}).get("encoding") or "").lower() not in ("png", "jpeg", "jpg"):
+        return []
+    entry = ((dataset.content or {}).get("splits") or {}).get(split) or {}
+    path = str(entry.get("path") or "")
+    if not path.startswith("repo://"):
+        return []
+    try:
+        preprocessor = ImagePreprocessor(fed[0].get("parameters") or {})
+        found: dict[tuple[int, int], None] = {}
+        read = 0
+        with pq.ParquetFile(storage.resolve(path.removeprefix("repo://"))) as parquet:
+            for batch in parquet.iter_batches(batch_size=256, columns=["image"]):
+                for data in batch.column(0).to_pylist():
+                    with PIL.Image.open(io.BytesIO(data)) as image:
+                        width, height = image.size
+                    found[preprocessor.output_size(height, width)] = None
+                    read += 1
+                if read >= SIZE_SAMPLE:
+                    break
+    except (OSError, ValueError, KeyError, ProcessingError, PIL.UnidentifiedImageError):
+        return []  # the agent says what is wrong with it
+    return list(found)
+
+
+def _check_batch_sizes(
+    contents: list[tuple[Manifest, dict[str, Any]]],
+    dataset: Manifest,
+    split: str,
+    request: Mapping[str, Any],
+) -> None:
+    """A batch of images is of one size: batch sizes above 1 for a model that keeps each
+    image's own size (no resize_size, crop_size or pad.size) on a split whose images come in
+    several sizes are refused at launch, naming the sizes: Invalid naming `batch_sizes`."""
+    sizes = [int(size) for size in request.get("batch_sizes") or [1]]
+    if max(sizes) <= 1:
+        return
+    for manifest, content in contents:
+        found = image_sizes(content, dataset, split)
+        if len(found) > 1:
+            shown = ", ".join(f"{h}x{w}" for h, w in found[:5]) + (
+                ", ..." if len(found) > 5 else ""
+            )
+            raise Invalid(
+                f"{manifest.name} {manifest.version} keeps each image's size, and the first "
+                f"images of the {split} split of {dataset.name} {dataset.version} come out in "
+                f"{len(found)} sizes ({shown}): a batch holds images of one size, so batch "
+                f"sizes {', '.join(str(s) for s in sizes if s > 1)} cannot be filled; ask for "
+                "batch size 1, or give the input a resize_size or a pad size",
+                path="batch_sizes",
+                code=EvaluationErrorCode.UNSUPPORTED,
+            )
 
 
 def _check_columns(named: list[str], dataset: Manifest, split: str) -> None:

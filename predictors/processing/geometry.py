@@ -163,10 +163,10 @@ class Pad:
         """(top, left): where an image of `height` x `width` sits once padded."""
         if self.position != "center":
             return 0, 0
-        target_h, target_w = self._target(height, width)
+        target_h, target_w = self.target(height, width)
         return (target_h - height) // 2, (target_w - width) // 2
 
-    def _target(self, height: int, width: int) -> tuple[int, int]:
+    def target(self, height: int, width: int) -> tuple[int, int]:
         if self.size is not None:
             return self.size
         step = self.multiple_of or 1
@@ -184,7 +184,7 @@ class Pad:
                     parameter="pad.size",
                 )
         else:
-            target_h, target_w = self._target(height, width)
+            target_h, target_w = self.target(height, width)
         if (target_h, target_w) == (height, width):
             return values
         top = (target_h - height) // 2 if self.position == "center" else 0

@@ -285,6 +285,25 @@ class ImagePreprocessor:
 
     # -- geometry ----------------------------------------------------------------------------
 
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of what an image of `height` x `width` becomes: padded to a square,
+        resized, cropped and padded as the parameters say (what a batch of images needs
+        alike)."""
+        if self.pad_square is not None:
+            side = max(height, width)
+            height = width = side
+        height, width = self._resized_size(height, width) or (height, width)
+        if self.keep_aspect_ratio and self.resize_size is not None:
+            height, width = self.resize_size
+        if self.crop_size is not None:
+            height, width = self.crop_size
+        if self.pad is not None:
+            if self.pad.size is not None:
+                height, width = max(height, self.pad.size[0]), max(width, self.pad.size[1])
+            else:
+                height, width = self.pad.target(height, width)
+        return height, width
+
     def _resized_size(self, height: int, width: int) -> tuple[int, int] | None:
         """The size to resize to before any crop, or None when no resize is needed."""
         if self.resize_side is not None:

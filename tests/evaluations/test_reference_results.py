@@ -39,3 +39,20 @@ def test_the_zoo_is_evaluated_and_published_once(tmp_path: Path, agents_hub: Any
         again = hub.manage("reference_results", "--model", "digits-cnn")
         assert "digits-cnn [onnxruntime]: reference exists" in again
         assert again.splitlines()[-1].startswith("reference results: 0 published")
+
+        # A detector that keeps each image's size, on images of many sizes: launched at batch
+        # size 1 (a batch holds images of one size), and it succeeds.
+        detector = hub.manage(
+            "reference_results", "--model", "shapes-detector", "--limit", "24", "--timeout", "300"
+        )
+        assert detector.splitlines()[-1] == (
+            "reference results: 2 published, 0 failed, 0 still running"
+        ), detector
+        status, listed = hub.get("evaluations/?model=shapes-detector")
+        assert status == 200, listed
+        batch_sizes = {
+            tuple(hub.evaluation(e["id"])["request"]["batch_sizes"]) for e in listed["results"]
+        }
+        assert batch_sizes == {(1,)} and len(listed["results"]) == 2, listed
+        boards = requests.get(hub.url + "/api/v1/leaderboards/", timeout=30).json()
+        assert ("shapes-boxes", 2) in [(b["dataset"], b["entries"]) for b in boards]

@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluations import actions, sharing
+from evaluations.actions.launch import image_sizes
 from evaluations.api.serializers import EvaluationRequestSerializer
 from evaluations.models import Evaluation
 from hub.errors import DomainError
@@ -68,7 +69,7 @@ class Command(BaseCommand):
                 "framework": manifest.framework,
                 "dataset": dataset,
                 "hosts": "all",
-                "batch_sizes": [1, 8, 32],
+                "batch_sizes": self._batch_sizes(manifest, dataset),
             }
             if options["limit"]:
                 request["limit"] = options["limit"]
@@ -87,6 +88,18 @@ class Command(BaseCommand):
                 f"{len(evaluations)}"
             )
         self._finish(user, launched, options["timeout"])
+
+    def _batch_sizes(self, manifest: Manifest, dataset: str) -> list[int]:
+        """1, 8 and 32; 1 alone for a model that keeps each image's size on a dataset whose
+        images come in several (a batch holds images of one size: `launch.image_sizes`)."""
+        stored = (
+            Manifest.objects.filter(kind=Manifest.DATASET, builtin=True, name=dataset)
+            .order_by("-created_at")
+            .first()
+        )
+        if stored is not None and len(image_sizes(manifest.content, stored, "validation")) > 1:
+            return [1]
+        return [1, 8, 32]
 
     def _user(self) -> Any:
         User = get_user_model()
