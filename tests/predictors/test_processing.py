@@ -729,3 +729,57 @@ def test_a_cap_that_is_no_multiple_is_refused() -> None:
         ImagePreprocessor(params(resize_side=side))
     assert refused.value.parameter == "resize_side.max_size"
     assert "must be a multiple of multiple_of (32)" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"resize_size": None},
+        {"resize_size": [6, 10]},
+        {"resize_size": [6, 6], "keep_aspect_ratio": True},
+        {"resize_size": None, "crop_method": "center", "crop_size": [3, 3]},
+        {
+            "resize_size": None,
+            "pad": {"size": None, "multiple_of": 4, "position": "top_left", "value": 0.0},
+        },
+        {
+            "resize_size": None,
+            "resize_side": {
+                "side": "shorter",
+                "size": 8,
+                "max_size": 16,
+                "multiple_of": 2,
+                "rounding": "half_up",
+            },
+            "pad": {"size": [16, 24], "multiple_of": None, "position": "center", "value": 0.0},
+        },
+        {"resize_size": [8, 8], "pad_square": {"position": "center", "value": 0}},
+    ],
+)
+def test_the_output_size_is_what_the_image_becomes(changes: dict) -> None:
+    """`output_size` (what the hub asks at launch of a split's images) is the shape the
+    preprocessor gives each image, whatever its size."""
+    from predictors.processing import ImagePreprocessor
+
+    parameters = {
+        "decoder": "pillow",
+        "jpeg_dct_method": "islow",
+        "color_mode": "RGB",
+        "layout": "NHWC",
+        "resize_method": "bilinear",
+        "resize_size": [8, 8],
+        "keep_aspect_ratio": False,
+        "crop_method": "none",
+        "crop_size": None,
+        "element_type": "float32",
+        "normalization_order": "convert_then_normalize",
+        "scale": 255.0,
+        "mean": [0.0, 0.0, 0.0],
+        "std": [1.0, 1.0, 1.0],
+    }
+    preprocessor = ImagePreprocessor({**parameters, **changes})
+    for height, width in ((5, 7), (9, 4), (8, 8), (13, 11)):
+        buffer = io.BytesIO()
+        Image.new("RGB", (width, height), (10, 20, 30)).save(buffer, format="PNG")
+        made = preprocessor(buffer.getvalue())
+        assert made.shape[:2] == preprocessor.output_size(height, width), (height, width)
