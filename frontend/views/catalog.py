@@ -31,6 +31,9 @@ class CatalogEntry:
     # The best published top-1 and the lowest published p50 latency at batch size 1.
     best_top1: float | None = None
     best_p50_ms: float | None = None
+    # Whether the dataset it was trained on is one the visitor can open here (a pretrained
+    # model names data the hub does not hold: shown, not linked).
+    training_dataset_shown: bool = False
 
     @property
     def training_dataset(self) -> str:
@@ -116,8 +119,10 @@ def catalog(request: HttpRequest) -> HttpResponse:
     }
     model_entries = entries(list(models))
     best = _best_published({entry.name: entry.latest.task for entry in model_entries})
+    readable = set(visible.filter(kind=Manifest.DATASET).values_list("name", flat=True))
     for entry in model_entries:
         entry.best_top1, entry.best_p50_ms = best.get(entry.name, (None, None))
+        entry.training_dataset_shown = entry.training_dataset in readable
     return render(
         request,
         "frontend/catalog.html",
@@ -127,7 +132,8 @@ def catalog(request: HttpRequest) -> HttpResponse:
             "chosen": chosen,
             "filtered": any(chosen.values()),
             "options": options,
-            "live_hosts": Host.objects.live().count(),
+            # The live hosts this visitor's jobs may run on (never another user's own).
+            "live_hosts": Host.objects.live().usable_by(request.user).count(),
         },
     )
 

@@ -78,6 +78,13 @@ def _catalog(request: HttpRequest) -> dict[str, Any]:
 def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> LaunchForm:
     initial: dict[str, Any] = {}
     chosen = request.GET.get("model", "")
+    if chosen and chosen not in catalog["models"] and request.method == "GET":
+        # A link to a model the user may not run (another user's private one, or none by
+        # that name) says so rather than offering another model in its place.
+        messages.error(
+            request,
+            f"model {chosen[:100]!r}: no model by that name that you may run; choose one below",
+        )
     if chosen in catalog["models"]:
         model = catalog["models"][chosen]
         initial["model"] = chosen

@@ -50,6 +50,13 @@ def test_the_catalog_lists_the_builtin_models_and_datasets(page, builtin_manifes
         "href", "/datasets/digits/"
     )
     expect(page.locator("#datasets tbody tr[data-name]")).to_have_count(15)
+    # Every dataset a model links to opens: a pretrained model's training data that the hub
+    # does not hold is named, not linked.
+    links = page.locator('#models a[href^="/datasets/"]').evaluate_all(
+        "links => links.map(a => a.getAttribute('href'))"
+    )
+    assert links and all(page.request.get(href).status == 200 for href in set(links)), links
+    expect(page.locator("#models span[title='Not a dataset of this hub']").first).to_be_visible()
     shoot(page, "catalog")
 
 

@@ -181,3 +181,38 @@ def test_a_loadgen_scenario_is_launched_from_the_form_and_a_misfit_refused(
         "server", 12.5, 40.0
     )  # fmt: skip
     assert request["min_query_count"] == 64 and request["find_peak_qps"] is False
+
+
+def test_a_link_to_a_model_one_may_not_run_says_so(page, sign_in, alice, hosts) -> None:
+    """Bob's private `secret`, or a name that does not exist, in the launch form's link: the
+    form says so rather than offering another model in its place as if it were the one."""
+    sign_in(page, alice)
+    for name in ("secret", "no-such-model"):
+        page.goto(f"/evaluate/?model={name}")
+        expect(page.locator(".messages")).to_contain_text(
+            f"model '{name}': no model by that name that you may run; choose one below"
+        )
+        assert name not in page.get_by_label("Model", exact=True).inner_text()
+    page.goto("/evaluate/?model=m")
+    expect(page.locator(".messages")).to_have_count(0)
+    expect(page.get_by_label("Model", exact=True)).to_have_value("m")
+
+
+def test_the_catalog_counts_the_live_hosts_one_may_use(
+    page, sign_in, alice, hosts, make_client, django_user_model
+) -> None:
+    """Another user's own host is none of alice's business: the catalog counts the pool's
+    three, where its owner counts four."""
+    from tests.hub.factories import register_host
+
+    bob = django_user_model.objects.get(username="bob")
+    box = register_host(make_client(bob, scopes=["agent"]), "bob-box", [("onnxruntime", "1.17.0")])
+    assert box.status_code == 201, box.content
+    page.goto("/")
+    expect(page.locator("#live-hosts")).to_have_text("3 live hosts")
+    sign_in(page, alice)
+    page.goto("/")
+    expect(page.locator("#live-hosts")).to_have_text("3 live hosts")
+    sign_in(page, bob)
+    page.goto("/")
+    expect(page.locator("#live-hosts")).to_have_text("4 live hosts")
