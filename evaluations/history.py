@@ -108,6 +108,36 @@ ORDERINGS: tuple[str, ...] = tuple(
 )
 
 
+# What each ordering sorts by, in words (the history page's choices).
+_WORDS = {
+    "created_at": "launched",
+    "finished_at": "finished",
+    "top1": "first metric (top-1, mAP, CER …)",
+    "top5": "second metric",
+    "mean_ms": "mean latency",
+    "p50_ms": "median latency (p50)",
+    "p90_ms": "p90 latency",
+    "p99_ms": "p99 latency",
+    "min_ms": "fastest batch",
+    "max_ms": "slowest batch",
+    "throughput_ips": "throughput",
+}
+
+
+def ordering_label(ordering: str) -> str:
+    """An ordering in words: "median latency (p50), highest first"."""
+    name = ordering.lstrip("-")
+    words = _WORDS.get(name, name)
+    if name in _FIELDS:
+        return f"{words}, {'newest' if ordering.startswith('-') else 'oldest'} first"
+    return f"{words}, {'highest' if ordering.startswith('-') else 'lowest'} first"
+
+
+def sorts_rows(ordering: str) -> bool:
+    """Whether an ordering sorts by the rows of one batch size (it needs `batch_size`)."""
+    return ordering.lstrip("-") in _ROW_METRICS
+
+
 def apply(queryset: QuerySet[Evaluation], params: Mapping[str, Any]) -> QuerySet[Evaluation]:
     """`queryset` filtered and ordered by the history's query parameters in `params`."""
     for spec in FILTERS:

@@ -131,6 +131,7 @@ def compare(
 ) -> dict[str, Any]:
     """The comparison of `evaluations` (the first is the baseline); differences of the medians
     smaller than `noise` (a share) are reported as noise."""
+    differences.name_apart(evaluations)
     return {
         "baseline": str(evaluations[0].pk),
         # The baseline's task: what its two accuracy columns (top1, top5) hold.

@@ -13,9 +13,26 @@ from predictors import manifests as spec
 
 
 def label(evaluation: Evaluation) -> str:
+    """How a comparison names an evaluation: its model, framework and host (and overrides);
+    where several compared share that, the one set apart by `name_apart`."""
+    named = getattr(evaluation, "compare_label", None)
+    if isinstance(named, str):
+        return named
     host = evaluation.host.name if evaluation.host else "?"
     overrides = " + " + ", ".join(_override_lines(evaluation)) if evaluation.overrides else ""
     return f"{evaluation.model_name} · {evaluation.framework} · {host}{overrides}"
+
+
+def name_apart(evaluations: list[Evaluation]) -> None:
+    """Give each compared evaluation a label of its own: where several share model,
+    framework and host, each gets the first characters of its id (what its page's address
+    holds) beside them, so that headers, legends and rows tell them apart."""
+    for evaluation in evaluations:
+        evaluation.compare_label = None  # type: ignore[attr-defined]
+    plain = [label(evaluation) for evaluation in evaluations]
+    for evaluation, text in zip(evaluations, plain, strict=True):
+        if plain.count(text) > 1:
+            evaluation.compare_label = f"{text} · {str(evaluation.pk)[:8]}"  # type: ignore[attr-defined]
 
 
 def _override_lines(evaluation: Evaluation) -> list[str]:

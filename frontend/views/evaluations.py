@@ -386,6 +386,14 @@ def evaluations(request: HttpRequest) -> HttpResponse:
         if name in (*_PAGE_FILTERS, "ordering") and value.strip()
     }
     error = ""
+    if history.sorts_rows(params.get("ordering", "")) and not params.get("batch_size"):
+        # A latency is a batch size's: sorted at batch size 1 unless another is chosen.
+        params["batch_size"] = "1"
+        messages.info(
+            request,
+            f"Sorted by {history.ordering_label(params['ordering']).split(',')[0]} at batch "
+            "size 1: set Batch size to sort at another.",
+        )
     try:
         items = history.apply(_visible(request), params)
     except DomainError as problem:
@@ -406,7 +414,7 @@ def evaluations(request: HttpRequest) -> HttpResponse:
             "error": error,
             "group": params.get("group", ""),
             "choices": {name: specs[name].choices for name in _PAGE_FILTERS if specs[name].choices},
-            "orderings": history.ORDERINGS,
+            "orderings": [(value, history.ordering_label(value)) for value in history.ORDERINGS],
             "query": urlencode(params),
             "socket_path": "/ws/evaluations/",
         },

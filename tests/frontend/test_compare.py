@@ -225,3 +225,19 @@ def test_bad_comparisons_are_refused_naming_the_problem(hub: LiveHub, hub_page: 
     response = page.goto("/compare/?evaluations=x")
     assert response.status == 400
     expect(page.locator("#compare-error")).to_contain_text("2 to 8")
+
+
+def test_runs_of_one_model_on_one_host_are_told_apart(hub: LiveHub, hub_page: Any) -> None:
+    """Two runs of digits-cnn in ONNX Runtime on ort-b: headers, legends and rows name each by
+    the first characters of its id beside model, framework and host."""
+    ids = [
+        _run(hub, model="digits-cnn", framework="onnxruntime", dataset="digits", host="ort-b")[0]
+        for _ in range(2)
+    ]
+    report = _compare(hub, ids)
+    labels = [entry["label"] for entry in report["evaluations"]]
+    assert labels == [f"digits-cnn · onnxruntime · ort-b · {i[:8]}" for i in ids], labels
+    assert [cell["label"] for cell in report["theoretical"]["cells"]] == labels
+    sign_in_to_hub(hub_page, next_path=f"/compare/?evaluations={','.join(ids)}")
+    for text in labels:
+        expect(hub_page.get_by_role("link", name=text, exact=True)).to_be_visible()

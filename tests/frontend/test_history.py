@@ -57,10 +57,26 @@ def test_the_history_filters_sorts_and_chooses_what_to_compare(  # type: ignore[
     page.get_by_role("button", name="Filter").click()
     assert _rows(page) == [str(runs[k].pk) for k in ("ort", "pt", "tf")]
 
+    # The choices are in words; a latency without a batch size sorts at batch size 1, saying so.
+    expect(page.locator("#h-ordering option[value='-p50_ms']")).to_have_text(
+        "median latency (p50), highest first"
+    )
+    expect(page.locator("#h-ordering option[value='-created_at']")).to_have_text(
+        "launched, newest first"
+    )
+    page.goto("/evaluations/")
+    page.select_option("#h-ordering", "-p50_ms")
+    page.get_by_role("button", name="Filter").click()
+    assert _rows(page) == [str(runs[k].pk) for k in ("tf", "pt", "ort")]
+    expect(page.locator(".messages")).to_contain_text(
+        "Sorted by median latency (p50) at batch size 1: set Batch size to sort at another."
+    )
+    expect(page.locator("#h-batch-size")).to_have_value("1")
+
     # A bad value is refused, naming it, and the page still lists everything.
-    response = page.goto("/evaluations/?ordering=p50_ms")
+    response = page.goto("/evaluations/?ordering=fastest")
     assert response.status == 400
-    expect(page.locator("#history-error")).to_contain_text("add batch_size")
+    expect(page.locator("#history-error")).to_contain_text("ordering must be one of")
 
     # Tick two rows and compare them.
     page.goto("/evaluations/")
