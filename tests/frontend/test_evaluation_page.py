@@ -91,6 +91,7 @@ def test_cancelling_a_dispatched_evaluation(page, sign_in, alice, launched) -> N
     sign_in(page, alice)
     page.goto(f"/evaluations/{launched}/")
 
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel this evaluation? …"
     page.get_by_role("button", name="Cancel").click()
 
     expect(page.locator(".message.success")).to_have_text("Cancellation requested.")

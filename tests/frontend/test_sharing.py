@@ -4,6 +4,8 @@ published evaluation, and groups: create one, add a member, share an evaluation 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from playwright.sync_api import expect
 
@@ -29,6 +31,19 @@ def test_the_owner_publishes_and_an_anonymous_visitor_then_reads_it(  # type: ig
     sign_in(page, alice)
     page.goto(f"/evaluations/{run.pk}/")
     expect(page.locator("#publication")).to_contain_text("private")
+    # Publishing asks first: declined, nothing changes; accepted, it is published.
+    asked: list[str] = []
+
+    def decline(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", decline)
+    page.locator("#publish-button").click()
+    expect(page.locator("#publication")).to_contain_text("private")
+    assert asked and asked[0].startswith("Publish this evaluation? Anyone")
+    assert not Evaluation.objects.get(pk=run.pk).published
+    page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#publish-button").click()
     expect(page.locator("#publication")).to_contain_text("published")
     expect(page.get_by_role("link", name="digits leaderboard")).to_be_visible()

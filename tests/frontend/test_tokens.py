@@ -51,6 +51,14 @@ def test_revoking_a_token_stops_it_working(page, sign_in, alice, shoot) -> None:
     sign_in(page, alice)
     page.goto("/tokens/")
 
+    # Revoking asks first: declined, the token still works.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_role("button", name="Revoke token old").click()
+    expect(page.locator(f'#token-list tr[data-token="{row.pk}"] .status')).not_to_have_text(
+        "revoked"
+    )
+    assert bearer_client(raw).get(TOKENS_URL).status_code == 200
+    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Revoke token old").click()
 
     expect(page.locator(f'#token-list tr[data-token="{row.pk}"] .status')).to_have_text("revoked")
