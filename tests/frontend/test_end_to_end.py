@@ -93,6 +93,12 @@ def test_upload_launch_and_watch_a_real_evaluation_live(hub, hub_page, shoot) ->
     top1 = page.locator("#accuracy .metric-box").first.locator(".value").inner_text()
     assert float(top1.rstrip(" %")) > 80  # the trained digits model, on held-out digits
     expect(page.locator("#stack")).to_contain_text("onnxruntime")
+    # The sharing panel and the span count follow the run without a reload: Publish is
+    # offered once it has succeeded, and the spans stored are counted.
+    expect(page.locator("#publish-button")).to_be_enabled()
+    expect(page.locator("#publish-refusal")).to_have_count(0)
+    expect(page.locator("#fact-spans")).not_to_have_text(re.compile(r"^0 stored"))
+    assert page.evaluate("() => window.__notReloaded === true")
     shoot(page, "end-to-end-evaluation-succeeded")
 
     page.goto("/models/digits-cnn/")

@@ -43,9 +43,15 @@
     bar.querySelector("span").style.width = (share * 100).toFixed(1) + "%";
     bar.setAttribute("aria-valuenow", String(done));
     bar.setAttribute("aria-valuemax", String(total));
+    var waiting = {
+      queued: "queued: waiting for a host that can run it…",
+      dispatched: "dispatched: waiting for a host to take it…",
+      running: "running: reading its inputs and loading the model…"
+    };
     $("progress-text").textContent = total
       ? done + " of " + total + " predictions (" + Math.floor(share * 100) + " %)"
-      : (finished() ? "" : "waiting for a host to start it…");
+      : (finished() ? "" : (waiting[state.status] || "waiting for a host to start it…"));
+    renderSpans();
 
     $("fact-host").textContent = state.host || "—";
     $("fact-framework-version").textContent = state.framework_version || "—";
@@ -60,6 +66,37 @@
       cancel.disabled = !!state.cancel_requested;
       cancel.textContent = state.cancel_requested ? "Cancelling…" : "Cancel";
     }
+  }
+
+  // The spans stored, as the page first showed them: of those sent where the agent said.
+  function renderSpans() {
+    var spans = state.spans;
+    var cell = $("fact-spans");
+    if (!spans || !cell || typeof spans.stored !== "number") return;
+    if (spans.sent === null || spans.sent === undefined) {
+      cell.textContent = spans.stored + " stored";
+      return;
+    }
+    cell.textContent = spans.stored + " stored of " + spans.sent + " sent";
+    if (spans.stored !== spans.sent) {
+      var note = ((state.result || {}).details || {}).trace_export || "some have not arrived yet";
+      cell.append(" ", el("span", "(" + note + ")", "muted small"));
+    }
+  }
+
+  // The sharing panel as the hub renders it now: once the run has finished, what may be
+  // published (and why not) is the server's to say.
+  function refreshSharing() {
+    var panel = $("sharing");
+    if (!panel) return;
+    fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("sharing");
+        if (fresh) panel.replaceChildren.apply(panel, Array.from(fresh.childNodes));
+      })
+      .catch(function () { /* the panel stays as it was; a reload shows it */ });
   }
 
   function renderHistory() {
@@ -681,6 +718,7 @@
   }
 
   function handle(message) {
+    var wasFinished = finished();
     if (message.type === "snapshot") {
       state = message.evaluation;
     } else if (message.type === "status") {
@@ -700,16 +738,22 @@
     }
     render();
     if (finished()) setLive("done", "finished");
+    if (finished() && !wasFinished) refreshSharing();
   }
 
   // The REST endpoint: the result after success, and the fallback when the socket is gone.
   function refresh() {
+    var wasFinished = finished();
     return fetch(script.dataset.api, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.json();
       })
-      .then(function (data) { state = data; render(); });
+      .then(function (data) {
+        state = data;
+        render();
+        if (finished() && !wasFinished) refreshSharing();
+      });
   }
 
   function poll() {
