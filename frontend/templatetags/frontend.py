@@ -74,6 +74,25 @@ def ms_filter(value: Any) -> str:
     return statistics.ms(value) if isinstance(value, int | float) else "—"
 
 
+@register.filter
+def first_latency(result: Any) -> dict[str, Any] | None:
+    """A result's headline latency: the median of its smallest batch size, with the interval
+    of that median the statistics layer gave it; None where it has no row."""
+    # (An evaluation without a result resolves to the template's empty string.)
+    if result is None or not hasattr(result, "batch_results"):
+        return None
+    rows = sorted(result.batch_results.all(), key=lambda row: row.batch_size)
+    if not rows:
+        return None
+    row = rows[0]
+    return {
+        "batch_size": row.batch_size,
+        "p50_ms": row.p50_ms,
+        "low": row.p50_low_ms,
+        "high": row.p50_high_ms,
+    }
+
+
 @register.filter(name="ratio")
 def ratio_filter(value: Any) -> str:
     """A ratio by the statistics layer's rule ("0.670", "1.02")."""

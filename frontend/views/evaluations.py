@@ -81,9 +81,9 @@ def _form(request: HttpRequest, catalog: dict[str, Any], data: Any = None) -> La
     if chosen and chosen not in catalog["models"] and request.method == "GET":
         # A link to a model the user may not run (another user's private one, or none by
         # that name) says so rather than offering another model in its place.
+        # (The name is not repeated: the page says the same of a private model and of none.)
         messages.error(
-            request,
-            f"model {chosen[:100]!r}: no model by that name that you may run; choose one below",
+            request, "The model this link names is none that you may run: choose one below."
         )
     if chosen in catalog["models"]:
         model = catalog["models"][chosen]

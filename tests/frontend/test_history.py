@@ -126,6 +126,23 @@ def test_rows_update_live_and_new_evaluations_are_announced(  # type: ignore[no-
     assert status == 200, claimed
     expect(row.locator('[data-field="status"]')).to_have_text("running")
     assert row.get_attribute("data-updated") == "1"
+    expect(row.locator('[data-field="run"]')).to_have_text("batch 1 · model")
+    expect(row.locator('[data-field="latency"]')).to_have_text("—")
+
+    # Its result: the row shows its median latency with that median's interval, live.
+    from tests.evaluations.factories import result_body
+
+    body = result_body(claimed["claim"])
+    samples = [1.0 + index / 100 for index in range(20)]
+    body["latency"]["1"] = {**body["latency"]["1"], "count": 20, "samples_ms": samples}
+    status, stored = hub.request(
+        "POST", f"/api/v1/evaluations/{evaluation['id']}/result/", body, token=hub.agent_token
+    )
+    assert status == 201, stored
+    expect(row.locator('[data-field="status"]')).to_have_text("succeeded")
+    expect(row.locator('[data-field="latency"]')).to_contain_text(" ms [")
+    expect(row.locator('[data-field="latency"]')).to_contain_text("at 1")
+    assert row.get_attribute("data-refreshed") == "1"
 
 
 def test_the_history_and_a_board_page_through_their_rows(  # type: ignore[no-untyped-def]

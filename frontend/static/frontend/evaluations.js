@@ -62,7 +62,29 @@
       box.disabled = false;
       box.removeAttribute("title");
     }
+    if (evaluation.status === "succeeded") refreshRow(evaluation.id);
     row.dataset.updated = "1";
+  }
+
+  // A row's result cells as the hub renders them now (its latency with its interval, its
+  // metric by task), once its evaluation has a result.
+  function refreshRow(id) {
+    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        const fresh = new DOMParser().parseFromString(html, "text/html")
+          .querySelector('#evaluations tr[data-evaluation="' + id + '"]');
+        const row = table.querySelector('tr[data-evaluation="' + id + '"]');
+        if (!fresh || !row) return;
+        ["top1", "latency"].forEach(function (field) {
+          const now = fresh.querySelector('[data-field="' + field + '"]');
+          const cell = row.querySelector('[data-field="' + field + '"]');
+          if (now && cell) cell.innerHTML = now.innerHTML;
+        });
+        row.dataset.refreshed = "1";
+      })
+      .catch(function () { /* the row keeps what it had; a reload shows the rest */ });
   }
 
   const path = table.dataset.socket;
