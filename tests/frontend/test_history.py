@@ -57,6 +57,15 @@ def test_the_history_filters_sorts_and_chooses_what_to_compare(  # type: ignore[
     page.get_by_role("button", name="Filter").click()
     assert _rows(page) == [str(runs[k].pk) for k in ("ort", "pt", "tf")]
 
+    # Every filter looks alike: text and date fields styled as the selects are.
+    style = (
+        "id => { const s = getComputedStyle(document.getElementById(id));"
+        " return [s.borderTopColor, s.borderTopLeftRadius, s.paddingLeft]; }"
+    )
+    looks = page.evaluate(style, "h-ordering")
+    for field in ("h-model", "h-after", "h-before", "h-batch-size"):
+        assert page.evaluate(style, field) == looks, field
+
     # The choices are in words; a latency without a batch size sorts at batch size 1, saying so.
     expect(page.locator("#h-ordering option[value='-p50_ms']")).to_have_text(
         "median latency (p50), highest first"
