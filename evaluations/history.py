@@ -20,7 +20,7 @@ from django.utils import timezone
 from evaluations.models import Evaluation
 from hub.errors import Invalid
 from predictors.frameworks.predictor import FRAMEWORKS
-from predictors.protocol import DEVICES, LATENCY_KEYS, STATUSES, TRACE_LEVELS
+from predictors.protocol import DEVICES, LATENCY_KEYS, LATENCY_WORDS, STATUSES, TRACE_LEVELS
 
 __all__ = ["FILTERS", "ORDERINGS", "Filter", "apply"]
 
@@ -114,12 +114,7 @@ _WORDS = {
     "finished_at": "finished",
     "top1": "first metric (top-1, mAP, CER …)",
     "top5": "second metric",
-    "mean_ms": "mean latency",
-    "p50_ms": "median latency (p50)",
-    "p90_ms": "p90 latency",
-    "p99_ms": "p99 latency",
-    "min_ms": "fastest batch",
-    "max_ms": "slowest batch",
+    **LATENCY_WORDS,
     "throughput_ips": "throughput",
 }
 

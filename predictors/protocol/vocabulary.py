@@ -226,3 +226,19 @@ def fit_reason(reason: str) -> str:
 # -- the result ---------------------------------------------------------------------------------
 
 LATENCY_KEYS = ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms")
+# Each latency key in words (where pages name what they sort or show by).
+LATENCY_WORDS = dict(
+    zip(
+        LATENCY_KEYS,
+        (
+            "mean latency",
+            "median latency (p50)",
+            "p90 latency",
+            "p99 latency",
+            "fastest batch",
+            "slowest batch",
+            "latency spread (std)",
+        ),
+        strict=True,
+    )
+)
