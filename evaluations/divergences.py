@@ -335,6 +335,7 @@ def as_dict(divergence: Divergence) -> dict[str, Any]:
         }
 
     a, b = _readable_pair(divergence)
+    differences.name_apart([e for e in (a, b) if e is not None])
     report = divergence.report
     if report is not None and (a is None or b is None):
         # What it read of A and B when it was made is shown only while both are readable.

@@ -27,7 +27,6 @@ from predictors.processing.image import ImagePreprocessor
 from predictors.processing.labels import REFUSAL_HINT as LABEL_HINT
 from predictors.processing.labels import is_untrained
 from predictors.processing.labels import mismatch as label_mismatch
-from predictors.processing.parameters import ProcessingError
 from predictors.protocol import CANCELLED, DISPATCHED, QUEUED
 from predictors.tasks import (
     data_inputs,
@@ -172,15 +171,21 @@ def _check_dataset(
             _check_columns(named, dataset, split)
 
 
-# The images of a split read at launch to learn whether they come in one size.
+# The images of a split read at launch to learn whether they come in one size, at most; and
+# the largest first row group read for them (a larger one is left to the agent's run).
 SIZE_SAMPLE = 1024
+SIZE_SAMPLE_BYTES = 64 * 1024 * 1024
 
 
-def image_sizes(content: Mapping[str, Any], dataset: Manifest, split: str) -> list[tuple[int, int]]:
-    """The distinct sizes (height, width) the model's image input makes of the first
-    SIZE_SAMPLE images of a split the hub stores, as it will process them (padded, resized,
-    cropped), in the order met; [] where the model reads no image from the dataset's image
-    column, or the split is not stored here or not readable."""
+def image_sizes(
+    content: Mapping[str, Any], dataset: Manifest, split: str, limit: int | None = None
+) -> list[tuple[int, int]]:
+    """The distinct sizes (height, width) the model's image input makes of the first images of
+    a split the hub stores (SIZE_SAMPLE, or the run's `limit` where it is fewer), as it will
+    process them (padded, resized, cropped), in the order met. [] where the input makes every
+    image one size whatever it was (a resize_size, a crop or a pad size), where the model reads
+    no image from the dataset's image column, and where the split is not stored here, is too
+    large to sample at launch, or cannot be read (the agent then says what is wrong)."""
     fed = data_inputs(content)
     if (
         len(fed) != 1
@@ -194,21 +199,30 @@ def image_sizes(content: Mapping[str, Any], dataset: Manifest, split: str) -> li
     path = str(entry.get("path") or "")
     if not path.startswith("repo://"):
         return []
+    wanted = min(SIZE_SAMPLE, limit) if limit else SIZE_SAMPLE
     try:
         preprocessor = ImagePreprocessor(fed[0].get("parameters") or {})
+        if preprocessor.fixed_size():
+            return []
         found: dict[tuple[int, int], None] = {}
         read = 0
         with pq.ParquetFile(storage.resolve(path.removeprefix("repo://"))) as parquet:
+            metadata = parquet.metadata
+            column = parquet.schema_arrow.get_field_index("image")
+            if column < 0 or metadata.num_row_groups == 0:
+                return []
+            if metadata.row_group(0).column(column).total_uncompressed_size > SIZE_SAMPLE_BYTES:
+                return []
             for batch in parquet.iter_batches(batch_size=256, columns=["image"]):
                 for data in batch.column(0).to_pylist():
                     with PIL.Image.open(io.BytesIO(data)) as image:
                         width, height = image.size
                     found[preprocessor.output_size(height, width)] = None
                     read += 1
-                if read >= SIZE_SAMPLE:
-                    break
-    except (OSError, ValueError, KeyError, ProcessingError, PIL.UnidentifiedImageError):
-        return []  # the agent says what is wrong with it
+                    if read >= wanted:
+                        return list(found)
+    except Exception:  # noqa: BLE001 - a best-effort look: the agent's run says what is wrong
+        return []
     return list(found)
 
 
@@ -218,24 +232,27 @@ def _check_batch_sizes(
     split: str,
     request: Mapping[str, Any],
 ) -> None:
-    """A batch of images is of one size: batch sizes above 1 for a model that keeps each
-    image's own size (no resize_size, crop_size or pad.size) on a split whose images come in
-    several sizes are refused at launch, naming the sizes: Invalid naming `batch_sizes`."""
+    """A batch of images is of one size: batch sizes above 1 for a model whose input makes
+    images of other sizes into other sizes (no resize_size, crop_size or pad.size), on a split
+    whose first images (as many as the run reads) come out in several sizes, are refused at
+    launch, naming the sizes: Invalid naming `batch_sizes`."""
     sizes = [int(size) for size in request.get("batch_sizes") or [1]]
     if max(sizes) <= 1:
         return
+    limit = request.get("limit")
     for manifest, content in contents:
-        found = image_sizes(content, dataset, split)
+        found = image_sizes(content, dataset, split, int(limit) if limit else None)
         if len(found) > 1:
             shown = ", ".join(f"{h}x{w}" for h, w in found[:5]) + (
                 ", ..." if len(found) > 5 else ""
             )
             raise Invalid(
-                f"{manifest.name} {manifest.version} keeps each image's size, and the first "
-                f"images of the {split} split of {dataset.name} {dataset.version} come out in "
-                f"{len(found)} sizes ({shown}): a batch holds images of one size, so batch "
-                f"sizes {', '.join(str(s) for s in sizes if s > 1)} cannot be filled; ask for "
-                "batch size 1, or give the input a resize_size or a pad size",
+                f"{manifest.name} {manifest.version} makes each image a size of its own (no "
+                f"resize_size, crop_size or pad size), and the first images of the {split} "
+                f"split of {dataset.name} {dataset.version} come out in {len(found)} sizes "
+                f"({shown}): a batch holds images of one size, so batch sizes "
+                f"{', '.join(str(s) for s in sizes if s > 1)} cannot be filled; ask for batch "
+                "size 1, or give the input a resize_size or a pad size",
                 path="batch_sizes",
                 code=EvaluationErrorCode.UNSUPPORTED,
             )

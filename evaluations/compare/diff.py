@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from evaluations.compare import layers, load, parse_id_list, parse_noise, summary
+from evaluations.compare import differences, layers, load, parse_id_list, parse_noise, summary
 from evaluations.models import Evaluation
 from hub.errors import Invalid
 from predictors import statistics
@@ -373,6 +373,7 @@ def diff(
     smallest every run traced)."""
     if parent and level not in DRILLS.values():
         raise Invalid(f"parent applies to levels {', '.join(DRILLS.values())}", path="parent")
+    differences.name_apart([*a, *b])  # runs of one model, framework and host told apart
     rows = aggregates.rows_of_traces([evaluation.trace_id for evaluation in (*a, *b)])
     traced = {evaluation.pk for evaluation in (*a, *b) if rows.get(evaluation.trace_id)}
     answer: dict[str, Any] = {

@@ -75,13 +75,16 @@ def ms_filter(value: Any) -> str:
 
 
 @register.filter
-def first_latency(result: Any) -> dict[str, Any] | None:
-    """A result's headline latency: the median of its smallest batch size, with the interval
-    of that median the statistics layer gave it; None where it has no row."""
+def first_latency(result: Any, batch_size: Any = None) -> dict[str, Any] | None:
+    """A result's headline latency: the median at `batch_size` where it is given (the batch
+    size a list is filtered and sorted at), else at its smallest batch size, with the interval
+    of that median the statistics layer gave it; None where it has no such row."""
     # (An evaluation without a result resolves to the template's empty string.)
     if result is None or not hasattr(result, "batch_results"):
         return None
     rows = sorted(result.batch_results.all(), key=lambda row: row.batch_size)
+    if batch_size not in (None, ""):
+        rows = [row for row in rows if str(row.batch_size) == str(batch_size)]
     if not rows:
         return None
     row = rows[0]

@@ -392,7 +392,8 @@ def evaluations(request: HttpRequest) -> HttpResponse:
         messages.info(
             request,
             f"Sorted by {history.ordering_label(params['ordering']).split(',')[0]} at batch "
-            "size 1: set Batch size to sort at another.",
+            "size 1: only evaluations with a result at batch size 1 are listed; set Batch "
+            "size to sort at another.",
         )
     try:
         items = history.apply(_visible(request), params)

@@ -298,11 +298,18 @@ class ImagePreprocessor:
         if self.crop_size is not None:
             height, width = self.crop_size
         if self.pad is not None:
-            if self.pad.size is not None:
-                height, width = max(height, self.pad.size[0]), max(width, self.pad.size[1])
-            else:
-                height, width = self.pad.target(height, width)
+            # A pad size is the size (an image larger than it is refused when it is read).
+            height, width = self.pad.target(height, width)
         return height, width
+
+    def fixed_size(self) -> bool:
+        """Whether every image comes out one size whatever its own: resized to a size, cropped
+        or padded to one."""
+        return (
+            self.resize_size is not None
+            or self.crop_size is not None
+            or (self.pad is not None and self.pad.size is not None)
+        )
 
     def _resized_size(self, height: int, width: int) -> tuple[int, int] | None:
         """The size to resize to before any crop, or None when no resize is needed."""

@@ -78,7 +78,8 @@ def test_the_history_filters_sorts_and_chooses_what_to_compare(  # type: ignore[
     page.get_by_role("button", name="Filter").click()
     assert _rows(page) == [str(runs[k].pk) for k in ("tf", "pt", "ort")]
     expect(page.locator(".messages")).to_contain_text(
-        "Sorted by median latency (p50) at batch size 1: set Batch size to sort at another."
+        "Sorted by median latency (p50) at batch size 1: only evaluations with a result at "
+        "batch size 1 are listed; set Batch size to sort at another."
     )
     expect(page.locator("#h-batch-size")).to_have_value("1")
 
