@@ -94,7 +94,11 @@
       .then(function (html) {
         if (!html) return;
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("sharing");
-        if (fresh) panel.replaceChildren.apply(panel, Array.from(fresh.childNodes));
+        if (!fresh) return;
+        // Keyboard focus stays where it was (by id), and the panel's news is announced.
+        var focused = panel.contains(document.activeElement) ? document.activeElement.id : "";
+        panel.replaceChildren.apply(panel, Array.from(fresh.childNodes));
+        if (focused && $(focused)) $(focused).focus();
       })
       .catch(function () { /* the panel stays as it was; a reload shows it */ });
   }

@@ -66,25 +66,37 @@
     row.dataset.updated = "1";
   }
 
-  // A row's result cells as the hub renders them now (its latency with its interval, its
-  // metric by task), once its evaluation has a result.
+  // Rows' result cells as the hub renders them now (the latency with its interval, the metric
+  // by task), once their evaluations have results: one read of the page for every row that
+  // finished within a second.
+  const finishedRows = new Set();
+  let pending = null;
   function refreshRow(id) {
+    finishedRows.add(id);
+    if (pending === null) pending = setTimeout(refreshRows, 1000);
+  }
+  function refreshRows() {
+    const ids = Array.from(finishedRows);
+    finishedRows.clear();
+    pending = null;
     fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (!html) return;
-        const fresh = new DOMParser().parseFromString(html, "text/html")
-          .querySelector('#evaluations tr[data-evaluation="' + id + '"]');
-        const row = table.querySelector('tr[data-evaluation="' + id + '"]');
-        if (!fresh || !row) return;
-        ["top1", "latency"].forEach(function (field) {
-          const now = fresh.querySelector('[data-field="' + field + '"]');
-          const cell = row.querySelector('[data-field="' + field + '"]');
-          if (now && cell) cell.innerHTML = now.innerHTML;
+        const page = new DOMParser().parseFromString(html, "text/html");
+        ids.forEach(function (id) {
+          const fresh = page.querySelector('#evaluations tr[data-evaluation="' + id + '"]');
+          const row = table.querySelector('tr[data-evaluation="' + id + '"]');
+          if (!fresh || !row) return;
+          ["top1", "latency"].forEach(function (field) {
+            const now = fresh.querySelector('[data-field="' + field + '"]');
+            const cell = row.querySelector('[data-field="' + field + '"]');
+            if (now && cell) cell.innerHTML = now.innerHTML;
+          });
+          row.dataset.refreshed = "1";
         });
-        row.dataset.refreshed = "1";
       })
-      .catch(function () { /* the row keeps what it had; a reload shows the rest */ });
+      .catch(function () { /* the rows keep what they had; a reload shows the rest */ });
   }
 
   const path = table.dataset.socket;
