@@ -760,23 +760,9 @@ def test_the_output_size_is_what_the_image_becomes(changes: dict) -> None:
     """`output_size` (what the hub asks at launch of a split's images) is the shape the
     preprocessor gives each image, whatever its size."""
     from predictors.processing import ImagePreprocessor
+    from tests.hub.factories import IMAGE_PARAMETERS
 
-    parameters = {
-        "decoder": "pillow",
-        "jpeg_dct_method": "islow",
-        "color_mode": "RGB",
-        "layout": "NHWC",
-        "resize_method": "bilinear",
-        "resize_size": [8, 8],
-        "keep_aspect_ratio": False,
-        "crop_method": "none",
-        "crop_size": None,
-        "element_type": "float32",
-        "normalization_order": "convert_then_normalize",
-        "scale": 255.0,
-        "mean": [0.0, 0.0, 0.0],
-        "std": [1.0, 1.0, 1.0],
-    }
+    parameters = {**IMAGE_PARAMETERS, "layout": "NHWC"}  # (height, width) first
     preprocessor = ImagePreprocessor({**parameters, **changes})
     for height, width in ((5, 7), (9, 4), (8, 8), (13, 11)):
         buffer = io.BytesIO()
